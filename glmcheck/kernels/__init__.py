@@ -1,0 +1,14 @@
+"""Triton sparse-MLA prefill kernels and their launchers.
+
+Importing this package on a machine without CUDA turns on Triton's CPU interpreter
+(TRITON_INTERPRET=1) unless the variable is already set, so the kernels run everywhere.
+"""
+
+from glmcheck.kernels.runtime import ensure_interpreter_without_cuda
+
+ensure_interpreter_without_cuda()
+
+from glmcheck.kernels.prefill import sparse_mla_prefill  # noqa: E402
+from glmcheck.kernels.tiles import Tile  # noqa: E402
+
+__all__ = ["sparse_mla_prefill", "Tile"]

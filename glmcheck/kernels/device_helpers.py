@@ -1,0 +1,41 @@
+"""Device helpers shared by the sparse-MLA kernels: bf16 rounding and one online-softmax step."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def round_to_bf16(x, UPCAST: tl.constexpr):
+    """Round fp32 `x` to bf16 with round-to-nearest-even, as the GPU's cvt does.
+
+    On the GPU this is a plain cast and returns bf16. In the CPU interpreter (UPCAST) the cast
+    truncates, so the rounding is done on the bits and the result stays fp32 (every value is
+    exactly representable in bf16, so a later cast to bf16 is exact). Finite inputs only.
+    """
+    if UPCAST:
+        bits = x.to(tl.uint32, bitcast=True)
+        bias = ((bits >> 16) & 1) + 0x7FFF
+        rounded = (bits + bias) & 0xFFFF0000
+        return rounded.to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def online_softmax_step(scores, values, m_i, l_i, acc, UPCAST: tl.constexpr):
+    """Fold one block of base-2 scores [M, N] and values [N, D] into the running state.
+
+    m_i [M] running max, l_i [M] running denominator, acc [M, D] running numerator, all fp32.
+    Masked scores are -inf; a row that has seen only -inf keeps m_i = -inf, l_i = 0, acc = 0
+    (no NaN: the shift falls back to 0). P is rounded to bf16 for the PV product (in the
+    interpreter it stays fp32 holding bf16 values, so both worlds round alike).
+    """
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - shift)
+    p = tl.exp2(scores - shift[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(round_to_bf16(p, UPCAST), values, acc * alpha[:, None])
+    return m_new, l_i, acc

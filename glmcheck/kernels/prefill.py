@@ -1,0 +1,110 @@
+"""Launcher of the sparse-MLA prefill kernel: `sparse_mla_prefill`.
+
+Contract (matches FlashMLA's sparse prefill):
+    q            [T, H, d_qk] bf16, 1 <= H <= 128
+    kv           [S, d_qk] or [S, 1, d_qk] bf16; V is kv[:, :d_v]
+    indices      [T, topk] or [T, 1, topk] int32; -1 or any value outside [0, S) is an empty slot
+    topk_length  [T] int32 or None; slots at or past topk_length[t] are ignored
+    out          [T, H, d_v] bf16 (allocated when None)
+    d_qk = d_v + d_tail with d_v a power of two >= 16 and d_tail 0 or a power of two.
+Each token attends to its own valid selected rows; a token with none gets exact zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from glmcheck.kernels import tiles
+from glmcheck.kernels.per_token import sparse_mla_token_kernel
+from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.validate import PrefillArgs, check_out, check_prefill_args
+
+LOG2E = math.log2(math.e)
+MAX_HEAD_TILE = 64
+INT32_LIMIT = 2**31
+
+
+def head_tile(num_heads: int) -> int:
+    """Query rows per program on the per-token path: heads padded to a 16-row MMA tile.
+
+    Up to MAX_HEAD_TILE heads share one program; more heads are split over the grid.
+    """
+    return min(max(16, triton.next_power_of_2(num_heads)), MAX_HEAD_TILE)
+
+
+def needs_int64_rows(num_kv_rows: int, d_qk: int) -> bool:
+    """True when KV element offsets can reach 2**31 and row addressing must be int64."""
+    return num_kv_rows * d_qk >= INT32_LIMIT
+
+
+def effective_lengths(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                      num_kv_rows: int) -> torch.Tensor:
+    """Per-token loop bound [T] int32: topk_length, or the position after the last valid slot."""
+    if topk_length is not None:
+        return topk_length.contiguous()
+    valid = (indices >= 0) & (indices < num_kv_rows)
+    positions = torch.arange(1, indices.shape[1] + 1, device=indices.device, dtype=torch.int32)
+    return (valid * positions).amax(dim=1).to(torch.int32) if indices.shape[1] else \
+        torch.zeros(indices.shape[0], dtype=torch.int32, device=indices.device)
+
+
+def _check_device(q: torch.Tensor) -> None:
+    if q.device.type == "cuda" and interpreter_active():
+        raise ValueError("q is on CUDA but TRITON_INTERPRET=1 is set: unset it to run on the GPU")
+    if q.device.type != "cuda" and not interpreter_active():
+        raise ValueError(f"q must be on a CUDA device (or set TRITON_INTERPRET=1 to run CPU "
+                         f"tensors through Triton's interpreter), got {q.device}")
+
+
+def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor,
+                     tile: tiles.Tile, kv_int64: bool):
+    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle."""
+    q, kv, idx = args.q, args.kv, args.indices
+    block_h = head_tile(args.num_heads)
+    grid = (args.num_tokens, triton.cdiv(args.num_heads, block_h))
+    return sparse_mla_token_kernel[grid](
+        q, kv, idx, lengths, out,
+        args.num_kv_rows, args.num_heads, args.topk,
+        q.stride(0), q.stride(1), q.stride(2),
+        kv.stride(0), kv.stride(1),
+        idx.stride(0), idx.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        args.sm_scale * LOG2E,
+        D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
+        BLOCK_H=block_h, BLOCK_N=tile.block_n,
+        KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
+    )
+
+
+def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                       d_v: int = 512, *, topk_length: torch.Tensor | None = None,
+                       out: torch.Tensor | None = None, union: int = 0,
+                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
+    """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
+
+    `union` = G in {2, 4} selects the union fast path (not available yet: raises
+    NotImplementedError). `_kv_int64` forces int64 (True) or int32 (False) KV row addressing
+    instead of choosing by size; `_tile` overrides the tuned tile. Both are for tests.
+    Deterministic: the same inputs give bitwise identical outputs.
+    """
+    args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    if union not in (0, 1):
+        raise NotImplementedError(f"union={union!r}: the union fast path is not implemented yet; "
+                                  f"use union=0 (per-token path)")
+    _check_device(args.q)
+    if out is None:
+        out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
+    else:
+        out = check_out(out, args)
+    if args.num_tokens == 0:
+        return out
+    lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk) if _kv_int64 is None else _kv_int64
+    first = _tile or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
+    key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
+    tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
+    return out

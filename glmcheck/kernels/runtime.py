@@ -1,0 +1,24 @@
+"""Where the Triton kernels run: a CUDA GPU, or the CPU through Triton's interpreter.
+
+Triton decides at decoration time (when a kernel module is imported) whether `@triton.jit`
+functions are interpreted, from the environment variable TRITON_INTERPRET. On a machine
+without CUDA we set it before any kernel module is imported, so the same kernels run on CPU
+tensors (slowly: small shapes only).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def ensure_interpreter_without_cuda() -> None:
+    """Set TRITON_INTERPRET=1 when no CUDA device exists and the user has not chosen."""
+    if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def interpreter_active() -> bool:
+    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

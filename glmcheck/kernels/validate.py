@@ -1,0 +1,143 @@
+"""Input checks and normalisation for the sparse-MLA prefill entry points.
+
+Every failure names the argument and what was expected: wrong dtypes raise TypeError (a packed
+FP8 KV cache must never be read at a bf16 stride), wrong shapes, devices and sizes ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+MAX_HEADS = 128
+
+
+@dataclass(frozen=True)
+class PrefillArgs:
+    """Normalised kernel inputs: q [T, H, d_qk], kv [S, d_qk], indices [T, topk] int32."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    topk_length: torch.Tensor | None
+    sm_scale: float
+    d_v: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def d_qk(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def d_tail(self) -> int:
+        return self.d_qk - self.d_v
+
+    @property
+    def topk(self) -> int:
+        return self.indices.shape[1]
+
+    @property
+    def num_kv_rows(self) -> int:
+        return self.kv.shape[0]
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0
+
+
+def _require_tensor(name: str, value: object) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def _require_dtype(name: str, tensor: torch.Tensor, dtype: torch.dtype, hint: str = "") -> None:
+    if tensor.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {tensor.dtype}{hint}")
+
+
+def _require_device(name: str, tensor: torch.Tensor, device: torch.device) -> None:
+    if tensor.device != device:
+        raise ValueError(f"{name} must be on {device} (the device of q), got {tensor.device}")
+
+
+def check_indices(indices: object, num_tokens: int, device: torch.device) -> torch.Tensor:
+    """Validate indices [T, topk] or [T, 1, topk] int32 on `device`; return the [T, topk] view."""
+    indices = _require_tensor("indices", indices)
+    _require_dtype("indices", indices, torch.int32)
+    if indices.dim() == 3 and indices.shape[1] == 1:
+        indices = indices[:, 0, :]
+    if indices.dim() != 2:
+        raise ValueError(f"indices must have shape [T, topk] or [T, 1, topk], got {tuple(indices.shape)}")
+    if indices.shape[0] != num_tokens:
+        raise ValueError(f"indices must have {num_tokens} rows (T of q), got {indices.shape[0]}")
+    _require_device("indices", indices, device)
+    return indices
+
+
+def check_topk_length(topk_length: object, num_tokens: int, device: torch.device) -> torch.Tensor | None:
+    """Validate topk_length [T] int32 on `device`, or None."""
+    if topk_length is None:
+        return None
+    topk_length = _require_tensor("topk_length", topk_length)
+    _require_dtype("topk_length", topk_length, torch.int32)
+    if topk_length.dim() != 1 or topk_length.shape[0] != num_tokens:
+        raise ValueError(f"topk_length must have shape [{num_tokens}], got {tuple(topk_length.shape)}")
+    _require_device("topk_length", topk_length, device)
+    return topk_length
+
+
+def check_prefill_args(q: object, kv: object, indices: object, sm_scale: object, d_v: object,
+                       topk_length: object) -> PrefillArgs:
+    """Check the kernel contract (see glmcheck.kernels.sparse_mla_prefill) and normalise views."""
+    q = _require_tensor("q", q)
+    kv = _require_tensor("kv", kv)
+    _require_dtype("q", q, torch.bfloat16)
+    _require_dtype("kv", kv, torch.bfloat16,
+                   " (an FP8 or packed KV cache must be dequantised to bf16 first)")
+    if q.dim() != 3:
+        raise ValueError(f"q must have shape [T, H, d_qk], got {tuple(q.shape)}")
+    num_tokens, num_heads, d_qk = q.shape
+    if not 1 <= num_heads <= MAX_HEADS:
+        raise ValueError(f"q must have 1..{MAX_HEADS} heads (dim 1), got {num_heads}")
+    if kv.dim() == 3 and kv.shape[1] == 1:
+        kv = kv[:, 0, :]
+    if kv.dim() != 2:
+        raise ValueError(f"kv must have shape [S, d_qk] or [S, 1, d_qk], got {tuple(kv.shape)}")
+    if kv.shape[1] != d_qk:
+        raise ValueError(f"kv must have d_qk = {d_qk} (the last dim of q), got {kv.shape[1]}")
+    _require_device("kv", kv, q.device)
+    if isinstance(d_v, bool) or not isinstance(d_v, int):
+        raise TypeError(f"d_v must be an int, got {type(d_v).__name__}")
+    if not (_is_pow2(d_v) and 16 <= d_v <= d_qk):
+        raise ValueError(f"d_v must be a power of two in [16, d_qk={d_qk}], got {d_v}")
+    d_tail = d_qk - d_v
+    if d_tail != 0 and not _is_pow2(d_tail):
+        raise ValueError(f"d_qk - d_v (the rope tail) must be 0 or a power of two, got {d_tail} "
+                         f"(d_qk={d_qk}, d_v={d_v})")
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) \
+            or not math.isfinite(sm_scale) or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
+    indices = check_indices(indices, num_tokens, q.device)
+    topk_length = check_topk_length(topk_length, num_tokens, q.device)
+    return PrefillArgs(q, kv, indices, topk_length, float(sm_scale), d_v)
+
+
+def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
+    """Validate a caller-provided output [T, H, d_v] bf16 on q's device."""
+    out = _require_tensor("out", out)
+    _require_dtype("out", out, torch.bfloat16)
+    expected = (args.num_tokens, args.num_heads, args.d_v)
+    if tuple(out.shape) != expected:
+        raise ValueError(f"out must have shape {list(expected)}, got {tuple(out.shape)}")
+    _require_device("out", out, args.q.device)
+    return out

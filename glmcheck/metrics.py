@@ -1,0 +1,55 @@
+"""Pure comparison metrics, computed in float64 on the CPU.
+
+Every function takes two tensors of the same shape (any dtype/device) and returns a Python
+float. Non-finite values make the result NaN, so a NaN can never produce a passing metric.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _pair(actual: torch.Tensor, expected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if actual.shape != expected.shape:
+        raise ValueError(f"actual and expected must have the same shape, got "
+                         f"{tuple(actual.shape)} and {tuple(expected.shape)}")
+    return (actual.detach().to("cpu", torch.float64).flatten(),
+            expected.detach().to("cpu", torch.float64).flatten())
+
+
+def _finite(*tensors: torch.Tensor) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def cosine(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Cosine similarity of the flattened tensors; 1.0 when both are all zero, NaN if non-finite."""
+    a, e = _pair(actual, expected)
+    if not _finite(a, e):
+        return math.nan
+    na, ne = a.norm().item(), e.norm().item()
+    if na == 0.0 and ne == 0.0:
+        return 1.0
+    if na == 0.0 or ne == 0.0:
+        return 0.0
+    return (a @ e).item() / (na * ne)
+
+
+def rel_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """||actual - expected|| / ||expected||; 0 when both are zero, inf when only expected is."""
+    a, e = _pair(actual, expected)
+    if not _finite(a, e):
+        return math.nan
+    diff, ref = (a - e).norm().item(), e.norm().item()
+    if ref == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / ref
+
+
+def max_abs(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """Largest absolute elementwise difference; NaN if either tensor is non-finite."""
+    a, e = _pair(actual, expected)
+    if not _finite(a, e):
+        return math.nan
+    return (a - e).abs().max().item() if a.numel() else 0.0

@@ -1,0 +1,56 @@
+"""Torch references for the sparse-MLA prefill kernel (fp64 by default, fp32 option).
+
+Same arguments as `glmcheck.kernels.sparse_mla_prefill`: per token, a softmax over its own
+valid selected rows only (valid: slot below topk_length[t], row in [0, S)); rows with no valid
+slot give zeros. Tokens are processed in chunks so memory stays bounded at T = 8192,
+topk = 2048 (about `budget_bytes` for the gathered rows of one chunk).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from glmcheck.kernels.validate import check_prefill_args
+
+
+def valid_slots(indices: torch.Tensor, num_kv_rows: int,
+                topk_length: torch.Tensor | None) -> torch.Tensor:
+    """Bool [T, topk]: slot holds a row in [0, num_kv_rows) and lies below topk_length[t]."""
+    valid = (indices >= 0) & (indices < num_kv_rows)
+    if topk_length is not None:
+        slot = torch.arange(indices.shape[1], device=indices.device)
+        valid &= slot[None, :] < topk_length[:, None].to(slot.dtype)
+    return valid
+
+
+def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                         d_v: int = 512, *, topk_length: torch.Tensor | None = None,
+                         dtype: torch.dtype = torch.float64,
+                         budget_bytes: int = 256 * 2**20) -> torch.Tensor:
+    """Reference sparse-MLA prefill; returns [T, H, d_v] in `dtype` on q's device."""
+    if dtype not in (torch.float64, torch.float32):
+        raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    num_tokens, num_heads, d_qk = args.q.shape
+    out = torch.zeros((num_tokens, num_heads, d_v), dtype=dtype, device=args.q.device)
+    if num_tokens == 0 or args.topk == 0:
+        return out
+    valid = valid_slots(args.indices, args.num_kv_rows, args.topk_length)
+    row_bytes = args.topk * d_qk * torch.finfo(dtype).bits // 8
+    chunk = max(1, budget_bytes // row_bytes)
+    for start in range(0, num_tokens, chunk):
+        stop = min(start + chunk, num_tokens)
+        out[start:stop] = _reference_chunk(args.q[start:stop].to(dtype), args.kv,
+                                           args.indices[start:stop], valid[start:stop],
+                                           args.sm_scale, d_v)
+    return out
+
+
+def _reference_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
+                     valid: torch.Tensor, sm_scale: float, d_v: int) -> torch.Tensor:
+    """One chunk: q [C, H, D] (dtype), kv [S, D] bf16, indices/valid [C, K] -> [C, H, d_v]."""
+    rows = kv[torch.where(valid, indices, 0).long()].to(q.dtype)  # [C, K, D]
+    scores = torch.einsum("chd,ckd->chk", q, rows) * sm_scale
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-masked rows -> 0
+    return torch.einsum("chk,ckd->chd", probs, rows[..., :d_v])
