@@ -4,7 +4,8 @@ Kernel convention: indices [T, topk] int32, -1 marks an empty slot. For each seq
 batch (independent sequences at consecutive offsets in one KV pool):
 - token t < topk selects its whole causal prefix (t + 1 rows), the other slots -1;
 - later tokens follow a drifting top-k set: token t keeps the previous token's set except
-  `swap_fraction * topk` rows, which are replaced by rows of [0, t] not already selected.
+  `swap_fraction * topk` rows (at most the t + 1 - topk rows outside it), which are replaced
+  by rows of [0, t] not already selected.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def _drifting_sequence(seq_len: int, topk: int, swap_fraction: float,
     member[current] = True
     swaps = int(round(swap_fraction * topk))
     for t in range(topk, seq_len):
-        slots = rng.choice(topk, size=swaps, replace=False)
-        fresh = _draw_non_members(member, t + 1, swaps, rng)
+        count = min(swaps, t + 1 - topk)  # rows of [0, t] outside the current set
+        slots = rng.choice(topk, size=count, replace=False)
+        fresh = _draw_non_members(member, t + 1, count, rng)
         member[current[slots]] = False
         current[slots] = fresh
         member[fresh] = True

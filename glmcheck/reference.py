@@ -10,17 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from glmcheck.kernels.validate import check_prefill_args
-
-
-def valid_slots(indices: torch.Tensor, num_kv_rows: int,
-                topk_length: torch.Tensor | None) -> torch.Tensor:
-    """Bool [T, topk]: slot holds a row in [0, num_kv_rows) and lies below topk_length[t]."""
-    valid = (indices >= 0) & (indices < num_kv_rows)
-    if topk_length is not None:
-        slot = torch.arange(indices.shape[1], device=indices.device)
-        valid &= slot[None, :] < topk_length[:, None].to(slot.dtype)
-    return valid
+from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
 
 
 def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
@@ -35,7 +25,7 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
     out = torch.zeros((num_tokens, num_heads, d_v), dtype=dtype, device=args.q.device)
     if num_tokens == 0 or args.topk == 0:
         return out
-    valid = valid_slots(args.indices, args.num_kv_rows, args.topk_length)
+    valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
     row_bytes = args.topk * d_qk * torch.finfo(dtype).bits // 8
     chunk = max(1, budget_bytes // row_bytes)
     for start in range(0, num_tokens, chunk):

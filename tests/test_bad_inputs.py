@@ -57,9 +57,10 @@ def test_bad_input_raises(good, name, make, error, words):
         call(good, **make(good))
 
 
-def test_union_not_available_yet(good):
-    with pytest.raises(NotImplementedError, match="union"):
-        call(good, union=2)
+@pytest.mark.parametrize("union", [-1, 2.0, "2", True])
+def test_bad_union_request_raises(good, union):
+    with pytest.raises(ValueError, match="union must be a non-negative int"):
+        call(good, union=union)
 
 
 @pytest.mark.gpu

@@ -10,5 +10,6 @@ ensure_interpreter_without_cuda()
 
 from glmcheck.kernels.prefill import sparse_mla_prefill  # noqa: E402
 from glmcheck.kernels.tiles import Tile  # noqa: E402
+from glmcheck.kernels.union import UnionSets, legal_groups, union_dedup, union_is_legal  # noqa: E402
 
-__all__ = ["sparse_mla_prefill", "Tile"]
+__all__ = ["sparse_mla_prefill", "union_dedup", "UnionSets", "union_is_legal", "legal_groups", "Tile"]

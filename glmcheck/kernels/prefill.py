@@ -20,6 +20,8 @@ import triton
 from glmcheck.kernels import tiles
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.union import (launch_union_attention, log_fallback_once, union_dedup,
+                                    union_is_legal)
 from glmcheck.kernels.validate import PrefillArgs, check_out, check_prefill_args
 
 LOG2E = math.log2(math.e)
@@ -80,21 +82,69 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor
     )
 
 
+def stream_is_capturing(device: torch.device) -> bool:
+    """True while the current CUDA stream of `device` is capturing a graph."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
+    """The union group G to run, or 0 for the per-token path (illegal requests fall back)."""
+    if isinstance(union, bool) or not isinstance(union, int) or union < 0:
+        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2 or 4), got {union!r}")
+    if union <= 1:
+        return 0
+    if deterministic:
+        return 0  # batch-invariant results: a token's output must not depend on its group
+    if stream_is_capturing(args.q.device):
+        return 0
+    if not union_is_legal(args.num_heads, union):
+        log_fallback_once(args.num_heads, union, "G*H must be a power of two in [16, 32]")
+        return 0
+    if args.num_tokens < union:
+        return 0
+    return union
+
+
+def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
+    lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    first = first or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
+    key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
+    tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
+
+
+def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
+               first: tiles.Tile | None) -> None:
+    sets = union_dedup(args.indices, group, args.topk_length, num_kv_rows=args.num_kv_rows)
+    first = first or tiles.table_tile("union", group * args.num_heads, args.q.device)
+    key = tiles.memo_key("union", args.num_heads, group, args.q.device)
+    scale = args.sm_scale * LOG2E
+    tiles.launch_with_step_down(
+        key, first, lambda tile: launch_union_attention(args, sets, out, tile, kv_int64, scale))
+    done = sets.lengths.shape[0] * group
+    if done < args.num_tokens:  # tail tokens (T mod G) take the per-token path
+        tail = slice(done, args.num_tokens)
+        tail_length = None if args.topk_length is None else args.topk_length[tail]
+        tail_args = PrefillArgs(args.q[tail], args.kv, args.indices[tail], tail_length, args.sm_scale, args.d_v)
+        _run_per_token(tail_args, out[tail], kv_int64, None)
+
+
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
                        d_v: int = 512, *, topk_length: torch.Tensor | None = None,
-                       out: torch.Tensor | None = None, union: int = 0,
+                       out: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
                        _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
-    `union` = G in {2, 4} selects the union fast path (not available yet: raises
-    NotImplementedError). `_kv_int64` forces int64 (True) or int32 (False) KV row addressing
-    instead of choosing by size; `_tile` overrides the tuned tile. Both are for tests.
-    Deterministic: the same inputs give bitwise identical outputs.
+    `union` = G in {2, 4} asks for the union fast path: G adjacent tokens share one
+    deduplicated gather (same values as the per-token path up to summation order). It runs
+    only when the G*H query tile is a power of two in [16, 32]; otherwise, with
+    `deterministic=True` (batch-invariant results), or while the current CUDA stream is
+    capturing a graph, the per-token path runs instead. Tail tokens (T mod G) always take the
+    per-token path. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
+    of choosing by size; `_tile` overrides the tuned tile. Both are for tests.
+    Deterministic: the same inputs (and union) give bitwise identical outputs.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
-    if union not in (0, 1):
-        raise NotImplementedError(f"union={union!r}: the union fast path is not implemented yet; "
-                                  f"use union=0 (per-token path)")
+    group = _union_gate(args, union, deterministic)
     _check_device(args.q)
     if out is None:
         out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
@@ -102,9 +152,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
         out = check_out(out, args)
     if args.num_tokens == 0:
         return out
-    lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
     kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk) if _kv_int64 is None else _kv_int64
-    first = _tile or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
-    key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
-    tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
+    if group:
+        _run_union(args, group, out, kv_int64, _tile)
+    else:
+        _run_per_token(args, out, kv_int64, _tile)
     return out

@@ -141,3 +141,13 @@ def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
         raise ValueError(f"out must have shape {list(expected)}, got {tuple(out.shape)}")
     _require_device("out", out, args.q.device)
     return out
+
+
+def valid_slot_mask(indices: torch.Tensor, num_kv_rows: int,
+                    topk_length: torch.Tensor | None) -> torch.Tensor:
+    """Bool [T, topk]: the slot holds a row in [0, num_kv_rows) and lies below topk_length[t]."""
+    valid = (indices >= 0) & (indices < num_kv_rows)
+    if topk_length is not None:
+        slot = torch.arange(indices.shape[1], device=indices.device)
+        valid &= slot[None, :] < topk_length[:, None].to(slot.dtype)
+    return valid

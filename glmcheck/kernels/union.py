@@ -1,0 +1,115 @@
+"""Launchers of the union fast path: the union build (`union_dedup`) and the union attention.
+
+G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is a power of
+two in [16, 32] (tl.dot needs at least 16 rows; tl.arange needs a power of two): with 8 heads
+G = 2 and 4, with 16 heads G = 2. Everything runs on the device without a host sync; the
+union buffers live only as long as the call that made them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.union_attention import sparse_mla_union_kernel
+from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
+from glmcheck.kernels.validate import PrefillArgs, check_indices, check_topk_length, valid_slot_mask
+
+log = logging.getLogger("glmcheck")
+
+UNION_TILE_ROWS = (16, 32)
+MAX_GROUP = 8  # ownership bits are int8
+BUILD_BLOCK = 128
+
+
+@dataclass(frozen=True)
+class UnionSets:
+    """Per group g of G adjacent tokens: rows[g, :lengths[g]] the distinct valid KV rows
+    (int32), bits[g, :lengths[g]] their ownership masks (int8, bit i = token i of the group
+    selected the row), lengths [num_groups] int32. Entries past lengths[g] are unspecified."""
+
+    rows: torch.Tensor
+    bits: torch.Tensor
+    lengths: torch.Tensor
+    group: int
+
+
+def union_is_legal(num_heads: int, group: int) -> bool:
+    """True when a G*H query tile is a power of two in [16, 32]."""
+    rows = num_heads * group
+    return group >= 2 and rows in UNION_TILE_ROWS
+
+
+def legal_groups(num_heads: int) -> list[int]:
+    """The union group sizes the kernel accepts for `num_heads` heads (may be empty)."""
+    return [g for g in (2, 4, 8) if union_is_legal(num_heads, g)]
+
+
+def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
+                num_kv_rows: int | None = None) -> UnionSets:
+    """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
+
+    indices [T, topk] (or [T, 1, topk]) int32 on CUDA (or CPU in the interpreter); empty slots
+    are negative values, values >= num_kv_rows when it is given, and slots at or past
+    topk_length[t]. Contract: a token never selects the same row twice.
+    """
+    if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
+        raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
+    indices = check_indices(indices, indices.shape[0] if indices.dim() else 0, indices.device)
+    topk_length = check_topk_length(topk_length, indices.shape[0], indices.device)
+    if num_kv_rows is not None and num_kv_rows < 0:
+        raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
+    num_groups = indices.shape[0] // G
+    tokens, topk = num_groups * G, indices.shape[1]
+    device = indices.device
+    rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
+    bits = torch.empty((num_groups, G * topk), dtype=torch.int8, device=device)
+    lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
+    if num_groups == 0 or topk == 0:
+        return UnionSets(rows, bits, lengths, G)
+    span = INT32_MAX if num_kv_rows is None else num_kv_rows
+    lengths_in = None if topk_length is None else topk_length[:tokens]
+    valid = valid_slot_mask(indices[:tokens], span, lengths_in)
+    keys = torch.where(valid, indices[:tokens], torch.full_like(indices[:tokens], INT32_MAX))
+    sorted_rows = torch.sort(keys, dim=1).values.contiguous()
+    counts = valid.sum(dim=1, dtype=torch.int32)
+    union_build_kernel[(num_groups,)](
+        sorted_rows, counts, rows, bits, lengths,
+        sorted_rows.stride(0), rows.stride(0), bits.stride(0),
+        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
+    )
+    return UnionSets(rows, bits, lengths, G)
+
+
+def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,
+                           kv_int64: bool, qk_scale_log2: float):
+    """Launch the union attention for the first len(sets.lengths) * G tokens."""
+    q, kv = args.q, args.kv
+    return sparse_mla_union_kernel[(sets.lengths.shape[0],)](
+        q, kv, sets.rows, sets.bits, sets.lengths, out,
+        q.stride(0), q.stride(1), q.stride(2),
+        kv.stride(0), kv.stride(1),
+        sets.rows.stride(0), sets.bits.stride(0),
+        out.stride(0), out.stride(1), out.stride(2),
+        qk_scale_log2,
+        H=args.num_heads, G=sets.group,
+        D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
+    )
+
+
+_logged_fallbacks: set[tuple[int, int]] = set()
+
+
+def log_fallback_once(num_heads: int, group: int, reason: str) -> None:
+    """Debug-level note (once per heads/group) that a union request ran the per-token path."""
+    if (num_heads, group) not in _logged_fallbacks:
+        _logged_fallbacks.add((num_heads, group))
+        log.debug("glmcheck: union=%d with %d heads runs the per-token path (%s)", group, num_heads, reason)

@@ -1,0 +1,73 @@
+"""Triton kernel: deduplicated union of the KV rows selected by G adjacent tokens.
+
+Input: each token's valid selected rows sorted ascending, empty slots pushed to the end as
+INT32_MAX, and each token's count of valid rows. One program per group of G tokens: for every
+row of token j it runs a vectorised binary search (lower_bound) in the sorted lists of the
+other tokens of the group. The row is emitted once, by the first token that selected it, with
+an ownership bitmask (bit i set when token i of the group selected it); rows are compacted by a
+prefix sum. Cost O(G * K * log K) per group; nothing depends on the KV span S.
+
+Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _contains(sorted_row, count, needle, SEARCH_STEPS: tl.constexpr):
+    """Bool per lane: `needle` occurs in sorted_row[0:count] (lower_bound, then compare)."""
+    lo = tl.zeros_like(needle)
+    hi = tl.zeros_like(needle) + count
+    for _ in tl.static_range(SEARCH_STEPS):
+        active = lo < hi
+        mid = (lo + hi) >> 1
+        probe = tl.load(sorted_row + mid, mask=active, other=INT32_MAX)
+        right = probe < needle
+        lo = tl.where(active & right, mid + 1, lo)
+        hi = tl.where(active & (~right), mid, hi)
+    inside = lo < count
+    at = tl.load(sorted_row + lo, mask=inside, other=-1)
+    return inside & (at == needle)
+
+
+@triton.jit
+def union_build_kernel(
+    sorted_ptr, count_ptr, rows_ptr, bits_ptr, len_ptr,
+    stride_st, stride_rg, stride_bg,
+    G: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+):
+    """Grid (num_groups,). Writes rows[g, :n], bits[g, :n] and len[g] = n for group g."""
+    group = tl.program_id(0).to(tl.int64)
+    first_token = group * G
+    out_rows = rows_ptr + group * stride_rg
+    out_bits = bits_ptr + group * stride_bg
+    emitted = tl.zeros([], dtype=tl.int32)
+    lanes = tl.arange(0, BLOCK)
+    for owner in tl.static_range(G):
+        own_row = sorted_ptr + (first_token + owner) * stride_st
+        own_count = tl.load(count_ptr + first_token + owner)
+        for start in range(0, own_count, BLOCK):
+            slot = start + lanes
+            live = slot < own_count
+            row = tl.load(own_row + slot, mask=live, other=INT32_MAX)
+            bits = tl.zeros([BLOCK], dtype=tl.int32) + (1 << owner)
+            emit = live
+            for other in tl.static_range(G):
+                if other != owner:
+                    other_row = sorted_ptr + (first_token + other) * stride_st
+                    other_count = tl.load(count_ptr + first_token + other)
+                    found = _contains(other_row, other_count, row, SEARCH_STEPS)
+                    bits = bits | tl.where(found, 1 << other, 0)
+                    if other < owner:
+                        emit = emit & (~found)
+            flag = emit.to(tl.int32)
+            position = emitted + tl.cumsum(flag, axis=0) - 1
+            tl.store(out_rows + position, row, mask=emit)
+            tl.store(out_bits + position, bits.to(tl.int8), mask=emit)
+            emitted += tl.sum(flag, axis=0)
+    tl.store(len_ptr + group, emitted)

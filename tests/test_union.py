@@ -1,0 +1,201 @@
+"""The union fast path: dedup contract, exactness against fp64 and the per-token path, gates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from glmcheck import metrics
+from glmcheck.indices import drifting_indices
+from glmcheck.inputs import poisoned_out, random_qkv
+from glmcheck.kernels import prefill, sparse_mla_prefill, union_dedup
+from glmcheck.reference import sparse_mla_reference
+from tests.helpers import assert_close_to_reference
+
+UNION_VS_PER_TOKEN_REL_L2 = 1e-3  # summation order and P rounding differ, nothing else
+
+
+def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
+                        dirt: float = 0.1, kv_rows: int | None = None) -> tuple[torch.Tensor, int]:
+    """Neighbours share most rows but not all; some slots -1 or out of range. Returns (idx, S)."""
+    base = drifting_indices([tokens], topk, swap, seed=seed)
+    kv_rows = kv_rows or tokens
+    g = torch.Generator().manual_seed(seed + 1)
+    roll = torch.rand(base.shape, generator=g)
+    junk = torch.where(torch.rand(base.shape, generator=g) < 0.5,
+                       torch.full_like(base, -1),
+                       torch.randint(kv_rows, kv_rows + 1000, base.shape, generator=g, dtype=torch.int32))
+    junk[::3] = -5
+    return torch.where(roll < dirt, junk, base), kv_rows
+
+
+def python_union(indices: torch.Tensor, G: int, kv_rows: int, topk_length=None):
+    """Per group: {row: ownership bits} over valid slots, with a plain Python set/dict."""
+    groups = []
+    for g in range(indices.shape[0] // G):
+        owners: dict[int, int] = {}
+        for j in range(G):
+            t = g * G + j
+            limit = indices.shape[1] if topk_length is None else int(topk_length[t])
+            for slot, row in enumerate(indices[t].tolist()):
+                if slot < limit and 0 <= row < kv_rows:
+                    owners[row] = owners.get(row, 0) | (1 << j)
+        groups.append(owners)
+    return groups
+
+
+@pytest.mark.parametrize("G", [2, 4])
+@pytest.mark.parametrize("with_length", [False, True])
+def test_dedup_matches_python_sets(device, G, with_length):
+    indices, kv_rows = overlapping_indices(tokens=203, topk=64, seed=G)
+    overlap = len(set(indices[150].tolist()) & set(indices[151].tolist()))
+    assert 32 < overlap < 64, "neighbours must overlap but differ"
+    topk_length = None
+    if with_length:
+        topk_length = torch.randint(0, 65, (203,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
+    sets = union_dedup(indices.to(device), G, None if topk_length is None else topk_length.to(device),
+                       num_kv_rows=kv_rows)
+    expected = python_union(indices, G, kv_rows, topk_length)
+    assert sets.lengths.shape[0] == 203 // G == len(expected)
+    rows, bits, lengths = sets.rows.cpu(), sets.bits.cpu(), sets.lengths.cpu()
+    for g, owners in enumerate(expected):
+        n = int(lengths[g])
+        got_rows = rows[g, :n].tolist()
+        assert len(got_rows) == len(set(got_rows)), f"group {g}: a row emitted twice"
+        got = dict(zip(got_rows, bits[g, :n].tolist()))
+        assert got == owners, f"group {g}: union or ownership bits differ"
+
+
+def test_dedup_without_kv_rows_drops_only_negative_slots(device):
+    indices = torch.tensor([[5, -1, 7, 10**6], [7, 8, -3, 5]], dtype=torch.int32, device=device)
+    sets = union_dedup(indices, 2)
+    n = int(sets.lengths[0])
+    got = dict(zip(sets.rows[0, :n].tolist(), sets.bits[0, :n].tolist()))
+    assert got == {5: 3, 7: 3, 10**6: 1, 8: 2}
+
+
+def _inputs(tokens, heads, topk, seed, d_v=64, d_tail=16, **kw):
+    indices, kv_rows = overlapping_indices(tokens, topk, seed, **kw)
+    q, kv = random_qkv(tokens, heads, kv_rows, d_v, d_tail, torch.Generator().manual_seed(seed), "cpu")
+    return q, kv, indices, (d_v + d_tail) ** -0.5, d_v
+
+
+def _spy_union_launches(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = prefill.launch_union_attention
+
+    def spy(args, sets, *rest):
+        calls.append(sets.group)
+        return real(args, sets, *rest)
+
+    monkeypatch.setattr(prefill, "launch_union_attention", spy)
+    return calls
+
+
+@pytest.mark.parametrize("heads, G", [(8, 2), (8, 4), (16, 2)])
+def test_union_exact_vs_reference_and_per_token(device, monkeypatch, heads, G):
+    tokens = 45  # odd: a tail of T mod G tokens takes the per-token path
+    q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
+                                  for t in _inputs(tokens, heads, 64, seed=heads + G))
+    topk_length = torch.randint(0, 65, (tokens,), generator=torch.Generator().manual_seed(9),
+                                dtype=torch.int32).to(device)
+    calls = _spy_union_launches(monkeypatch)
+    union_out = poisoned_out(tokens, heads, d_v, device)
+    sparse_mla_prefill(q, kv, indices, scale, d_v, topk_length=topk_length, out=union_out, union=G)
+    assert calls == [G], "the union path did not run"
+    per_token = sparse_mla_prefill(q, kv, indices, scale, d_v, topk_length=topk_length)
+    ref = sparse_mla_reference(q, kv, indices, scale, d_v, topk_length=topk_length)
+    assert_close_to_reference(union_out, ref)
+    rel = metrics.rel_l2(union_out, per_token)
+    assert rel <= UNION_VS_PER_TOKEN_REL_L2, f"union vs per-token rel-L2 {rel:.3e}"
+    tail = tokens - tokens % G
+    if tail < tokens:
+        assert torch.equal(union_out[tail:], per_token[tail:]), "tail tokens must equal the per-token path"
+
+
+def test_union_is_deterministic(device):
+    q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
+                                  for t in _inputs(33, 8, 48, seed=4))
+    first = sparse_mla_prefill(q, kv, indices, scale, d_v, union=4)
+    assert torch.equal(first, sparse_mla_prefill(q, kv, indices, scale, d_v, union=4))
+
+
+@pytest.mark.parametrize("heads, G", [(4, 2), (12, 2), (6, 4), (16, 4), (32, 2), (1, 4)])
+def test_illegal_union_falls_back_bitwise(device, monkeypatch, heads, G):
+    q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
+                                  for t in _inputs(10, heads, 32, seed=heads))
+    calls = _spy_union_launches(monkeypatch)
+    union = sparse_mla_prefill(q, kv, indices, scale, d_v, union=G)
+    assert calls == []
+    assert torch.equal(union, sparse_mla_prefill(q, kv, indices, scale, d_v))
+
+
+def test_fewer_tokens_than_group_runs_per_token(device, monkeypatch):
+    q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
+                                  for t in _inputs(3, 8, 16, seed=2))
+    calls = _spy_union_launches(monkeypatch)
+    assert torch.equal(sparse_mla_prefill(q, kv, indices, scale, d_v, union=4),
+                       sparse_mla_prefill(q, kv, indices, scale, d_v))
+    assert calls == []
+
+
+def test_deterministic_and_capturing_gates(device, monkeypatch):
+    q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
+                                  for t in _inputs(16, 8, 32, seed=5))
+    per_token = sparse_mla_prefill(q, kv, indices, scale, d_v)
+    calls = _spy_union_launches(monkeypatch)
+    gated = sparse_mla_prefill(q, kv, indices, scale, d_v, union=2, deterministic=True)
+    assert calls == [] and torch.equal(gated, per_token)
+    monkeypatch.setattr(prefill, "stream_is_capturing", lambda device: True)
+    captured = sparse_mla_prefill(q, kv, indices, scale, d_v, union=2)
+    assert calls == [] and torch.equal(captured, per_token)
+    monkeypatch.setattr(prefill, "stream_is_capturing", lambda device: False)
+    sparse_mla_prefill(q, kv, indices, scale, d_v, union=2)
+    assert calls == [2]
+
+
+def test_bad_dedup_group_raises(device):
+    indices = torch.zeros((4, 4), dtype=torch.int32, device=device)
+    for bad in (1, 9, 2.0):
+        with pytest.raises(ValueError, match="G must be an int"):
+            union_dedup(indices, bad)
+    with pytest.raises(TypeError, match="indices must be torch.int32"):
+        union_dedup(indices.long(), 2)
+
+
+# ---- real shapes on the GPU -------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, G, tokens", [(8, 2, 4096), (8, 4, 4096), (16, 2, 4096), (8, 4, 1023)])
+def test_gpu_union_real_shape(monkeypatch, heads, G, tokens):
+    device = torch.device("cuda")
+    indices = drifting_indices([tokens], 2048, 0.10, seed=G).to(device)
+    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(G), device)
+    calls = _spy_union_launches(monkeypatch)
+    out = poisoned_out(tokens, heads, 512, device)
+    sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, out=out, union=G)
+    assert calls == [G]
+    ref = sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512)
+    assert_close_to_reference(out, ref)
+    per_token = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512)
+    assert metrics.rel_l2(out, per_token) <= UNION_VS_PER_TOKEN_REL_L2
+    assert torch.equal(out, sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, union=G))
+
+
+@pytest.mark.gpu
+def test_gpu_graph_capture_runs_per_token(monkeypatch):
+    device = torch.device("cuda")
+    indices = drifting_indices([512], 256, 0.10, seed=1).to(device)
+    q, kv = random_qkv(512, 8, 512, 512, 64, torch.Generator().manual_seed(1), device)
+    expected = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512)
+    out = torch.empty_like(expected)
+    sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, out=out, union=2)  # warm up / compile
+    calls = _spy_union_launches(monkeypatch)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, out=out, union=2)
+    assert calls == []
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)
