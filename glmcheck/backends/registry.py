@@ -1,0 +1,72 @@
+"""Attention backends by name: plain functions with one signature, and their call counters.
+
+Every kernel-level backend takes the kernel's arguments
+    fn(q [T, H, d_qk] bf16, kv [S, d_qk] bf16, indices [T, topk] int32, sm_scale, d_v, *,
+       topk_length=None) -> out [T, H, d_v]
+and all of them see the same indices. `get_backend(name)` returns a fresh `Backend` whose
+`calls` counter counts invocations, so a check can fail a backend that was never called.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
+from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
+from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.reference import sparse_mla_reference
+
+
+@dataclass
+class Backend:
+    """A named attention backend with an invocation counter."""
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    description: str
+    calls: int = field(default=0)
+
+    def __call__(self, q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
+        self.calls += 1
+        return self.fn(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+
+
+def _triton(union: int) -> Callable[..., torch.Tensor]:
+    return functools.partial(sparse_mla_prefill, union=union)
+
+
+_REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
+    "reference": (functools.partial(sparse_mla_reference, dtype=torch.float32),
+                  "fp32 torch gather-softmax per token"),
+    "reference_fp64": (sparse_mla_reference, "fp64 torch gather-softmax per token"),
+    "triton_sparse_mla": (_triton(0), "the kernel under test, per-token path"),
+    "triton_sparse_mla:union2": (_triton(2), "the kernel under test, union of 2 adjacent tokens"),
+    "triton_sparse_mla:union4": (_triton(4), "the kernel under test, union of 4 adjacent tokens"),
+    "torch_bf16": (torch_bf16_sparse_prefill, "plain PyTorch gather + bmm in bf16"),
+    "flashmla_sparse": (flashmla_sparse_prefill, "FlashMLA sparse prefill, heads zero-padded to 64 (SM90)"),
+}
+
+
+def backend_names() -> list[str]:
+    """All registered kernel-level backend names."""
+    return list(_REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """A fresh Backend for `name`; ValueError naming the known backends otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(_REGISTRY)}")
+    fn, description = _REGISTRY[name]
+    return Backend(name, fn, description)
+
+
+def flashmla_available() -> tuple[bool, str]:
+    """(True, source) when FlashMLA loads, else (False, why)."""
+    try:
+        return True, find_flashmla().source
+    except FlashMLAUnavailable as err:
+        return False, str(err)

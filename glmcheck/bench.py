@@ -1,0 +1,193 @@
+"""Kernel benchmark: correctness-gated timings of the sparse-MLA prefill backends on the GPU.
+
+Each point (batch x length, heads) builds fresh N(0, 1) bf16 q/kv and prefill indices (token
+t < topk selects its causal prefix, later tokens a drifting top-k set; batches are independent
+sequences in one KV pool). Every backend's output is first compared with the fp32 reference
+(rel-L2 gate); only a backend that passes is timed (`triton.testing.do_bench`, median ms).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from glmcheck import metrics
+from glmcheck.indices import drifting_indices
+from glmcheck.inputs import poisoned_out, random_qkv
+from glmcheck.kernels import sparse_mla_prefill, union_dedup
+from glmcheck.kernels.prefill import effective_lengths
+from glmcheck.reference import sparse_mla_reference
+
+REFERENCE_POINTS: list[tuple[int, int]] = [(1, 2048), (1, 4096), (1, 8192), (2, 4096), (4, 2048)]
+GATE_REL_L2 = 3e-3
+D_V, D_TAIL, TOPK = 512, 64, 2048
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """batch sequences of seq_len tokens each, `heads` query heads per token."""
+
+    batch: int
+    seq_len: int
+    heads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.batch}x{self.seq_len} H={self.heads}"
+
+
+@dataclass
+class PointInputs:
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    topk_length: torch.Tensor
+    sm_scale: float
+
+
+@dataclass
+class BenchResult:
+    """One backend at one point: ms is None when the gate failed or the backend is absent."""
+
+    point: BenchPoint
+    backend: str
+    ms: float | None
+    rel_l2: float | None
+    note: str = ""
+
+
+@dataclass
+class BenchSpec:
+    """A timed callable: `run(inputs, out)` returns the [T, H, d_v] output; backends that
+    write in place use `out` (poisoned with NaN for the gate run), others return a new tensor."""
+
+    name: str
+    run: Callable[[PointInputs, torch.Tensor], torch.Tensor]
+    gate_rel_l2: float = GATE_REL_L2
+
+
+def make_inputs(point: BenchPoint, topk: int | None = None, swap_fraction: float = 0.10, seed: int = 0,
+                device: str = "cuda") -> PointInputs:
+    """Fresh random q/kv and prefill indices for `point` on `device` (topk default TOPK)."""
+    tokens = point.batch * point.seq_len
+    topk = TOPK if topk is None else topk
+    indices = drifting_indices([point.seq_len] * point.batch, topk, swap_fraction, seed=seed).to(device)
+    q, kv = random_qkv(tokens, point.heads, tokens, D_V, D_TAIL, torch.Generator().manual_seed(seed), device)
+    lengths = effective_lengths(indices, None, tokens)
+    return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5)
+
+
+def default_specs(flashmla: bool) -> list[BenchSpec]:
+    """The backends of the reference table (FlashMLA only when it loads)."""
+    from glmcheck.backends.flashmla import flashmla_sparse_prefill
+    from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
+
+    def triton(union: int):
+        return lambda x, out: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=union)
+
+    specs = [BenchSpec("per-token", triton(0)), BenchSpec("union2", triton(2)), BenchSpec("union4", triton(4))]
+    if flashmla:
+        specs += [
+            BenchSpec("flashmla+len", lambda x, out: flashmla_sparse_prefill(
+                x.q, x.kv, x.indices, x.sm_scale, D_V, topk_length=x.topk_length)),
+            BenchSpec("flashmla", lambda x, out: flashmla_sparse_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V)),
+        ]
+    # Its scores are rounded to bf16 by the bmm, so it gets a looser gate (about 3e-3 measured).
+    specs.append(BenchSpec("torch_bf16", lambda x, out: torch_bf16_sparse_prefill(
+        x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2))
+    return specs
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median milliseconds of fn() on the GPU (triton.testing.do_bench)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: bool = False,
+              topk: int | None = None, device: str = "cuda") -> list[BenchResult]:
+    """Gate then time every spec at one point; the union build is timed alone as well."""
+    inputs = make_inputs(point, topk=topk, seed=seed, device=device)
+    reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V,
+                                      dtype=torch.float32)
+    results = []
+    rep = 40 if quick else 100
+    tokens = inputs.q.shape[0]
+    for spec in specs:
+        out = spec.run(inputs, poisoned_out(tokens, point.heads, D_V, inputs.q.device))
+        rel = metrics.rel_l2(out, reference)
+        if not rel <= spec.gate_rel_l2:  # NaN fails too
+            results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
+            continue
+        results.append(BenchResult(point, spec.name, time_ms(lambda: spec.run(inputs, out), rep_ms=rep), rel))
+        del out
+    for group in (2, 4):
+        ms = time_ms(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
+        results.append(BenchResult(point, f"build{group}", ms, None, "union build alone"))
+    return results
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive values (NaN for an empty list)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+@dataclass
+class BenchTable:
+    """Results by (point label, backend)."""
+
+    results: list[BenchResult] = field(default_factory=list)
+
+    def ms(self, point: BenchPoint, backend: str) -> float | None:
+        for r in self.results:
+            if r.point == point and r.backend == backend:
+                return r.ms
+        return None
+
+
+def render_table(results: list[BenchResult]) -> str:
+    """Markdown table: ms per backend, per point; ratios against FlashMLA+len and per-token."""
+    from glmcheck.tables import markdown_table
+
+    points = list(dict.fromkeys(r.point for r in results))
+    backends = list(dict.fromkeys(r.backend for r in results))
+    table = BenchTable(results)
+    headers = ["point"] + [f"{b} ms" for b in backends]
+    rows = []
+    best_vs_flash: list[float] = []
+    for p in points:
+        row = [p.label]
+        for b in backends:
+            ms = table.ms(p, b)
+            row.append("-" if ms is None else f"{ms:.3f}")
+        rows.append(row)
+    out = [markdown_table(headers, rows)]
+    ratio_rows = []
+    exact = [b for b in ("per-token", "union2", "union4") if b in backends]
+    for p in points:
+        flash = table.ms(p, "flashmla+len")
+        per_token = table.ms(p, "per-token")
+        row = [p.label]
+        for b in exact:
+            ms = table.ms(p, b)
+            row.append("-" if ms is None or flash is None else f"{flash / ms:.2f}x")
+            row.append("-" if ms is None or per_token is None else f"{per_token / ms:.2f}x")
+        best = [table.ms(p, b) for b in exact if table.ms(p, b) is not None]
+        peers = [table.ms(p, b) for b in ("flashmla+len", "flashmla") if table.ms(p, b) is not None]
+        if best and peers:
+            best_vs_flash.append(min(peers) / min(best))
+            row.append(f"{min(peers) / min(best):.2f}x")
+        else:
+            row.append("-")
+        ratio_rows.append(row)
+    ratio_headers = ["point"] + [f"{b} vs {ref}" for b in exact for ref in ("flash+len", "per-token")]
+    ratio_headers.append("best exact vs best FlashMLA")
+    out.append(markdown_table(ratio_headers, ratio_rows))
+    if best_vs_flash:
+        out.append(f"geomean speed-up of the best exact path over the faster FlashMLA form: "
+                   f"{geomean(best_vs_flash):.2f}x over {len(best_vs_flash)} points")
+    return "\n\n".join(out)
