@@ -26,13 +26,18 @@ CANDIDATES = [Tile(n, w, s) for n, w, s in itertools.product((16, 32, 64), (4, 8
              [Tile(32, 4, 1), Tile(32, 2, 2), Tile(64, 4, 4)]
 
 
-def sweep(seq_len: int) -> list[dict]:
+def parse_tiles(text: str) -> list[Tile]:
+    """'64/4/3,128/4/1' -> tiles (BLOCK_N/warps/stages)."""
+    return [Tile(*map(int, item.split("/"))) for item in text.split(",") if item]
+
+
+def sweep(seq_len: int, configs=CONFIGS, candidates=CANDIDATES) -> list[dict]:
     rows = []
-    for path, heads, group in CONFIGS:
+    for path, heads, group in configs:
         point = BenchPoint(1, seq_len, heads)
         x = make_inputs(point, seed=heads + group)
         ref = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
-        for tile in CANDIDATES:
+        for tile in candidates:
             tiles.clear_fitted_tiles()
             out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
             try:
@@ -57,13 +62,18 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--tiles", default=None, help="BLOCK_N/warps/stages list, e.g. 64/4/3,128/4/1")
+    parser.add_argument("--configs", default=None, help="path:heads:G list, e.g. per_token:8:0,union:8:2")
     ns = parser.parse_args()
-    rows = sweep(ns.seq_len)
+    configs = CONFIGS if not ns.configs else \
+        [(p, int(h), int(g)) for p, h, g in (c.split(":") for c in ns.configs.split(","))]
+    candidates = CANDIDATES if not ns.tiles else parse_tiles(ns.tiles)
+    rows = sweep(ns.seq_len, configs, candidates)
     if ns.out:
         with open(ns.out, "w") as f:
             json.dump(rows, f, indent=1)
     print("\nbest tile per config (1 x %d, topk 2048):" % ns.seq_len)
-    for path, heads, group in CONFIGS:
+    for path, heads, group in configs:
         timed = [r for r in rows if r.get("ms") and (r["path"], r["heads"], r["group"]) == (path, heads, group)]
         timed.sort(key=lambda r: r["ms"])
         top = ", ".join(f"{r['block_n']}/{r['num_warps']}/{r['num_stages']}={r['ms']:.3f}" for r in timed[:4])

@@ -12,7 +12,10 @@ from glmcheck.kernels import prefill, sparse_mla_prefill, union_dedup
 from glmcheck.reference import sparse_mla_reference
 from tests.helpers import assert_close_to_reference
 
-UNION_VS_PER_TOKEN_REL_L2 = 1e-3  # summation order and P rounding differ, nothing else
+# Summation order and the running max at which P is rounded to bf16 differ, nothing else:
+# measured 1.00e-3 on the H200 at 4096 tokens (each path is 1.95e-3 from fp64); an ignored
+# ownership mask gives 0.59.
+UNION_VS_PER_TOKEN_REL_L2 = 2e-3
 
 
 def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,

@@ -37,12 +37,14 @@ INTERPRETER_TILE = Tile(block_n=32, num_warps=1, num_stages=1)
 
 # capability -> (path, query tile rows M) -> tile. Missing M falls back to the nearest M below.
 TILE_TABLE: dict[tuple[int, int], dict[tuple[str, int], Tile]] = {
+    # H200 sweep 2026-11-29 (docs/performance.md), 1 x 8192, topk 2048, ms at the chosen tile:
+    # per-token M16 3.65, M32 4.96, M64 8.32; union (with its build) G2H8 2.85, G4H8 2.92, G2H16 3.93.
     (9, 0): {
-        ("per_token", 16): Tile(block_n=32, num_warps=4, num_stages=2),
-        ("per_token", 32): Tile(block_n=32, num_warps=4, num_stages=2),
-        ("per_token", 64): Tile(block_n=32, num_warps=8, num_stages=2),
-        ("union", 16): Tile(block_n=32, num_warps=4, num_stages=2),
-        ("union", 32): Tile(block_n=32, num_warps=4, num_stages=2),
+        ("per_token", 16): Tile(block_n=64, num_warps=4, num_stages=3),
+        ("per_token", 32): Tile(block_n=64, num_warps=4, num_stages=2),
+        ("per_token", 64): Tile(block_n=64, num_warps=8, num_stages=2),
+        ("union", 16): Tile(block_n=64, num_warps=4, num_stages=2),
+        ("union", 32): Tile(block_n=64, num_warps=4, num_stages=2),
     },
 }
 

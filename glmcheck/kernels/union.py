@@ -23,7 +23,8 @@ log = logging.getLogger("glmcheck")
 
 UNION_TILE_ROWS = (16, 32)
 MAX_GROUP = 8  # ownership bits are int8
-BUILD_BLOCK = 128
+BUILD_BLOCK = 1024  # rows searched per step: 8 independent search chains per thread (4 warps)
+BUILD_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
         sorted_rows, counts, rows, bits, lengths,
         sorted_rows.stride(0), rows.stride(0), bits.stride(0),
         G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
+        num_warps=BUILD_WARPS,
     )
     return UnionSets(rows, bits, lengths, G)
 

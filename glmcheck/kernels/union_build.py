@@ -15,7 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1  # host value: sorts after every row
+EMPTY = tl.constexpr(INT32_MAX)  # the same value inside kernels
 
 
 @triton.jit
@@ -26,7 +27,7 @@ def _contains(sorted_row, count, needle, SEARCH_STEPS: tl.constexpr):
     for _ in tl.static_range(SEARCH_STEPS):
         active = lo < hi
         mid = (lo + hi) >> 1
-        probe = tl.load(sorted_row + mid, mask=active, other=INT32_MAX)
+        probe = tl.load(sorted_row + mid, mask=active, other=EMPTY)
         right = probe < needle
         lo = tl.where(active & right, mid + 1, lo)
         hi = tl.where(active & (~right), mid, hi)
@@ -54,7 +55,7 @@ def union_build_kernel(
         for start in range(0, own_count, BLOCK):
             slot = start + lanes
             live = slot < own_count
-            row = tl.load(own_row + slot, mask=live, other=INT32_MAX)
+            row = tl.load(own_row + slot, mask=live, other=EMPTY)
             bits = tl.zeros([BLOCK], dtype=tl.int32) + (1 << owner)
             emit = live
             for other in tl.static_range(G):
