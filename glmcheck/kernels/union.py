@@ -13,18 +13,17 @@ import math
 from dataclasses import dataclass
 
 import torch
-import triton
 
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
-from glmcheck.kernels.validate import PrefillArgs, check_indices, check_topk_length
+from glmcheck.kernels.validate import PrefillArgs, check_indices, check_topk_length, valid_slot_mask
 
 log = logging.getLogger("glmcheck")
 
 UNION_TILE_ROWS = (16, 32)
 MAX_GROUP = 8  # ownership bits are int8
-BUILD_BLOCK = 256  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
+BUILD_BLOCK = 1024  # rows searched per step: 8 independent search chains per thread (4 warps)
 BUILD_WARPS = 4
 
 
@@ -76,16 +75,15 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_groups == 0 or topk == 0:
         return UnionSets(rows, bits, lengths, G)
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
-    k_pad = triton.next_power_of_2(topk)
-    sorted_rows = torch.empty((tokens, k_pad), dtype=torch.int32, device=device)
-    counts = torch.empty((tokens,), dtype=torch.int32, device=device)
-    limits = topk_length if topk_length is not None else counts  # placeholder when absent
+    lengths_in = None if topk_length is None else topk_length[:tokens]
+    valid = valid_slot_mask(indices[:tokens], span, lengths_in)
+    keys = torch.where(valid, indices[:tokens], torch.full_like(indices[:tokens], INT32_MAX))
+    sorted_rows = torch.sort(keys, dim=1).values.contiguous()
+    counts = valid.sum(dim=1, dtype=torch.int32)
     union_build_kernel[(num_groups,)](
-        indices, limits, sorted_rows, counts, rows, bits, lengths,
-        span, topk,
-        indices.stride(0), indices.stride(1), sorted_rows.stride(0), rows.stride(0), bits.stride(0),
-        G=G, K_PAD=k_pad, HAS_LIMIT=topk_length is not None,
-        BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
+        sorted_rows, counts, rows, bits, lengths,
+        sorted_rows.stride(0), rows.stride(0), bits.stride(0),
+        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
         num_warps=BUILD_WARPS,
     )
     return UnionSets(rows, bits, lengths, G)

@@ -1,9 +1,9 @@
 """Triton kernel: deduplicated union of the KV rows selected by G adjacent tokens.
 
-One program per group of G tokens. First it sorts each token's selected rows on their own
-(tl.sort in registers; empty slots become INT32_MAX and sort last) into a per-call scratch
-row, with the token's count of valid rows. Then, for every row of token j, it runs a
-vectorised binary search (lower_bound) in the sorted lists of the other tokens of the group. The row is emitted once, by the first token that selected it, with
+Input: each token's valid selected rows sorted ascending, empty slots pushed to the end as
+INT32_MAX, and each token's count of valid rows. One program per group of G tokens: for every
+row of token j it runs a vectorised binary search (lower_bound) in the sorted lists of the
+other tokens of the group. The row is emitted once, by the first token that selected it, with
 an ownership bitmask (bit i set when token i of the group selected it); rows are compacted by a
 prefix sum. Cost O(G * K * log K) per group; nothing depends on the KV span S.
 
@@ -37,41 +37,14 @@ def _contains(sorted_row, count, needle, SEARCH_STEPS: tl.constexpr):
 
 
 @triton.jit
-def _sort_group_rows(idx_ptr, limit_ptr, sorted_ptr, count_ptr, first_token, num_kv_rows, topk,
-                     stride_it, stride_ik, stride_st,
-                     G: tl.constexpr, K_PAD: tl.constexpr, HAS_LIMIT: tl.constexpr):
-    """Sort the valid rows of tokens first_token .. first_token+G-1 into sorted_ptr; counts too."""
-    slots = tl.arange(0, K_PAD)
-    for member in tl.static_range(G):
-        token = first_token + member
-        raw = tl.load(idx_ptr + token * stride_it + slots * stride_ik, mask=slots < topk, other=-1)
-        limit = topk
-        if HAS_LIMIT:
-            limit = tl.minimum(tl.maximum(tl.load(limit_ptr + token), 0), topk)
-        valid = (slots < limit) & (raw >= 0) & (raw < num_kv_rows)
-        ordered = tl.sort(tl.where(valid, raw, EMPTY))
-        tl.store(sorted_ptr + token * stride_st + slots, ordered)
-        tl.store(count_ptr + token, tl.sum(valid.to(tl.int32), axis=0))
-
-
-@triton.jit
 def union_build_kernel(
-    idx_ptr, limit_ptr, sorted_ptr, count_ptr, rows_ptr, bits_ptr, len_ptr,
-    num_kv_rows, topk,
-    stride_it, stride_ik, stride_st, stride_rg, stride_bg,
-    G: tl.constexpr, K_PAD: tl.constexpr, HAS_LIMIT: tl.constexpr,
-    BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    sorted_ptr, count_ptr, rows_ptr, bits_ptr, len_ptr,
+    stride_st, stride_rg, stride_bg,
+    G: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
 ):
-    """Grid (num_groups,). Writes rows[g, :n], bits[g, :n] and len[g] = n for group g.
-
-    sorted_ptr [G * num_groups, K_PAD] and count_ptr [G * num_groups] are per-call scratch,
-    written and read by the same program (a barrier orders the two).
-    """
+    """Grid (num_groups,). Writes rows[g, :n], bits[g, :n] and len[g] = n for group g."""
     group = tl.program_id(0).to(tl.int64)
     first_token = group * G
-    _sort_group_rows(idx_ptr, limit_ptr, sorted_ptr, count_ptr, first_token, num_kv_rows, topk,
-                     stride_it, stride_ik, stride_st, G, K_PAD, HAS_LIMIT)
-    tl.debug_barrier()
     out_rows = rows_ptr + group * stride_rg
     out_bits = bits_ptr + group * stride_bg
     emitted = tl.zeros([], dtype=tl.int32)
