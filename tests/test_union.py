@@ -123,7 +123,7 @@ def test_union_is_deterministic(device):
     assert torch.equal(first, sparse_mla_prefill(q, kv, indices, scale, d_v, union=4))
 
 
-@pytest.mark.parametrize("heads, G", [(4, 2), (12, 2), (6, 4), (16, 4), (32, 2), (1, 4)])
+@pytest.mark.parametrize("heads, G", [(4, 2), (12, 2), (6, 4), (16, 4), (32, 2), (1, 4), (2, 8)])
 def test_illegal_union_falls_back_bitwise(device, monkeypatch, heads, G):
     q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
                                   for t in _inputs(10, heads, 32, seed=heads))

@@ -42,7 +42,7 @@ def _triton(union: int) -> Callable[..., torch.Tensor]:
 _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "reference": (functools.partial(sparse_mla_reference, dtype=torch.float32),
                   "fp32 torch gather-softmax per token"),
-    "reference_fp64": (sparse_mla_reference, "fp64 torch gather-softmax per token"),
+    "reference:fp64": (sparse_mla_reference, "fp64 torch gather-softmax per token"),
     "triton_sparse_mla": (_triton(0), "the kernel under test, per-token path"),
     "triton_sparse_mla:union2": (_triton(2), "the kernel under test, union of 2 adjacent tokens"),
     "triton_sparse_mla:union4": (_triton(4), "the kernel under test, union of 4 adjacent tokens"),
@@ -56,11 +56,16 @@ def backend_names() -> list[str]:
     return list(_REGISTRY)
 
 
-def get_backend(name: str) -> Backend:
-    """A fresh Backend for `name`; ValueError naming the known backends otherwise."""
+def get_backend(name: str, *, deterministic: bool = False) -> Backend:
+    """A fresh Backend for `name`; ValueError naming the known backends otherwise.
+
+    `deterministic` asks the Triton backends for batch-invariant results (union off).
+    """
     if name not in _REGISTRY:
         raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(_REGISTRY)}")
     fn, description = _REGISTRY[name]
+    if deterministic and name.startswith("triton_sparse_mla"):
+        fn = functools.partial(fn, deterministic=True)
     return Backend(name, fn, description)
 
 

@@ -22,6 +22,7 @@ from glmcheck.kernels.validate import PrefillArgs, check_indices, check_topk_len
 log = logging.getLogger("glmcheck")
 
 UNION_TILE_ROWS = (16, 32)
+SUPPORTED_GROUPS = (2, 4)
 MAX_GROUP = 8  # ownership bits are int8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
@@ -40,14 +41,13 @@ class UnionSets:
 
 
 def union_is_legal(num_heads: int, group: int) -> bool:
-    """True when a G*H query tile is a power of two in [16, 32]."""
-    rows = num_heads * group
-    return group >= 2 and rows in UNION_TILE_ROWS
+    """True when G is a supported group (2 or 4) and the G*H query tile is 16 or 32 rows."""
+    return group in SUPPORTED_GROUPS and num_heads * group in UNION_TILE_ROWS
 
 
 def legal_groups(num_heads: int) -> list[int]:
-    """The union group sizes the kernel accepts for `num_heads` heads (may be empty)."""
-    return [g for g in (2, 4, 8) if union_is_legal(num_heads, g)]
+    """The union group sizes the kernel runs for `num_heads` heads (may be empty)."""
+    return [g for g in SUPPORTED_GROUPS if union_is_legal(num_heads, g)]
 
 
 def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,

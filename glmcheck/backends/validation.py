@@ -1,0 +1,79 @@
+"""Backend validation before any model is built, so a bad choice costs nothing.
+
+`validate_backend(name, device=..., heads_per_rank=..., deterministic=...)` raises
+`BackendError` for a choice that cannot run and returns the warnings to show for one that runs
+with caveats:
+- `triton_sparse_mla*` on ROCm or on CUDA capability < 9.0: error; on the CPU (Triton's
+  interpreter): a warning that it is slow and meant for small shapes; on a CUDA architecture
+  without a tuned tile: a warning naming the default tile.
+- a union group that is illegal for the heads per rank: error naming the legal choices
+  (the kernel called directly falls back silently instead);
+- `deterministic`: union backends run the per-token path, with a warning;
+- `flashmla_sparse`: error unless on CUDA capability 9.x with FlashMLA loadable.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from glmcheck.backends.registry import backend_names, flashmla_available
+from glmcheck.kernels.tiles import DEFAULT_TILE, TILE_TABLE
+from glmcheck.kernels.union import legal_groups, union_is_legal
+
+HF_NAMES = ("hf_eager", "hf_sdpa")
+
+
+class BackendError(ValueError):
+    """A backend choice that cannot run here; the message says why and what would."""
+
+
+def all_backend_names() -> list[str]:
+    """Kernel-level backends plus transformers' own (unswapped) attention."""
+    return backend_names() + list(HF_NAMES)
+
+
+def union_group(name: str) -> int:
+    """G of a `triton_sparse_mla:unionG` name, 0 otherwise."""
+    if name.startswith("triton_sparse_mla:union"):
+        return int(name.rsplit("union", 1)[1])
+    return 0
+
+
+def _check_triton_device(device: torch.device) -> list[str]:
+    if device.type == "cpu":
+        return ["triton_sparse_mla runs in Triton's CPU interpreter: slow, meant for small shapes"]
+    if device.type != "cuda":
+        raise BackendError(f"triton_sparse_mla needs a CUDA GPU (or the CPU interpreter), got device {device}")
+    if torch.version.hip is not None:
+        raise BackendError("triton_sparse_mla is not supported on ROCm")
+    capability = torch.cuda.get_device_capability(device)
+    if capability < (9, 0):
+        raise BackendError(f"triton_sparse_mla needs CUDA capability >= 9.0, this GPU has {capability}")
+    if capability not in TILE_TABLE:
+        return [f"no tuned tile for CUDA capability {capability}; using the default tile {DEFAULT_TILE}"]
+    return []
+
+
+def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
+                     deterministic: bool = False) -> list[str]:
+    """Raise BackendError if `name` cannot run; return warnings otherwise (see module docstring)."""
+    if name not in all_backend_names():
+        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(all_backend_names())}")
+    warnings: list[str] = []
+    if name.startswith("triton_sparse_mla"):
+        warnings += _check_triton_device(device)
+        group = union_group(name)
+        if group and deterministic:
+            warnings.append(f"{name}: deterministic mode forces the per-token path (union off)")
+        elif group and not union_is_legal(heads_per_rank, group):
+            legal = legal_groups(heads_per_rank)
+            choices = ", ".join(f"triton_sparse_mla:union{g}" for g in legal) or "none (use triton_sparse_mla)"
+            raise BackendError(f"{name} is illegal with {heads_per_rank} heads per rank (G*H must be a power "
+                               f"of two in [16, 32]); legal union backends here: {choices}")
+    if name == "flashmla_sparse":
+        if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+            raise BackendError(f"flashmla_sparse needs an SM90 GPU (H100/H200), got device {device}")
+        ok, why = flashmla_available()
+        if not ok:
+            raise BackendError(why)
+    return warnings

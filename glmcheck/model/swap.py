@@ -1,0 +1,190 @@
+"""The attention swap: run a GLM-MoE-DSA model's DSA prefill attention through any backend.
+
+`use_backend(model, name, tp=...)` is a context manager. For absorbed backends it registers
+glmcheck's attention function with transformers' public `AttentionInterface` (and the sdpa
+mask function under the same name with `AttentionMaskInterface`, since the indexer needs the
+causal mask), switches the model to it with `set_attn_implementation`, and hooks each
+attention module's `kv_a_layernorm` to see the latent rows. Every DSA layer ("full" and
+"shared" indexer layers alike) then computes:
+
+    q_abs = (q_nope @ W_UK) ++ q_rope        [T, H, L+R]   (rounded to bf16 once)
+    kv    = latent ++ k_rope                 [T, L+R]      (optionally FP8-rounded per row)
+    out   = backend(q_abs, kv, indices)      [T, H, L]     (as tp rank slices of H/tp heads)
+    value = out @ W_UVᵀ                      [T, H, V]     -> o_proj
+
+The model's own indexer runs once per layer; its top-k is mapped to the kernel convention
+(index > t -> -1) and handed unchanged to the backend. With tp > 1 a hook on each o_proj adds
+the rank partial sums in rank order, as an all-reduce would (for hf backends too).
+`hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path). Everything is
+restored on exit, also after an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, AttentionMaskInterface
+
+from glmcheck.backends import Backend, get_backend
+from glmcheck.model.absorbed import (absorb_query, dense_indices, expand_values, fp8_roundtrip_rows,
+                                     kernel_indices, kv_rows, split_kv_b)
+
+ABSORBED_IMPL = "glmcheck_absorbed"
+HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
+KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")
+
+Listener = Callable[[int, str, torch.Tensor], None]  # (layer index, what, tensor)
+
+
+@dataclass
+class SwapSession:
+    """State of one `use_backend` context: the backend, TP degree and call counters."""
+
+    name: str
+    backend: Backend | None
+    tp: int
+    kv_cache_dtype: str | None
+    dense_threshold: int | None
+    calls: Counter = field(default_factory=Counter)
+    dense_layers: set = field(default_factory=set)
+    listeners: list[Listener] = field(default_factory=list)
+    _latents: dict = field(default_factory=dict)
+
+    @property
+    def absorbed(self) -> bool:
+        return self.backend is not None
+
+    def notify(self, layer: int, what: str, tensor: torch.Tensor) -> None:
+        for listener in self.listeners:
+            listener(layer, what, tensor)
+
+    def attend(self, module, query: torch.Tensor, key: torch.Tensor, topk: torch.Tensor,
+               scaling: float) -> torch.Tensor:
+        """One layer's absorbed attention; returns the value output [B, S, H, V]."""
+        batch, heads, seq, _ = query.shape
+        nope, latent_dim = module.qk_nope_head_dim, module.kv_lora_rank
+        w_uk, w_uv = split_kv_b(module.kv_b_proj.weight, heads, nope, module.v_head_dim)
+        latent = self._latents.pop(module.layer_idx)
+        q_abs = torch.cat([absorb_query(query[..., :nope], w_uk), query[..., nope:].transpose(1, 2).float()], -1)
+        q_abs = q_abs.reshape(batch * seq, heads, -1).to(torch.bfloat16)
+        rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
+        if self.kv_cache_dtype == "fp8_e4m3":
+            rows = fp8_roundtrip_rows(rows)
+        if self.dense_threshold is not None and seq <= self.dense_threshold:
+            indices = dense_indices(batch, seq, query.device)
+            self.dense_layers.add(module.layer_idx)
+        else:
+            indices = kernel_indices(topk)
+        self.notify(module.layer_idx, "indices", indices)
+        out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, scaling, latent_dim)
+        self.notify(module.layer_idx, "latent_out", out_latent)
+        values = expand_values(out_latent, w_uv).to(query.dtype)
+        return values.view(batch, seq, heads, -1)
+
+    def _run_ranks(self, layer: int, q_abs: torch.Tensor, rows: torch.Tensor, indices: torch.Tensor,
+                   scaling: float, latent_dim: int) -> torch.Tensor:
+        """Call the backend once per TP rank on its H/tp heads; concatenate in head order."""
+        heads = q_abs.shape[1]
+        per_rank = heads // self.tp
+        parts = []
+        for rank in range(self.tp):
+            q_rank = q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
+            parts.append(self.backend(q_rank, rows, indices, scaling, latent_dim))
+            self.calls[layer] += 1
+        return torch.cat(parts, dim=1)
+
+
+_SESSIONS: dict[int, SwapSession] = {}  # id(attention module) -> active session
+
+
+def _absorbed_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                        indices=None, **kwargs):
+    """transformers attention-interface entry point for swapped DSA layers."""
+    session = _SESSIONS.get(id(module))
+    if session is None:
+        raise RuntimeError(f"{ABSORBED_IMPL} attention called outside glmcheck.model.use_backend")
+    if indices is None:
+        raise RuntimeError("the model did not pass DSA top-k indices to the attention function")
+    return session.attend(module, query, key, indices, scaling), None
+
+
+AttentionInterface.register(ABSORBED_IMPL, _absorbed_attention)
+AttentionMaskInterface.register(ABSORBED_IMPL, AttentionMaskInterface()["sdpa"])
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The DSA attention module of every decoder layer, in layer order."""
+    return [layer.self_attn for layer in model.model.layers]
+
+
+def _rank_sum_hook(tp: int) -> Callable:
+    """o_proj forward hook: partial products of each rank's input columns, summed in rank order."""
+
+    def hook(module, args, output):
+        x = args[0]
+        cols = x.shape[-1] // tp
+        total = None
+        for rank in range(tp):
+            part = F.linear(x[..., rank * cols:(rank + 1) * cols], module.weight[:, rank * cols:(rank + 1) * cols])
+            total = part if total is None else total + part
+        return total if module.bias is None else total + module.bias
+
+    return hook
+
+
+def _latent_hook(session: SwapSession, layer_idx: int) -> Callable:
+    def hook(module, args, output):
+        session._latents[layer_idx] = output
+    return hook
+
+
+def check_tp(model: torch.nn.Module, tp: int) -> int:
+    """Validate the TP degree against the head count; returns heads per rank."""
+    heads = model.config.num_attention_heads
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
+        raise ValueError(f"tp must be a positive int dividing the {heads} attention heads, got {tp!r}")
+    return heads // tp
+
+
+@contextlib.contextmanager
+def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
+                kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
+                deterministic: bool = False) -> Iterator[SwapSession]:
+    """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
+
+    kv_cache_dtype "fp8_e4m3" rounds the KV rows through FP8 (absorbed backends only);
+    dense_threshold N gives layers whose KV length is <= N every causal row (dense attention);
+    deterministic asks Triton backends for batch-invariant results (union off).
+    """
+    check_tp(model, tp)
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of bf16, fp8_e4m3, got {kv_cache_dtype!r}")
+    name = backend if isinstance(backend, str) else backend.name
+    if name in HF_BACKENDS:
+        backend_obj = None
+    else:
+        backend_obj = get_backend(name, deterministic=deterministic) if isinstance(backend, str) else backend
+    session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold)
+    previous = model.config._attn_implementation
+    handles = []
+    try:
+        model.set_attn_implementation(HF_BACKENDS.get(name, ABSORBED_IMPL))
+        for attn in attention_modules(model):
+            if session.absorbed:
+                _SESSIONS[id(attn)] = session
+                handles.append(attn.kv_a_layernorm.register_forward_hook(_latent_hook(session, attn.layer_idx)))
+            if tp > 1:
+                handles.append(attn.o_proj.register_forward_hook(_rank_sum_hook(tp)))
+        yield session
+    finally:
+        for handle in handles:
+            handle.remove()
+        for attn in attention_modules(model):
+            _SESSIONS.pop(id(attn), None)
+        session._latents.clear()
+        model.set_attn_implementation(previous)
