@@ -2,7 +2,7 @@
 
 The model is constructed directly on the target device with transformers' weight init turned
 off (`transformers.initialization.no_init_weights`), in bf16 except the modules transformers
-keeps in fp32 (router weight and score-correction bias, the indexer's weights_proj), then every
+keeps in fp32 (the router weight and score-correction bias), then every
 parameter is filled from its per-name seed (`glmcheck.model.weights`).
 """
 
@@ -17,7 +17,10 @@ from transformers.initialization import no_init_weights
 
 from glmcheck.model.weights import fill_dummy_weights
 
-FP32_PATTERNS = (r"\.gate\.weight$", r"e_score_correction_bias$", r"indexer\.weights_proj\.")
+# transformers' `_keep_in_fp32_modules_strict` for this model (kept fp32 in bf16 models too);
+# `indexer.weights_proj` is only kept in fp32 for fp16 models, so it is bf16 here, as
+# `from_pretrained(dtype=torch.bfloat16)` gives.
+FP32_PATTERNS = (r"\.gate\.weight$", r"e_score_correction_bias$")
 
 
 @contextlib.contextmanager
