@@ -212,3 +212,32 @@ def test_backend_validation():
     with pytest.raises(BackendError, match="unknown backend"):
         validate_backend("triton", device=cpu, heads_per_rank=8)
     assert validate_backend("hf_sdpa", device=cpu, heads_per_rank=8) == []
+
+
+# ---- GPU: GLM-5.2 geometry ----------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_glm52_layer0_every_backend():
+    """One GLM-5.2 layer at full width, 4096 tokens, TP8 slices: every backend within tolerance."""
+    from glmcheck.backends import flashmla_available
+
+    model = build_dummy_model(make_config("glm-5.2", layers=1), seed=0, init="sharp", device="cuda")
+    prompt = torch.randint(0, model.config.vocab_size, (1, 4096), generator=torch.Generator().manual_seed(0)).cuda()
+    backends = ["reference", "reference", "triton_sparse_mla", "triton_sparse_mla:union2",
+                "triton_sparse_mla:union4", "torch_bf16", "hf_sdpa"]
+    if flashmla_available()[0]:
+        backends.append("flashmla_sparse")
+    runs = []
+    for name in backends:
+        with use_backend(model, name, tp=8) as session, \
+                capture(model, session, latent_layers=[0], value_layers=[0]) as got, torch.no_grad():
+            model(prompt, logits_to_keep=1)
+        if session.absorbed:
+            assert session.calls[0] == 8
+        runs.append((name, got))
+    reference, control = runs[0][1], runs[1][1]
+    assert torch.equal(reference.latent[0], control.latent[0]), "the fp32 reference reruns bit-identically"
+    for name, got in runs[2:]:
+        if 0 in got.latent:
+            assert metrics.rel_l2(got.latent[0], reference.latent[0]) <= 3e-3, name
+        assert metrics.rel_l2(got.value[0], reference.value[0]) <= 1e-2, name
