@@ -39,16 +39,45 @@ def _triton(union: int) -> Callable[..., torch.Tensor]:
     return functools.partial(sparse_mla_prefill, union=union)
 
 
+def reference_bf16_out(q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
+    """The fp32 reference with its output rounded to bf16: an ideal bf16-output kernel."""
+    return sparse_mla_reference(q, kv, indices, sm_scale, d_v, topk_length=topk_length,
+                                dtype=torch.float32).to(torch.bfloat16)
+
+
 _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "reference": (functools.partial(sparse_mla_reference, dtype=torch.float32),
                   "fp32 torch gather-softmax per token"),
     "reference:fp64": (sparse_mla_reference, "fp64 torch gather-softmax per token"),
+    "reference:bf16": (reference_bf16_out, "fp32 reference, output rounded to bf16 (the ideal bf16 kernel; "
+                                           "the checks' noise floor)"),
     "triton_sparse_mla": (_triton(0), "the kernel under test, per-token path"),
     "triton_sparse_mla:union2": (_triton(2), "the kernel under test, union of 2 adjacent tokens"),
     "triton_sparse_mla:union4": (_triton(4), "the kernel under test, union of 4 adjacent tokens"),
     "torch_bf16": (torch_bf16_sparse_prefill, "plain PyTorch gather + bmm in bf16"),
     "flashmla_sparse": (flashmla_sparse_prefill, "FlashMLA sparse prefill, heads zero-padded to 64 (SM90)"),
 }
+
+
+def register_backend(name: str, fn: Callable[..., torch.Tensor], description: str = "") -> None:
+    """Make `fn` (the kernel signature above) available under `name` to the checks and the CLI.
+
+    Names must be new (ValueError otherwise); use this to put your own kernel under test.
+    """
+    if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith("hf_"):
+        raise ValueError(f"backend name must be a new non-empty string (not hf_*), got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    _REGISTRY[name] = (fn, description)
+
+
+def unregister_backend(name: str) -> None:
+    """Remove a backend added with register_backend (built-in names cannot be removed)."""
+    if name in _BUILTIN or name not in _REGISTRY:
+        raise ValueError(f"{name!r} is not a registered custom backend")
+    del _REGISTRY[name]
+
+_BUILTIN = frozenset(_REGISTRY)
 
 
 def backend_names() -> list[str]:

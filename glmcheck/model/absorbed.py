@@ -46,16 +46,6 @@ def kernel_indices(topk: torch.Tensor) -> torch.Tensor:
     return mapped.reshape(batch * seq, -1).to(torch.int32)
 
 
-def dense_indices(batch: int, seq: int, device: torch.device) -> torch.Tensor:
-    """Kernel-convention indices selecting every causal row: [B*S, S] int32 (dense attention)."""
-    rows = torch.arange(seq, device=device)
-    causal = rows.view(1, seq) <= rows.view(seq, 1)
-    local = torch.where(causal, rows.view(1, seq).expand(seq, seq), torch.full((seq, seq), -1, device=device))
-    offsets = (torch.arange(batch, device=device) * seq).view(batch, 1, 1)
-    full = torch.where(local >= 0, local.unsqueeze(0) + offsets, torch.full_like(local.unsqueeze(0), -1))
-    return full.reshape(batch * seq, seq).to(torch.int32)
-
-
 def fp8_roundtrip_rows(rows: torch.Tensor) -> torch.Tensor:
     """Quantise KV rows to FP8 e4m3 with one scale per row, then back to the input dtype.
 

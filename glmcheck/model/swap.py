@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
-from glmcheck.model.absorbed import (absorb_query, dense_indices, expand_values, fp8_roundtrip_rows,
-                                     kernel_indices, kv_rows, split_kv_b)
+from glmcheck.model.absorbed import (absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows,
+                                     split_kv_b)
 
 ABSORBED_IMPL = "glmcheck_absorbed"
 HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
@@ -75,11 +75,7 @@ class SwapSession:
         rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
         if self.kv_cache_dtype == "fp8_e4m3":
             rows = fp8_roundtrip_rows(rows)
-        if self.dense_threshold is not None and seq <= self.dense_threshold:
-            indices = dense_indices(batch, seq, query.device)
-            self.dense_layers.add(module.layer_idx)
-        else:
-            indices = kernel_indices(topk)
+        indices = kernel_indices(topk)
         self.notify(module.layer_idx, "indices", indices)
         out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, scaling, latent_dim)
         self.notify(module.layer_idx, "latent_out", out_latent)
@@ -143,6 +139,20 @@ def _latent_hook(session: SwapSession, layer_idx: int) -> Callable:
     return hook
 
 
+def _dense_hook(session: SwapSession, layer_idx: int, threshold: int) -> Callable:
+    """Indexer forward hook: for KV length <= threshold select every position (dense attention)."""
+
+    def hook(module, args, output):
+        batch, seq = output.shape[0], output.shape[1]
+        if seq > threshold:
+            return output
+        session.dense_layers.add(layer_idx)
+        every = torch.arange(seq, dtype=output.dtype, device=output.device)
+        return every.view(1, 1, seq).expand(batch, seq, seq).contiguous()
+
+    return hook
+
+
 def check_tp(model: torch.nn.Module, tp: int) -> int:
     """Validate the TP degree against the head count; returns heads per rank."""
     heads = model.config.num_attention_heads
@@ -158,7 +168,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" rounds the KV rows through FP8 (absorbed backends only);
-    dense_threshold N gives layers whose KV length is <= N every causal row (dense attention);
+    dense_threshold N makes each indexer select every position when the KV length is <= N, so
+    those layers attend densely (every causal row) under every backend, hf ones included;
     deterministic asks Triton backends for batch-invariant results (union off).
     """
     check_tp(model, tp)
@@ -175,6 +186,9 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     try:
         model.set_attn_implementation(HF_BACKENDS.get(name, ABSORBED_IMPL))
         for attn in attention_modules(model):
+            if dense_threshold is not None and attn.indexer is not None:
+                handles.append(attn.indexer.register_forward_hook(_dense_hook(session, attn.layer_idx,
+                                                                              dense_threshold)))
             if session.absorbed:
                 _SESSIONS[id(attn)] = session
                 handles.append(attn.kv_a_layernorm.register_forward_hook(_latent_hook(session, attn.layer_idx)))

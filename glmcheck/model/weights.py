@@ -8,10 +8,11 @@ differ) but never on the process, the order of construction or the TP degree.
 Init scales:
 - `hf`: transformers' defaults: linear, embedding, expert and router weights N(0, 0.02);
   norm weights 1; biases and the router's score-correction bias 0.
-- `sharp`: as `hf`, but q_b_proj and kv_b_proj use std SHARP_GAIN / sqrt(fan_in), so every
-  query and key element has std ~SHARP_GAIN whatever the geometry and the attention logits
-  have a realistic spread (std ~2.5-3) instead of near-uniform attention over thousands of
-  rows (hf: logit std ~0.04 on `tiny`; measured values in docs/model.md).
+- `sharp`: as `hf`, but q_b_proj, kv_b_proj and the MoE router use std SHARP_GAIN / sqrt(fan_in),
+  so every query and key element has std ~SHARP_GAIN whatever the geometry: attention logits
+  have a realistic spread (std ~2.5-3) instead of near-uniform attention over thousands of rows
+  (hf: logit std ~0.04 on `tiny`; measured values in docs/model.md), and router logits have
+  decisive margins instead of near-ties that flip experts on any rounding difference.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 INIT_SCALES = ("hf", "sharp")
 HF_STD = 0.02
 SHARP_GAIN = 1.7
-SHARP_PARAMS = ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight")
+SHARP_PARAMS = ("self_attn.q_b_proj.weight", "self_attn.kv_b_proj.weight", "mlp.gate.weight")
 
 
 def parameter_seed(global_seed: int, name: str) -> int:

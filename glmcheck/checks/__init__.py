@@ -1,0 +1,1 @@
+"""The checks: layer0, logits, firsttoken (library API behind the CLI)."""

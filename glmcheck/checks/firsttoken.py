@@ -1,0 +1,179 @@
+"""`glmcheck firsttoken`: the greedy first token of each prompt under each backend.
+
+Per backend: argmax agreement with the reference n/N, mean and max |Δ logprob| of the chosen
+token on the agreeing prompts, and the disagreements with each side's top-1 token, its logprob
+and the reference's top-1/top-2 gap (a near tie explains a flip). The control row is the
+reference run twice. A backend passes when every disagreement is a near tie (reference gap <=
+tie_gap) and its mean |Δ logprob| is within gate_ratio x the control's or under max_dlogprob.
+`continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by token
+with the reference's (first divergence position).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from glmcheck.checks.common import FAIL, INFO, PASS
+from glmcheck.checks.runner import SwapOptions, forward_under
+from glmcheck.prompts import Prompt
+
+DEFAULT_TIE_GAP = 0.1        # nats: a flip across a smaller top-1/top-2 gap is a near tie
+DEFAULT_MAX_DLOGPROB = 0.05  # nats
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str, add_bos: bool = True) -> list[int]: ...
+    def token_text(self, token: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The greedy choice at one position: token, its logprob, and the runner-up."""
+
+    token: int
+    logprob: float
+    second: int
+    gap: float  # logprob(top-1) - logprob(top-2), nats
+
+
+def choose(logits: torch.Tensor) -> tuple[Choice, torch.Tensor]:
+    """Greedy choice from final logits [vocab] (fp64), with the log-softmax."""
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    top = torch.topk(logprobs, 2)
+    first, second = int(top.indices[0]), int(top.indices[1])
+    return Choice(first, float(top.values[0]), second, float(top.values[0] - top.values[1])), logprobs
+
+
+@dataclass
+class PromptOutcome:
+    """One prompt under one backend, judged against the reference's first run."""
+
+    prompt_id: str
+    backend: str
+    token: int
+    logprob: float
+    ref_token: int
+    ref_logprob: float
+    ref_gap: float
+    agree: bool
+    dlogprob: float  # |logprob of the reference's token here - the reference's| (nats)
+    divergence: int | None = None  # first differing continuation position (None: identical)
+
+
+@dataclass
+class FirstTokenResult:
+    outcomes: list[PromptOutcome]
+    summary_rows: list[dict]
+    disagreements: list[dict]
+    verdict: str
+    facts: dict = field(default_factory=dict)
+
+
+def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions) -> torch.Tensor:
+    return forward_under(model, ids, backend, options).captured.logits[0, -1]
+
+
+def greedy_continuation(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int) -> list[int]:
+    """`steps` greedy tokens after `ids` [1, N] (each step re-runs the prefill)."""
+    out: list[int] = []
+    current = ids
+    for _ in range(steps):
+        token = int(_logits(model, current, backend, options).argmax())
+        out.append(token)
+        current = torch.cat([current, torch.tensor([[token]], device=ids.device)], dim=1)
+    return out
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice: Choice,
+                 ref_logprobs: torch.Tensor) -> PromptOutcome:
+    """Compare one backend's final logits with the reference's choice."""
+    choice, logprobs = choose(logits)
+    dlogprob = abs(float(logprobs[ref_choice.token]) - ref_choice.logprob)
+    return PromptOutcome(prompt_id, backend, choice.token, choice.logprob, ref_choice.token, ref_choice.logprob,
+                         ref_choice.gap, choice.token == ref_choice.token, dlogprob)
+
+
+def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends: list[str], reference: str,
+                   options: SwapOptions = SwapOptions(), *, gate_ratio: float = 2.0,
+                   max_dlogprob: float | None = DEFAULT_MAX_DLOGPROB, tie_gap: float = DEFAULT_TIE_GAP,
+                   continue_tokens: int = 0, device: torch.device | str = "cpu",
+                   on_prompt: Callable[[Prompt, list[PromptOutcome]], None] | None = None,
+                   done: dict[str, list[PromptOutcome]] | None = None) -> FirstTokenResult:
+    """Run every prompt under the reference (twice) and each backend; judge (see module docstring).
+
+    `done` maps prompt ids to outcomes already computed (a resumed run); those prompts are skipped.
+    `on_prompt` is called after each newly computed prompt (for progress and per-item records).
+    """
+    others = [b for b in dict.fromkeys(backends) if b != reference]
+    control_name = f"{reference} (rerun)"
+    outcomes: list[PromptOutcome] = []
+    for prompt in prompts:
+        if done and prompt.id in done:
+            outcomes += done[prompt.id]
+            continue
+        ids = torch.tensor([tokenizer.encode(prompt.prompt)], dtype=torch.long, device=device)
+        ref_choice, ref_logprobs = choose(_logits(model, ids, reference, options))
+        ref_continuation = greedy_continuation(model, ids, reference, options, continue_tokens) \
+            if continue_tokens else []
+        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, reference, options), ref_choice,
+                              ref_logprobs)]
+        for name in others:
+            outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
+            if continue_tokens:
+                mine = greedy_continuation(model, ids, name, options, continue_tokens)
+                outcome.divergence = _first_divergence(mine, ref_continuation)
+            batch.append(outcome)
+        outcomes += batch
+        if on_prompt is not None:
+            on_prompt(prompt, batch)
+    return summarize(outcomes, [control_name] + others, control_name, tokenizer, gate_ratio, max_dlogprob,
+                     tie_gap, continue_tokens)
+
+
+def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,
+              gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int) -> FirstTokenResult:
+    """Per-backend summary rows, the disagreement list and the verdict."""
+    control_mean = _stats([o for o in outcomes if o.backend == control_name])["mean_dlogprob"]
+    rows, flips = [], []
+    for name in names:
+        mine = [o for o in outcomes if o.backend == name]
+        stats = _stats(mine)
+        wide_flips = [o for o in mine if not o.agree and o.ref_gap > tie_gap]
+        within = (stats["mean_dlogprob"] <= gate_ratio * control_mean
+                  or (max_dlogprob is not None and stats["mean_dlogprob"] <= max_dlogprob))
+        ok = math.isfinite(stats["mean_dlogprob"]) and within and not wide_flips and mine
+        verdict = (PASS if ok else FAIL) if name != control_name else (INFO if ok else FAIL)
+        row = {"comparison": f"{name} vs {control_name.split(' ')[0]}" if name != control_name
+               else f"control: {control_name.split(' ')[0]} vs itself (rerun)", "backend": name, **stats,
+               "wide_flips": len(wide_flips), "verdict": verdict}
+        if continue_tokens:
+            row["identical_continuations"] = sum(o.divergence is None for o in mine)
+        rows.append(row)
+        flips += [_flip(o, tokenizer, tie_gap) for o in mine if not o.agree]
+    verdict = FAIL if any(r["verdict"] == FAIL for r in rows) else PASS
+    facts = {"tie_gap": tie_gap, "gate": f"PASS when every flip is a near tie (reference gap <= {tie_gap:g} nats) "
+             f"and mean |dlogprob| <= {gate_ratio:g} x control" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
+             "continue_tokens": continue_tokens}
+    return FirstTokenResult(outcomes, rows, flips, verdict, facts)
+
+
+def _stats(outcomes: list[PromptOutcome]) -> dict:
+    agreeing = [o.dlogprob for o in outcomes if o.agree]
+    finite = all(math.isfinite(o.logprob) for o in outcomes)
+    mean = sum(agreeing) / len(agreeing) if agreeing else 0.0
+    return {"agree": sum(o.agree for o in outcomes), "prompts": len(outcomes),
+            "mean_dlogprob": mean if finite else math.nan, "max_dlogprob": max(agreeing, default=0.0)}
+
+
+def _flip(o: PromptOutcome, tokenizer: Tokenizer, tie_gap: float) -> dict:
+    return {"prompt_id": o.prompt_id, "backend": o.backend, "ref_token": tokenizer.token_text(o.ref_token),
+            "ref_logprob": o.ref_logprob, "token": tokenizer.token_text(o.token), "logprob": o.logprob,
+            "ref_gap": o.ref_gap, "near_tie": o.ref_gap <= tie_gap}

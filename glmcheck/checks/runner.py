@@ -1,0 +1,60 @@
+"""One model forward under one backend, with the requested captures."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from glmcheck.capture import Captured, capture
+from glmcheck.model import use_backend
+
+
+@dataclass(frozen=True)
+class SwapOptions:
+    """How backends are swapped in: TP degree, KV-cache emulation, dense threshold, determinism."""
+
+    tp: int = 1
+    kv_cache_dtype: str | None = None
+    dense_threshold: int | None = None
+    deterministic: bool = False
+
+
+@dataclass
+class BackendRun:
+    """What one forward under one backend produced."""
+
+    name: str
+    captured: Captured
+    calls: Counter
+    absorbed: bool
+    dense_layers: set = field(default_factory=set)
+    seconds: float = 0.0
+
+    def missing_calls(self, num_layers: int, tp: int) -> tuple[int, int]:
+        """(expected, seen) kernel calls when an absorbed backend ran fewer than tp per layer."""
+        if not self.absorbed:
+            return 0, 0
+        expected = num_layers * tp
+        seen = sum(min(self.calls[layer], tp) for layer in range(num_layers))
+        return (expected, sum(self.calls.values())) if seen < expected else (0, 0)
+
+
+def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str, options: SwapOptions, *,
+                  latent_layers=(), value_layers=(), hidden_layers=(), index_layers=(),
+                  last_logits: int = 1) -> BackendRun:
+    """Run `model(input_ids)` with `backend` swapped in; capture what was asked (fp64, CPU)."""
+    start = time.perf_counter()
+    with use_backend(model, backend, tp=options.tp, kv_cache_dtype=options.kv_cache_dtype,
+                     dense_threshold=options.dense_threshold, deterministic=options.deterministic) as session, \
+            capture(model, session, latent_layers=latent_layers, value_layers=value_layers,
+                    hidden_layers=hidden_layers, index_layers=index_layers) as got, torch.inference_mode():
+        output = model(input_ids, logits_to_keep=last_logits)
+        if last_logits:
+            got.record_logits(output.logits, last=last_logits)
+    if input_ids.device.type == "cuda":
+        torch.cuda.synchronize(input_ids.device)
+    return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers),
+                      time.perf_counter() - start)

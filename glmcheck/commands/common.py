@@ -1,0 +1,111 @@
+"""Options and plumbing shared by the model commands (layer0, logits, firsttoken)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from glmcheck.backends import flashmla_available
+from glmcheck.checks.common import Gate
+from glmcheck.checks.runner import SwapOptions
+from glmcheck.checks.setup import ModelSpec, heads_of, resolve_device, validate_backends
+from glmcheck.environment import config_hash, environment_metadata
+from glmcheck.kernels.union import legal_groups
+from glmcheck.model.presets import PRESETS
+from glmcheck.records import default_run_dir, write_record
+from glmcheck.report import render
+
+PRESET_HELP = "; ".join(f"{name}: {p.description}" for name, p in PRESETS.items())
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output."""
+    parser.add_argument("--model", default="tiny", choices=list(PRESETS), help=f"preset ({PRESET_HELP})")
+    parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
+    parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")
+    parser.add_argument("--seed", type=int, default=0, help="weights and prompt seed")
+    parser.add_argument("--init", default="sharp", choices=["hf", "sharp"], help="dummy weight scale (default sharp)")
+    parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated backends (default: every backend available here)")
+    parser.add_argument("--reference", default=None,
+                        help="reference backend (default: flashmla_sparse when present, else reference)")
+    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
+                        help="emulate an FP8 KV cache feeding the absorbed backends")
+    parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
+    parser.add_argument("--gate-ratio", type=float, default=2.0, help="PASS when rel-L2 <= ratio x control")
+    parser.add_argument("--max-rel-l2", type=float, default=None,
+                        help="absolute rel-L2 bound that also passes (0 turns the default off)")
+    parser.add_argument("--out", default=None, help="record directory (default runs/<command>-<timestamp>)")
+    parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def default_backends(device: torch.device, heads_per_rank: int) -> list[str]:
+    """Every backend that can run here for this head count."""
+    names = ["reference", "triton_sparse_mla"]
+    names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
+    names += ["torch_bf16", "hf_sdpa"]
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9 and flashmla_available()[0]:
+        names.append("flashmla_sparse")
+    return names
+
+
+def default_reference(device: torch.device) -> str:
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9 and flashmla_available()[0]:
+        return "flashmla_sparse"
+    return "reference"
+
+
+class Prepared:
+    """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
+
+    def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None):
+        self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
+                              seed=ns.seed, init=ns.init)
+        self.device = resolve_device(ns.device)
+        heads = heads_of(self.spec)
+        if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
+            raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
+        self.reference = ns.reference or default_reference(self.device)
+        self.backends = ([b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends
+                         else default_backends(self.device, heads // ns.tp))
+        self.warnings = validate_backends([self.reference] + self.backends, device=self.device, heads=heads,
+                                          tp=ns.tp, deterministic=ns.deterministic)
+        self.options = SwapOptions(tp=ns.tp, kv_cache_dtype=None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype,
+                                   dense_threshold=getattr(ns, "dense_threshold", None),
+                                   deterministic=ns.deterministic)
+        bound = default_max_rel_l2 if ns.max_rel_l2 is None else (ns.max_rel_l2 or None)
+        self.gate = Gate(ratio=ns.gate_ratio, max_rel_l2=bound)
+        self.quiet = ns.quiet
+
+    def describe(self) -> dict:
+        return {"tp": self.options.tp, "backends": self.backends, "reference": self.reference,
+                "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
+                "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
+                "max_rel_l2": self.gate.max_rel_l2, "device": str(self.device)}
+
+    def say_warnings(self) -> None:
+        for warning in self.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+
+
+def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, rows: list[dict], verdict: str,
+           facts: dict, extra: dict | None = None, tensors: dict | None = None, out: Path | None = None) -> int:
+    """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL)."""
+    summary = {"command": command, "argv": sys.argv, "environment": environment_metadata(),
+               "model": {**prep.spec.describe(), "config_hash": config_hash(model.config),
+                         "layers_built": model.config.num_hidden_layers},
+               "options": prep.describe(), "warnings": prep.warnings, "facts": facts, "rows": rows,
+               "verdict": verdict, **(extra or {})}
+    directory = out or (Path(ns.out) if ns.out else default_run_dir(command))
+    write_record(directory, summary, pd.DataFrame(rows), tensors if ns.save_tensors else None)
+    print(render(summary, pd.DataFrame(rows)))
+    print(f"record: {directory}")
+    return 0 if verdict == "PASS" else 1

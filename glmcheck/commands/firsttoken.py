@@ -1,0 +1,49 @@
+"""`glmcheck firsttoken`: greedy first token of each prompt under each backend."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from tqdm import tqdm
+
+from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, run_firsttoken
+from glmcheck.checks.setup import load_model
+from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.tokenizers import model_tokenizer
+from glmcheck.prompts import PROMPT_SETS, load_prompts
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("firsttoken", help="greedy first token per prompt: argmax agreement and dlogprob",
+                       description="Greedy first token of each prompt under every backend, against the "
+                                   "reference run twice (control).")
+    add_model_options(p)
+    p.add_argument("--prompts", default="natural50", help=f"{' or '.join(PROMPT_SETS)} or a JSONL path")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    p.add_argument("--continue", dest="continue_tokens", type=int, default=0,
+                   help="also compare a greedy N-token continuation (first divergence)")
+    p.add_argument("--tie-gap", type=float, default=DEFAULT_TIE_GAP,
+                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats)")
+    p.add_argument("--max-dlogprob", type=float, default=DEFAULT_MAX_DLOGPROB,
+                   help="mean |dlogprob| under this passes (nats; 0 turns it off)")
+    p.set_defaults(handler=handle)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    prep = Prepared(ns, None)
+    if ns.continue_tokens < 0:
+        raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
+    prompts = load_prompts(ns.prompts, ns.limit)
+    prep.say_warnings()
+    model = load_model(prep.spec, prep.device)
+    tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
+    with tqdm(total=len(prompts), desc="firsttoken prompts", disable=prep.quiet, leave=False) as bar:
+        result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.reference, prep.options,
+                                gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob or None,
+                                tie_gap=ns.tie_gap, continue_tokens=ns.continue_tokens, device=prep.device,
+                                on_prompt=lambda prompt, outcomes: bar.update(1))
+    rows = [dataclasses.asdict(o) for o in result.outcomes]
+    facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts)}
+    return finish("firsttoken", ns, prep, model, rows, result.verdict, facts,
+                  extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements})

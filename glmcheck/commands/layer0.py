@@ -1,0 +1,42 @@
+"""`glmcheck layer0`: layer-0 attention output of every backend against the reference."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from tqdm import tqdm
+
+from glmcheck.checks.layer0 import DEFAULT_MAX_REL_L2, run_layer0
+from glmcheck.checks.setup import load_model, seeded_prompt, text_prompt
+from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.tokenizers import model_tokenizer
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("layer0", help="layer-0 attention output of every backend vs the reference",
+                       description="Build the model's layer 0 (dummy weights or a checkpoint's layer 0), run a "
+                                   "seeded prompt through every backend and compare the layer-0 attention "
+                                   "output against the reference, beside a rerun control.")
+    add_model_options(p)
+    p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
+    p.add_argument("--text", default=None, help="use this text (tokenised, repeated up to --tokens) as the prompt")
+    p.set_defaults(handler=handle)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
+    tokens = ns.tokens or (4096 if prep.device.type == "cuda" else 128)
+    if tokens < 1:
+        raise ValueError(f"--tokens must be a positive int, got {tokens}")
+    prep.say_warnings()
+    model = load_model(prep.spec, prep.device, layer0_only=True)
+    if ns.text is not None:
+        ids = text_prompt(model_tokenizer(prep.spec, model.config.vocab_size).encode(ns.text), ns.tokens, prep.device)
+    else:
+        ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+    runs = 3 + len([b for b in dict.fromkeys(prep.backends) if b not in (prep.reference, 'reference:bf16')])
+    with tqdm(total=runs, desc="layer0 backends", disable=prep.quiet, leave=False) as bar, torch.inference_mode():
+        result = run_layer0(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+    return finish("layer0", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict,
+                  result.facts, tensors=result.tensors)

@@ -1,0 +1,45 @@
+"""`glmcheck logits`: next-token logits over the full vocabulary, per backend and length."""
+
+from __future__ import annotations
+
+import argparse
+
+from tqdm import tqdm
+
+from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
+from glmcheck.checks.setup import load_model, seeded_prompt
+from glmcheck.commands.common import Prepared, add_model_options, finish
+
+
+def _lengths(text: str | None, default: str) -> list[int]:
+    try:
+        lengths = [int(x) for x in (text or default).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {text!r}") from None
+    if not lengths or any(n < 1 for n in lengths):
+        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {text!r}")
+    return lengths
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("logits", help="final-position logits per backend and prompt length",
+                       description="Run seeded prompts of each length through the whole model under every "
+                                   "backend and compare the next-token logits (fp64) with the reference.")
+    add_model_options(p)
+    p.add_argument("--tokens", default=None, help="comma-separated lengths (default 2048,4096,8192 on a GPU, "
+                                                   "64,128 on the CPU)")
+    p.add_argument("--dense-threshold", type=int, default=None,
+                   help="layers whose KV length is <= N attend densely, for every absorbed backend")
+    p.set_defaults(handler=handle)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
+    lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
+    prep.say_warnings()
+    model = load_model(prep.spec, prep.device)
+    prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
+    with tqdm(total=len(lengths), desc="logits lengths", disable=prep.quiet, leave=False) as bar:
+        result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
+                            on_length=lambda tokens, rows: bar.update(1))
+    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, result.facts)

@@ -1,0 +1,31 @@
+"""The tokenizer of a model spec: the checkpoint's own, or the built-in byte tokenizer."""
+
+from __future__ import annotations
+
+from glmcheck.checks.setup import ModelSpec
+from glmcheck.tokenizer import ByteTokenizer
+
+
+class CheckpointTokenizer:
+    """A local Hugging Face tokenizer behind the small interface the checks use."""
+
+    def __init__(self, path: str):
+        from transformers import AutoTokenizer
+
+        try:
+            self.inner = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as err:
+            raise FileNotFoundError(f"checkpoint {path!r} has no usable tokenizer: {err}") from None
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        return self.inner.encode(text, add_special_tokens=add_bos)
+
+    def token_text(self, token: int) -> str:
+        return self.inner.decode([token])
+
+
+def model_tokenizer(spec: ModelSpec, vocab_size: int):
+    """The checkpoint's tokenizer when spec names one, else a ByteTokenizer over vocab_size."""
+    if spec.checkpoint:
+        return CheckpointTokenizer(spec.checkpoint)
+    return ByteTokenizer(vocab_size)

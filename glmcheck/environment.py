@@ -1,0 +1,114 @@
+"""Run-environment facts recorded with every result, and a stable hash of a model config.
+
+`environment_metadata()` returns only JSON-serialisable values (str, bool, int, list, None);
+facts that cannot be determined (no git, no triton, no GPU) are None rather than errors.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import glmcheck
+
+_GIT_TIMEOUT_S = 5.0
+_HASH_CHARS = 16
+
+
+def _checkout_dir() -> Path:
+    """The directory holding the `glmcheck` package (the repository root for a source checkout)."""
+    return Path(glmcheck.__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str | None:
+    """stdout of `git <args>` run in the checkout, stripped; None on any failure."""
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=_checkout_dir(),
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip()
+
+
+def git_sha() -> str | None:
+    """Short sha of HEAD of the checkout glmcheck lives in; None if not a git checkout."""
+    sha = _git("rev-parse", "--short", "HEAD")
+    return sha or None
+
+
+def git_dirty() -> bool | None:
+    """True if the checkout has uncommitted changes, False if clean, None if unknown."""
+    status = _git("status", "--porcelain")
+    return None if status is None else bool(status)
+
+
+def _optional_version(module_name: str) -> str | None:
+    """`module.__version__`, or None when the module cannot be imported."""
+    try:
+        module = __import__(module_name)
+    except Exception:  # noqa: BLE001 - a broken optional install must not fail metadata
+        return None
+    return getattr(module, "__version__", None)
+
+
+def _gpu_facts() -> dict[str, Any]:
+    """cuda_available plus gpu_name / gpu_capability of the current device (None on CPU)."""
+    available = torch.cuda.is_available()
+    if not available:
+        return {"cuda_available": False, "gpu_name": None, "gpu_capability": None}
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    return {
+        "cuda_available": True,
+        "gpu_name": torch.cuda.get_device_name(device),
+        "gpu_capability": [major, minor],
+    }
+
+
+def environment_metadata() -> dict[str, Any]:
+    """JSON-serialisable facts about this run: versions, git state, GPU, host and UTC time."""
+    return {
+        "glmcheck_version": glmcheck.__version__,
+        "git_sha": git_sha(),
+        "git_dirty": git_dirty(),
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "torch_cuda_version": torch.version.cuda,
+        "triton_version": _optional_version("triton"),
+        "transformers_version": _optional_version("transformers"),
+        **_gpu_facts(),
+        "hostname": socket.gethostname(),
+        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def config_hash(config: Any) -> str:
+    """First 16 hex chars of sha256 over the config's full JSON with sorted keys.
+
+    `config` must be a transformers `PretrainedConfig` (anything with
+    `to_json_string(use_diff=False)`); equal geometries give equal hashes.
+    """
+    to_json = getattr(config, "to_json_string", None)
+    if not callable(to_json):
+        raise TypeError(
+            f"config: expected a transformers PretrainedConfig with to_json_string(), "
+            f"got {type(config).__name__}"
+        )
+    canonical = json.dumps(json.loads(to_json(use_diff=False)), sort_keys=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_HASH_CHARS]

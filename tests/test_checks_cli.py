@@ -1,0 +1,167 @@
+"""The checks and the CLI end to end on `tiny` (CPU): tables, records, gates, exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from glmcheck import cli
+from glmcheck.backends import register_backend, unregister_backend
+from glmcheck.checks.common import FAIL, PASS, Gate
+from glmcheck.checks.layer0 import run_layer0
+from glmcheck.checks.runner import SwapOptions
+from glmcheck.checks.setup import seeded_prompt
+from glmcheck.model import build_dummy_model, make_config
+from glmcheck.records import read_record
+from glmcheck.reference import sparse_mla_reference
+
+
+def drop_rope_tail(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    """A planted fault: the rope tail of the query is ignored."""
+    q = q.clone()
+    q[..., d_v:] = 0
+    return sparse_mla_reference(q, kv, indices, sm_scale, d_v, topk_length=topk_length, dtype=torch.float32)
+
+
+def emits_nan(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    out = sparse_mla_reference(q, kv, indices, sm_scale, d_v, topk_length=topk_length, dtype=torch.float32)
+    out[0, 0, 0] = math.nan
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def planted_backends():
+    register_backend("planted:no_rope", drop_rope_tail, "drops the rope tail (test fault)")
+    register_backend("planted:nan", emits_nan, "one NaN (test fault)")
+    yield
+    unregister_backend("planted:no_rope")
+    unregister_backend("planted:nan")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_dummy_model(make_config("tiny"), seed=0, init="sharp")
+
+
+def test_layer0_gate_passes_real_backends_and_fails_planted_faults(tiny):
+    ids = seeded_prompt(512, 96, 0, "cpu")
+    result = run_layer0(tiny, ids, ["torch_bf16", "hf_sdpa", "planted:no_rope", "planted:nan"], "reference",
+                        SwapOptions(), Gate(ratio=2.0, max_rel_l2=1e-2))
+    verdicts = {r.backend: r.verdict for r in result.rows}
+    assert verdicts["torch_bf16"] == PASS and verdicts["hf_sdpa"] == PASS
+    assert verdicts["planted:no_rope"] == FAIL and verdicts["planted:nan"] == FAIL
+    no_rope = next(r for r in result.rows if r.backend == "planted:no_rope")
+    assert no_rope.rel_l2 > 10 * 1e-2, "the fault must fail by a wide margin"
+    assert math.isnan(next(r for r in result.rows if r.backend == "planted:nan").cosine)
+    assert result.verdict == FAIL
+    assert result.rows[0].comparison.startswith("control") and result.rows[0].rel_l2 == 0.0
+    assert result.rows[1].comparison.startswith("floor") and result.rows[1].rel_l2 > 0
+
+
+def test_backend_never_called_fails(tiny, monkeypatch):
+    from glmcheck.model import swap
+
+    def bypass(self, module, query, key, topk, scaling):  # a silent no-op: no kernel call
+        batch, heads, seq, _ = query.shape
+        return torch.zeros(batch, seq, heads, module.v_head_dim, dtype=query.dtype)
+
+    ids = seeded_prompt(512, 32, 0, "cpu")
+    real = swap.SwapSession.attend
+    calls = {"n": 0}
+
+    def patched(self, *args):
+        calls["n"] += 1
+        return bypass(self, *args) if self.name == "torch_bf16" else real(self, *args)
+
+    monkeypatch.setattr(swap.SwapSession, "attend", patched)
+    result = run_layer0(tiny, ids, ["torch_bf16"], "reference")
+    row = next(r for r in result.rows if r.backend == "torch_bf16")
+    assert row.verdict == FAIL and "expected 3 kernel calls, saw 0" in row.note
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    code = cli.main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_layer0_cli_record_and_report(tmp_path, capsys):
+    out = tmp_path / "layer0"
+    code, printed, _ = run_cli(["layer0", "--model", "tiny", "--tokens", "64", "--quiet", "--out", str(out),
+                                "--backends", "triton_sparse_mla,triton_sparse_mla:union2,hf_sdpa"], capsys)
+    assert code == 0, printed
+    assert "control: reference vs itself (rerun)" in printed
+    assert "triton_sparse_mla:union2 vs triton_sparse_mla (per-token)" in printed
+    assert "hf_sdpa vs reference (per-head value output)" in printed
+    record = read_record(out)
+    assert record.summary["verdict"] == "PASS" and record.summary["command"] == "layer0"
+    env = record.summary["environment"]
+    assert env["torch_version"] and "git_sha" in env and record.summary["model"]["config_hash"]
+    assert len(record.rows) == 6 and set(record.rows["verdict"]) <= {"PASS", "-"}
+    code, again, _ = run_cli(["report", str(out)], capsys)
+    assert code == 0 and again.strip() == printed.split("record:")[0].strip()
+    code, md, _ = run_cli(["report", str(out), "--md"], capsys)
+    assert md.startswith("# glmcheck layer0") and "| comparison" in md
+
+
+def test_layer0_cli_fails_planted_fault_with_exit_1(tmp_path, capsys):
+    code, printed, _ = run_cli(["layer0", "--tokens", "48", "--quiet", "--out", str(tmp_path / "r"),
+                                "--backends", "planted:no_rope,torch_bf16"], capsys)
+    assert code == 1 and "FAIL" in printed and "verdict: FAIL" in printed
+    assert read_record(tmp_path / "r").summary["verdict"] == "FAIL"
+    assert run_cli(["report", str(tmp_path / "r")], capsys)[0] == 1
+
+
+def test_logits_cli(tmp_path, capsys):
+    code, printed, _ = run_cli(["logits", "--tokens", "40,72", "--quiet", "--out", str(tmp_path / "l"),
+                                "--backends", "torch_bf16,hf_sdpa", "--dense-threshold", "40"], capsys)
+    assert code == 0, printed
+    assert "final-position logits, 40 tokens (dense attention applied)" in printed
+    assert "final-position logits, 72 tokens\n" in printed
+    rows = read_record(tmp_path / "l").rows
+    assert set(rows["tokens"]) == {40, 72} and rows["argmax_same"].notna().any()
+
+
+def test_firsttoken_cli(tmp_path, capsys):
+    code, printed, _ = run_cli(["firsttoken", "--prompts", "natural50", "--limit", "4", "--quiet",
+                                "--backends", "torch_bf16", "--continue", "2", "--out", str(tmp_path / "f")],
+                               capsys)
+    assert code == 0, printed
+    assert "control: reference vs itself (rerun)" in printed and "/4" in printed
+    record = read_record(tmp_path / "f")
+    assert len(record.rows) == 8 and set(record.rows["prompt_id"]) == {f"natural-0{i}" for i in range(1, 5)}
+    assert record.summary["facts"]["continue_tokens"] == 2
+
+
+@pytest.mark.parametrize("args, words", [
+    (["layer0", "--tp", "3"], "--tp must divide the 8 attention heads"),
+    (["layer0", "--backends", "nope"], "unknown backend 'nope'"),
+    (["layer0", "--backends", "triton_sparse_mla:union2", "--tp", "4"], "legal union backends here"),
+    (["logits", "--tokens", "10,x"], "--tokens must be a comma-separated list"),
+    (["firsttoken", "--prompts", "nonexistent50"], "nonexistent50"),
+    (["firsttoken", "--limit", "0"], "limit"),
+    (["layer0", "--checkpoint", "/nonexistent/ckpt"], "does not exist"),
+    (["report", "/nonexistent/record"], "does not exist"),
+    (["layer0", "--device", "cuda:7"] if not torch.cuda.is_available() else ["layer0", "--device", "tpu"], "device"),
+])
+def test_usage_errors_exit_2_with_one_line(args, words, capsys, tmp_path):
+    code, _, err = run_cli(args + (["--out", str(tmp_path / "x")] if args[0] != "report" else []), capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "x").exists(), "nothing half-written on a usage error"
+
+
+def test_registered_backend_names_are_validated():
+    with pytest.raises(ValueError, match="new non-empty string"):
+        register_backend("reference", drop_rope_tail)
+    with pytest.raises(ValueError, match="not a registered custom backend"):
+        unregister_backend("reference")
+
+
+def test_summary_rows_are_json(tmp_path, capsys):
+    run_cli(["layer0", "--tokens", "32", "--quiet", "--backends", "torch_bf16", "--out", str(tmp_path / "j")], capsys)
+    summary = json.loads((tmp_path / "j" / "summary.json").read_text())
+    assert {"command", "argv", "environment", "model", "options", "rows", "verdict", "facts"} <= set(summary)
