@@ -1,9 +1,12 @@
 """Kernel benchmark: correctness-gated timings of the sparse-MLA prefill backends on the GPU.
 
-Each point (batch x length, heads) builds fresh N(0, 1) bf16 q/kv and prefill indices (token
-t < topk selects its causal prefix, later tokens a drifting top-k set; batches are independent
-sequences in one KV pool). Every backend's output is first compared with the fp32 reference
-(rel-L2 gate); only a backend that passes is timed (`triton.testing.do_bench`, median ms).
+Each point (batch x length, heads) builds fresh N(0, 1) bf16 q/kv and prefill indices: by
+default calibrated synthetic ones (`glmcheck.indices.calibrated_indices`: token t < topk selects
+its causal prefix, later tokens a drifting top-k set whose union-of-2/4 ratios match captured
+GLM-5.1 traces; batches are independent sequences in one KV pool), or "drift10" (10 % of rows
+swapped per token), "uniform", or a captured trace. Every backend's output is first compared with
+the fp32 reference (rel-L2 gate); only a backend that passes is timed
+(`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Callable
 import torch
 
 from glmcheck import metrics
-from glmcheck.indices import drifting_indices
+from glmcheck.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
 from glmcheck.kernels.prefill import effective_lengths
@@ -69,12 +72,34 @@ class BenchSpec:
     gate_rel_l2: float = GATE_REL_L2
 
 
-def make_inputs(point: BenchPoint, topk: int | None = None, swap_fraction: float = 0.10, seed: int = 0,
-                device: str = "cuda") -> PointInputs:
-    """Fresh random q/kv and prefill indices for `point` on `device` (topk default TOPK)."""
+INDEX_MODES = ("calibrated", "drift10", "uniform")
+
+
+def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> torch.Tensor:
+    """Prefill indices [sum(seq_lens), topk] int32 (CPU) of one of INDEX_MODES."""
+    if mode == "calibrated":
+        return calibrated_indices(seq_lens, topk, seed=seed)
+    if mode == "drift10":
+        return drifting_indices(seq_lens, topk, 0.10, seed=seed)
+    if mode == "uniform":
+        return uniform_indices(seq_lens, topk, seed=seed)
+    raise ValueError(f"index mode must be one of {', '.join(INDEX_MODES)}, got {mode!r}")
+
+
+def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, device: str = "cuda",
+                mode: str = "calibrated", indices: torch.Tensor | None = None) -> PointInputs:
+    """Fresh random q/kv and prefill indices for `point` on `device` (topk default TOPK).
+
+    `indices` (e.g. from a captured trace) replaces the synthetic ones; the KV pool then has
+    as many rows as the indices have tokens.
+    """
     tokens = point.batch * point.seq_len
     topk = TOPK if topk is None else topk
-    indices = drifting_indices([point.seq_len] * point.batch, topk, swap_fraction, seed=seed).to(device)
+    if indices is None:
+        indices = synthetic_indices(mode, [point.seq_len] * point.batch, topk, seed)
+    elif indices.shape[0] != tokens:
+        raise ValueError(f"indices must have {tokens} rows for {point.label}, got {indices.shape[0]}")
+    indices = indices.to(device)
     q, kv = random_qkv(tokens, point.heads, tokens, D_V, D_TAIL, torch.Generator().manual_seed(seed), device)
     lengths = effective_lengths(indices, None, tokens)
     return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5)
@@ -109,9 +134,14 @@ def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) ->
 
 
 def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: bool = False,
-              topk: int | None = None, device: str = "cuda") -> list[BenchResult]:
-    """Gate then time every spec at one point; the union build is timed alone as well."""
-    inputs = make_inputs(point, topk=topk, seed=seed, device=device)
+              topk: int | None = None, device: str = "cuda", mode: str = "calibrated",
+              indices: torch.Tensor | None = None, timer: Callable[..., float] = None) -> list[BenchResult]:
+    """Gate then time every spec at one point; the union build is timed alone as well.
+
+    `timer(fn, rep_ms=...)` defaults to `time_ms` (GPU); tests pass their own.
+    """
+    timer = timer or time_ms
+    inputs = make_inputs(point, topk=topk, seed=seed, device=device, mode=mode, indices=indices)
     reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V,
                                       dtype=torch.float32)
     results = []
@@ -123,10 +153,10 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         if not rel <= spec.gate_rel_l2:  # NaN fails too
             results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
             continue
-        results.append(BenchResult(point, spec.name, time_ms(lambda: spec.run(inputs, out), rep_ms=rep), rel))
+        results.append(BenchResult(point, spec.name, timer(lambda: spec.run(inputs, out), rep_ms=rep), rel))
         del out
     for group in (2, 4):
-        ms = time_ms(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
+        ms = timer(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
         results.append(BenchResult(point, f"build{group}", ms, None, "union build alone"))
     return results
 

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from glmcheck import __version__
 
-COMMANDS = ("selfcheck", "layer0", "logits", "firsttoken", "report")
+COMMANDS = ("selfcheck", "layer0", "logits", "firsttoken", "drift", "report", "capture_indices", "union_stats",
+            "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,7 +71,24 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
     return parts
 
 
-RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _render_firsttoken}
+def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
+    """One line per backend and layer: rel-L2 beside the control and floor bands."""
+    table = []
+    for _, r in rows.iterrows():
+        if r["comparison"].startswith(("control", "floor")):
+            continue
+        layer = r.get("layer")
+        table.append([r["backend"], "-" if layer is None or (isinstance(layer, float) and math.isnan(layer))
+                      else int(layer), _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci"),
+                      _fmt(r.get("control_rel_l2"), "sci"), _fmt(r.get("floor_rel_l2"), "sci"),
+                      _fmt(r["max_abs"], "sci"), r["verdict"], r.get("note") or ""])
+    headers = ["backend", "layer", "cosine", "rel L2", "control rel L2", "floor rel L2", "max abs", "verdict", "note"]
+    return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
+            f"{summary['facts'].get('layers')} layers", markdown_table(headers, table)]
+
+
+RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _render_firsttoken,
+             "drift": _render_drift}
 
 
 def render(summary: dict, rows: pd.DataFrame, md: bool = False) -> str:

@@ -1,0 +1,117 @@
+"""`glmcheck bench`: correctness-gated kernel timings (or, with --model, whole-prefill latency)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from glmcheck.backends import flashmla_available
+from glmcheck.bench import (INDEX_MODES, REFERENCE_POINTS, BenchPoint, default_specs, render_table,
+                            run_point)
+from glmcheck.environment import environment_metadata
+from glmcheck.records import default_run_dir, write_record
+from glmcheck.tables import markdown_table
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="kernel timings on the GPU, each point correctness-gated first",
+                       description="Kernel benchmark at the five reference points (1x2048, 1x4096, 1x8192, 2x4096, "
+                                   "4x2048; H=8) plus H=16/32 rows at 1x8192, topk 2048: per-token, union 2, "
+                                   "union 4, FlashMLA (padded to 64 heads, with and without topk_length) and "
+                                   "plain torch bf16; the union build alone. With --model: whole-prefill "
+                                   "latency per backend.")
+    p.add_argument("--quick", action="store_true", help="shorter timing runs")
+    p.add_argument("--heads", default="16,32", help="extra head counts at 1x8192 (comma-separated)")
+    p.add_argument("--indices", default=None, help="captured index trace (glmcheck capture-indices) to use")
+    p.add_argument("--trace-layer", type=int, default=None, help="layer of the trace (default: the first)")
+    p.add_argument("--index-mode", default="calibrated", choices=list(INDEX_MODES))
+    p.add_argument("--model", default=None, help="model-level prefill latency for this preset")
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--experts", type=int, default=None)
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--tokens", default="2048,4096,8192", help="model-level prompt lengths")
+    p.add_argument("--backends", default="reference,triton_sparse_mla,triton_sparse_mla:union2",
+                   help="model-level backends")
+    p.add_argument("--out", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(handler=handle)
+
+
+def _require_gpu() -> None:
+    if not torch.cuda.is_available():
+        raise ValueError("bench needs a CUDA GPU (timings of the CPU interpreter mean nothing)")
+
+
+def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
+    from glmcheck.traces import read_trace
+
+    layers, meta = read_trace(ns.indices)
+    layer = ns.trace_layer if ns.trace_layer is not None else next(iter(layers))
+    if layer not in layers:
+        raise ValueError(f"--trace-layer {layer} is not in the trace (layers {sorted(layers)})")
+    seq_lens = meta.get("seq_lens") or [layers[layer].shape[0]]
+    return [(BenchPoint(len(seq_lens), seq_lens[0], 8), layers[layer])]
+
+
+def handle(ns: argparse.Namespace) -> int:
+    _require_gpu()
+    if ns.model:
+        return _handle_model(ns)
+    have_flash, source = flashmla_available()
+    specs = default_specs(have_flash)
+    if ns.indices:
+        points = _trace_points(ns)
+    else:
+        extra = [int(h) for h in ns.heads.split(",") if h.strip()]
+        points = [(BenchPoint(b, n, 8), None) for b, n in REFERENCE_POINTS]
+        points += [(BenchPoint(1, 8192, h), None) for h in extra]
+    results = []
+    for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
+        chosen = specs if point.heads == 8 else [s for s in specs if s.name != "torch_bf16"]
+        results += run_point(point, chosen, quick=ns.quick, mode=ns.index_mode, indices=indices)
+    table = render_table(results)
+    print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
+    print(table)
+    rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
+    summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
+               "indices": ns.indices, "rows": rows, "table": table}
+    directory = Path(ns.out) if ns.out else default_run_dir("bench")
+    write_record(directory, summary, pd.DataFrame(rows))
+    print(f"record: {directory}")
+    return 0
+
+
+def _handle_model(ns) -> int:
+    from glmcheck.bench_model import bench_prefill
+    from glmcheck.checks.runner import SwapOptions
+    from glmcheck.checks.setup import ModelSpec, load_model, validate_backends
+
+    backends = [b.strip() for b in ns.backends.split(",") if b.strip()]
+    spec = ModelSpec(ns.model, None, ns.layers, ns.experts)
+    device = torch.device("cuda")
+    lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
+    from glmcheck.model.presets import make_config
+
+    heads = make_config(ns.model, layers=1).num_attention_heads
+    for warning in validate_backends(backends, device=device, heads=heads, tp=ns.tp):
+        print(f"warning: {warning}")
+    model = load_model(spec, device)
+    with tqdm(total=2 * len(lengths) * len(backends), desc="prefill", disable=ns.quiet, leave=False) as bar:
+        timings = bench_prefill(model, lengths, backends, SwapOptions(tp=ns.tp), progress=bar)
+    base = {t.tokens: t.median_ms for t in timings if t.backend == backends[0]}
+    table = markdown_table(["backend", "tokens", "median ms", f"vs {backends[0]}", "kernel calls / forward"],
+                           [[t.backend, t.tokens, f"{t.median_ms:.1f}", f"{base[t.tokens] / t.median_ms:.2f}x",
+                             t.kernel_calls] for t in timings])
+    print(table)
+    rows = [dataclasses.asdict(t) for t in timings]
+    directory = Path(ns.out) if ns.out else default_run_dir("bench-model")
+    write_record(directory, {"command": "bench-model", "environment": environment_metadata(), "rows": rows,
+                             "model": spec.describe(), "tp": ns.tp, "table": table}, pd.DataFrame(rows))
+    print(f"record: {directory}")
+    return 0 if all(math.isfinite(t.median_ms) for t in timings) else 1

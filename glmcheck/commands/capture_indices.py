@@ -1,0 +1,46 @@
+"""`glmcheck capture-indices`: record every full indexer layer's top-k from a model run."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from glmcheck.checks.setup import ModelSpec, load_model, resolve_device, seeded_prompt
+from glmcheck.environment import config_hash
+from glmcheck.model.presets import PRESETS
+from glmcheck.traces import capture_indices, write_trace
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("capture-indices", help="record every full indexer layer's top-k from a model run",
+                       description="Run seeded prompts through the model and write each full indexer layer's "
+                                   "top-k (kernel convention: index > t -> -1) to a safetensors trace.")
+    p.add_argument("--model", default="tiny", choices=list(PRESETS))
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--experts", type=int, default=None)
+    p.add_argument("--init", default="sharp", choices=["hf", "sharp"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--tokens", type=int, required=True, help="tokens per sequence")
+    p.add_argument("--batch", type=int, default=1, help="independent sequences (one KV pool)")
+    p.add_argument("--out", required=True, help="trace file (.safetensors)")
+    p.set_defaults(handler=handle)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    if ns.tokens < 1 or ns.batch < 1:
+        raise ValueError(f"--tokens and --batch must be positive, got {ns.tokens} and {ns.batch}")
+    spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
+    device = resolve_device(ns.device)
+    model = load_model(spec, device)
+    prompts = torch.cat([seeded_prompt(model.config.vocab_size, ns.tokens, ns.seed + b, device)
+                         for b in range(ns.batch)])
+    layers = capture_indices(model, prompts)
+    metadata = {"model": spec.describe(), "config_hash": config_hash(model.config),
+                "seq_lens": [ns.tokens] * ns.batch, "topk": model.config.index_topk}
+    write_trace(ns.out, layers, metadata)
+    print(f"wrote {len(layers)} full indexer layers ({sorted(layers)}) of {ns.batch} x {ns.tokens} tokens "
+          f"to {ns.out}")
+    return 0

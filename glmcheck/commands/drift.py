@@ -1,0 +1,35 @@
+"""`glmcheck drift`: per-layer hidden-state drift of every backend against the reference."""
+
+from __future__ import annotations
+
+import argparse
+
+from tqdm import tqdm
+
+from glmcheck.checks.drift import DEFAULT_MAX_REL_L2, run_drift
+from glmcheck.checks.setup import load_model, seeded_prompt
+from glmcheck.commands.common import Prepared, add_model_options, finish
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("drift", help="per-layer hidden-state drift against the reference",
+                       description="One forward per backend (the reference twice: the control) capturing every "
+                                   "layer's hidden state in fp64; rows per (backend, layer) against the reference "
+                                   "beside the control and floor bands.")
+    add_model_options(p)
+    p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
+    p.set_defaults(handler=handle)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
+    tokens = ns.tokens or (4096 if prep.device.type == "cuda" else 128)
+    if tokens < 1:
+        raise ValueError(f"--tokens must be a positive int, got {tokens}")
+    prep.say_warnings()
+    model = load_model(prep.spec, prep.device)
+    ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+    runs = 3 + len([b for b in dict.fromkeys(prep.backends) if b not in (prep.reference, "reference:bf16")])
+    with tqdm(total=runs, desc="drift backends", disable=prep.quiet, leave=False) as bar:
+        result = run_drift(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+    return finish("drift", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, result.facts)

@@ -1,0 +1,91 @@
+"""`glmcheck union-stats`: valid rows per token and union-of-2/4 ratios of index sets."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from glmcheck.environment import environment_metadata
+from glmcheck.indices import CAPTURED_TARGETS, union_statistics
+from glmcheck.records import default_run_dir, write_record
+from glmcheck.tables import markdown_table
+
+CURVE_LENGTHS = (1024, 2048, 3072, 4096, 6144, 8192)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("union-stats", help="valid rows/token and union-of-2/4 ratios of index sets",
+                       description="Print valid rows per token and the union-of-2 / union-of-4 ratios for a "
+                                   "captured trace (--indices FILE, every layer) or for synthetic indices at "
+                                   "the five reference points (--synthetic, the default), beside the published "
+                                   "GLM-5.1 targets.")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--indices", default=None, help="index trace from glmcheck capture-indices")
+    source.add_argument("--synthetic", action="store_true", help="calibrated synthetic indices (default)")
+    p.add_argument("--mode", default="calibrated", choices=["calibrated", "uniform", "drift10"])
+    p.add_argument("--topk", type=int, default=2048)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="record directory (default runs/union-stats-<timestamp>)")
+    p.set_defaults(handler=handle)
+
+
+def _row(source: str, label: str, batch: int, seq_len: int, stats: dict, layer=None) -> list[dict]:
+    return [{"source": source, "capture": label, "batch": batch, "seq_len": seq_len, "layer": layer,
+             "valid_rows_per_token": stats["valid_rows_per_token"], "group": g, "union_ratio": ratio}
+            for g, ratio in stats["union_ratio"].items()]
+
+
+def _synthetic(ns) -> list[dict]:
+    from glmcheck.bench import synthetic_indices
+
+    rows = []
+    points = [(len(t.seq_lens), t.seq_lens[0]) for t in CAPTURED_TARGETS] + [(1, n) for n in CURVE_LENGTHS]
+    for batch, seq_len in dict.fromkeys(points):
+        seq_lens = [seq_len] * batch
+        stats = union_statistics(synthetic_indices(ns.mode, seq_lens, ns.topk, ns.seed), (2, 4), seq_lens)
+        rows += _row(ns.mode, f"bs{batch} x {seq_len}", batch, seq_len, stats)
+    return rows
+
+
+def _trace(ns) -> list[dict]:
+    from glmcheck.traces import read_trace
+
+    layers, meta = read_trace(ns.indices)
+    seq_lens = meta.get("seq_lens")
+    rows = []
+    for layer, indices in layers.items():
+        stats = union_statistics(indices, (2, 4), seq_lens)
+        batch = len(seq_lens) if seq_lens else 1
+        rows += _row(Path(ns.indices).name, f"layer {layer}", batch, seq_lens[0] if seq_lens else indices.shape[0],
+                     stats, layer)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """capture | valid rows/token | union of 2 | union of 4 (| target) as markdown."""
+    frame = pd.DataFrame(rows)
+    targets = {(len(t.seq_lens), t.seq_lens[0]): (t.valid_rows_per_token, t.union_ratio[2], t.union_ratio[4])
+               for t in CAPTURED_TARGETS}
+    out = []
+    for (label, batch, seq_len), group in frame.groupby(["capture", "batch", "seq_len"], sort=False):
+        ratio = dict(zip(group["group"], group["union_ratio"]))
+        target = targets.get((batch, seq_len)) if group["layer"].isna().all() else None
+        out.append([label, f"{group['valid_rows_per_token'].iloc[0]:.0f}", f"{ratio.get(2, float('nan')):.2f}x",
+                    f"{ratio.get(4, float('nan')):.2f}x",
+                    "-" if target is None else f"{target[0]} / {target[1]:.2f}x / {target[2]:.2f}x"])
+    return markdown_table(["capture", "valid rows/token", "union of 2", "union of 4",
+                           "GLM-5.1 trace (valid / u2 / u4)"], out)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    rows = _trace(ns) if ns.indices else _synthetic(ns)
+    text = table(rows)
+    print(text)
+    directory = Path(ns.out) if ns.out else default_run_dir("union-stats")
+    write_record(directory, {"command": "union-stats", "environment": environment_metadata(),
+                             "indices": ns.indices, "mode": None if ns.indices else ns.mode, "rows": rows,
+                             "table": text}, pd.DataFrame(rows))
+    print(f"record: {directory}")
+    return 0

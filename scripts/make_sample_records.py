@@ -1,0 +1,44 @@
+"""Write the sample run records the drift notebook reads by default (fixtures/results-sample/).
+
+Usage: python scripts/make_sample_records.py [--out fixtures/results-sample]
+Runs, on the CPU with the `tiny` preset: layer0 (128 tokens), drift (128 tokens), firsttoken
+(natural50, all 50 prompts), logits (64,128) and union-stats (calibrated and uniform synthetic
+indices). Each is the plain CLI command; the records are what those commands write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from glmcheck import cli
+
+BACKENDS = "triton_sparse_mla,triton_sparse_mla:union2,triton_sparse_mla:union4,torch_bf16,hf_sdpa"
+RUNS = {
+    "layer0": ["layer0", "--model", "tiny", "--tokens", "128", "--backends", BACKENDS],
+    "drift": ["drift", "--model", "tiny", "--tokens", "128", "--backends", BACKENDS],
+    "firsttoken": ["firsttoken", "--model", "tiny", "--prompts", "natural50", "--backends",
+                   "triton_sparse_mla,triton_sparse_mla:union2,hf_sdpa"],
+    "logits": ["logits", "--model", "tiny", "--tokens", "64,128", "--backends", BACKENDS],
+    "union-stats-calibrated": ["union-stats", "--synthetic", "--mode", "calibrated"],
+    "union-stats-uniform": ["union-stats", "--synthetic", "--mode", "uniform"],
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="fixtures/results-sample")
+    root = Path(parser.parse_args().out)
+    shutil.rmtree(root, ignore_errors=True)
+    for name, args in RUNS.items():
+        code = cli.main(args + ["--out", str(root / name)] + (["--quiet"] if args[0] not in ("union-stats",) else []))
+        if code not in (0, 1):
+            print(f"{name}: exit {code}", file=sys.stderr)
+            return code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

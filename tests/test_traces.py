@@ -1,0 +1,73 @@
+"""Index traces: capture on tiny, the committed fixtures, union-stats on a trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from glmcheck import cli
+from glmcheck.checks.setup import seeded_prompt
+from glmcheck.indices import union_statistics
+from glmcheck.model import build_dummy_model, make_config
+from glmcheck.records import read_record
+from glmcheck.traces import capture_indices, read_trace, write_trace
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
+
+
+def assert_kernel_convention(indices: torch.Tensor, seq_lens: list[int], topk: int) -> None:
+    offset = 0
+    for seq_len in seq_lens:
+        for t in range(seq_len):
+            row = indices[offset + t]
+            valid = row[row >= 0]
+            assert ((valid >= offset) & (valid <= offset + t)).all(), "causal, inside its own sequence"
+            assert valid.unique().numel() == valid.numel(), "no duplicates"
+            assert valid.numel() == min(t + 1, topk)
+            assert (row[valid.numel():] == -1).all(), "-1 only as the trailing padding"
+        offset += seq_len
+
+
+def test_capture_on_tiny_gives_kernel_convention_indices(tmp_path):
+    model = build_dummy_model(make_config("tiny"), seed=2)
+    ids = torch.cat([seeded_prompt(512, 48, s, "cpu") for s in (0, 1)])
+    layers = capture_indices(model, ids)
+    assert sorted(layers) == [i for i, kind in enumerate(model.config.indexer_types) if kind == "full"]
+    for indices in layers.values():
+        assert indices.dtype == torch.int32 and indices.shape == (96, 32)
+        assert_kernel_convention(indices, [48, 48], 32)
+    path = write_trace(tmp_path / "t.safetensors", layers, {"seq_lens": [48, 48]})
+    again, meta = read_trace(path)
+    assert meta == {"seq_lens": [48, 48]} and all(torch.equal(again[k], layers[k]) for k in layers)
+
+
+@pytest.mark.parametrize("name, seq_lens", [("tiny-1x256.safetensors", [256]), ("tiny-2x128.safetensors", [128, 128])])
+def test_committed_traces_are_valid(name, seq_lens):
+    layers, meta = read_trace(FIXTURES / name)
+    assert meta["seq_lens"] == seq_lens and meta["topk"] == 32
+    for indices in layers.values():
+        assert_kernel_convention(indices, seq_lens, 32)
+
+
+def test_union_stats_cli_on_a_trace(tmp_path, capsys):
+    trace = FIXTURES / "tiny-2x128.safetensors"
+    assert cli.main(["union-stats", "--indices", str(trace), "--out", str(tmp_path / "u")]) == 0
+    rows = read_record(tmp_path / "u").rows
+    layers, meta = read_trace(trace)
+    expected = union_statistics(layers[0], (2, 4), meta["seq_lens"])
+    got = rows[(rows["layer"] == 0) & (rows["group"] == 2)]["union_ratio"].item()
+    assert got == pytest.approx(expected["union_ratio"][2])
+    assert "layer 0" in capsys.readouterr().out
+
+
+def test_bad_traces(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        read_trace(tmp_path / "absent.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="unreadable"):
+        read_trace(tmp_path / "junk.safetensors")
+    with pytest.raises(ValueError, match="at least one layer"):
+        write_trace(tmp_path / "empty.safetensors", {}, {})
+    assert not list(tmp_path.glob(".*tmp*")), "no temporary file left behind"
