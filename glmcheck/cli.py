@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from typing import Sequence
 
@@ -34,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ns = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         return ns.handler(ns)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, BackendError, CheckpointError) as err:
@@ -41,5 +43,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"glmcheck {ns.command}: interrupted", file=sys.stderr)
+        print(f"glmcheck {ns.command}: interrupted; finished items are kept, rerun with the same --out to "
+              f"resume", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    """SIGTERM ends a run like Ctrl-C: finished items stay on disk for a resume."""
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -34,13 +34,21 @@ def _logits_row(label: str, name: str, reference: str, actual: torch.Tensor, exp
 
 def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: list[str], reference: str,
                options: SwapOptions = SwapOptions(), gate: Gate = Gate(max_rel_l2=DEFAULT_MAX_REL_L2),
-               on_length: Callable[[int, list[ComparisonRow]], None] | None = None) -> CheckResult:
-    """Compare final logits for each prompt [1, N] in `prompts` (one per length)."""
+               on_length: Callable[[int, list[ComparisonRow]], None] | None = None,
+               done: dict[int, list[ComparisonRow]] | None = None) -> CheckResult:
+    """Compare final logits for each prompt [1, N] in `prompts` (one per length).
+
+    `done` maps lengths to rows already computed (a resumed run); those lengths are skipped.
+    `on_length` is called after each newly computed length (progress, per-item records).
+    """
     rows: list[ComparisonRow] = []
     num_layers = model.config.num_hidden_layers
     seconds: dict[str, float] = {}
     for input_ids in prompts:
         tokens = input_ids.shape[1]
+        if done and tokens in done:
+            rows += done[tokens]
+            continue
         ref = forward_under(model, input_ids, reference, options)
         rerun = forward_under(model, input_ids, reference, options)
         dense = bool(ref.dense_layers)

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    tokens = ns.tokens or (4096 if prep.device.type == "cuda" else 128)
+    tokens = ns.tokens if ns.tokens is not None else (4096 if prep.device.type == "cuda" else 128)
     if tokens < 1:
         raise ValueError(f"--tokens must be a positive int, got {tokens}")
     prep.say_warnings()

@@ -7,11 +7,15 @@ import dataclasses
 
 from tqdm import tqdm
 
-from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, run_firsttoken
+from pathlib import Path
+
+from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
 from glmcheck.checks.setup import load_model
 from glmcheck.commands.common import Prepared, add_model_options, finish
 from glmcheck.commands.tokenizers import model_tokenizer
+from glmcheck.progress import ItemStore
 from glmcheck.prompts import PROMPT_SETS, load_prompts
+from glmcheck.records import default_run_dir
 
 
 def add_parser(sub) -> None:
@@ -36,14 +40,24 @@ def handle(ns: argparse.Namespace) -> int:
         raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
     prompts = load_prompts(ns.prompts, ns.limit)
     prep.say_warnings()
+    out = Path(ns.out) if ns.out else default_run_dir("firsttoken")
+    store = ItemStore(out, {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
+                            "prompts": [p.id for p in prompts], "continue": ns.continue_tokens})
+    done = {key: [PromptOutcome(**o) for o in payload] for key, payload in store.load().items()}
     model = load_model(prep.spec, prep.device)
     tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
-    with tqdm(total=len(prompts), desc="firsttoken prompts", disable=prep.quiet, leave=False) as bar:
+
+    def finished(prompt, outcomes):
+        store.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
+        bar.update(1)
+
+    with tqdm(total=len(prompts), initial=len(done), desc="firsttoken prompts", disable=prep.quiet,
+              leave=False) as bar:
         result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.reference, prep.options,
                                 gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob or None,
                                 tie_gap=ns.tie_gap, continue_tokens=ns.continue_tokens, device=prep.device,
-                                on_prompt=lambda prompt, outcomes: bar.update(1))
+                                on_prompt=finished, done=done)
     rows = [dataclasses.asdict(o) for o in result.outcomes]
-    facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts)}
+    facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts), "resumed_items": len(done)}
     return finish("firsttoken", ns, prep, model, rows, result.verdict, facts,
-                  extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements})
+                  extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements}, out=out)

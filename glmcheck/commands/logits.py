@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from tqdm import tqdm
 
+from pathlib import Path
+
+from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
 from glmcheck.checks.setup import load_model, seeded_prompt
 from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.progress import ItemStore
+from glmcheck.records import default_run_dir
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -37,9 +43,23 @@ def handle(ns: argparse.Namespace) -> int:
     prep = Prepared(ns, DEFAULT_MAX_REL_L2)
     lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
     prep.say_warnings()
+    out = Path(ns.out) if ns.out else default_run_dir("logits")
+    store = ItemStore(out, {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
+                            "lengths": lengths, "seed": ns.seed})
+    done = {int(key): [_row(r) for r in payload] for key, payload in store.load().items()}
     model = load_model(prep.spec, prep.device)
     prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
-    with tqdm(total=len(lengths), desc="logits lengths", disable=prep.quiet, leave=False) as bar:
+
+    def finished(tokens, rows):
+        store.save(str(tokens), [dataclasses.asdict(r) for r in rows])
+        bar.update(1)
+
+    with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet, leave=False) as bar:
         result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
-                            on_length=lambda tokens, rows: bar.update(1))
-    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, result.facts)
+                            on_length=finished, done=done)
+    facts = {**result.facts, "resumed_items": len(done)}
+    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, facts, out=out)
+
+
+def _row(payload: dict) -> ComparisonRow:
+    return ComparisonRow(**payload)

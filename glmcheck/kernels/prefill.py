@@ -22,7 +22,7 @@ from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import (launch_union_attention, log_fallback_once, union_dedup,
                                     union_is_legal)
-from glmcheck.kernels.validate import PrefillArgs, check_out, check_prefill_args
+from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
 LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
@@ -131,7 +131,8 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
                        d_v: int = 512, *, topk_length: torch.Tensor | None = None,
                        out: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
-                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
+                       check_inputs: bool = False, _kv_int64: bool | None = None,
+                       _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
     `union` = G in {2, 4} asks for the union fast path: G adjacent tokens share one
@@ -139,11 +140,15 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     only when the G*H query tile is a power of two in [16, 32]; otherwise, with
     `deterministic=True` (batch-invariant results), or while the current CUDA stream is
     capturing a graph, the per-token path runs instead. Tail tokens (T mod G) always take the
-    per-token path. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
+    per-token path. `check_inputs=True` also checks contents (a host sync): q and kv finite, no
+    KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
+    kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
     of choosing by size; `_tile` overrides the tuned tile. Both are for tests.
     Deterministic: the same inputs (and union) give bitwise identical outputs.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    if check_inputs:
+        check_contents(args)
     group = _union_gate(args, union, deterministic)
     _check_device(args.q)
     if out is None:

@@ -17,7 +17,8 @@ import torch
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
-from glmcheck.kernels.validate import PrefillArgs, check_indices, check_topk_length, valid_slot_mask
+from glmcheck.kernels.validate import (PrefillArgs, check_indices, check_no_duplicates, check_topk_length,
+                                      valid_slot_mask)
 
 log = logging.getLogger("glmcheck")
 
@@ -51,12 +52,13 @@ def legal_groups(num_heads: int) -> list[int]:
 
 
 def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
-                num_kv_rows: int | None = None) -> UnionSets:
+                num_kv_rows: int | None = None, check_inputs: bool = False) -> UnionSets:
     """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
 
     indices [T, topk] (or [T, 1, topk]) int32 on CUDA (or CPU in the interpreter); empty slots
     are negative values, values >= num_kv_rows when it is given, and slots at or past
-    topk_length[t]. Contract: a token never selects the same row twice.
+    topk_length[t]. Contract: a token never selects the same row twice (`check_inputs=True`
+    verifies it, with a host sync, and raises ValueError naming the row).
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -66,6 +68,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     topk_length = check_topk_length(topk_length, indices.shape[0], indices.device)
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
+    if check_inputs:
+        check_no_duplicates(indices, INT32_MAX if num_kv_rows is None else num_kv_rows, topk_length)
     num_groups = indices.shape[0] // G
     tokens, topk = num_groups * G, indices.shape[1]
     device = indices.device

@@ -151,3 +151,30 @@ def valid_slot_mask(indices: torch.Tensor, num_kv_rows: int,
         slot = torch.arange(indices.shape[1], device=indices.device)
         valid &= slot[None, :] < topk_length[:, None].to(slot.dtype)
     return valid
+
+
+def check_contents(args: PrefillArgs) -> None:
+    """Opt-in checks that need a host sync: finite q/kv, no KV row named twice in a token's row.
+
+    Raises ValueError naming the argument and the first offending token.
+    """
+    for name, tensor in (("q", args.q), ("kv", args.kv)):
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            where = (~finite).nonzero()[0].tolist()
+            raise ValueError(f"{name} contains NaN or Inf (first at index {where})")
+    check_no_duplicates(args.indices, args.num_kv_rows, args.topk_length)
+
+
+def check_no_duplicates(indices: torch.Tensor, num_kv_rows: int, topk_length: torch.Tensor | None) -> None:
+    """ValueError if a token's valid slots name the same KV row twice (top-k never does)."""
+    if indices.numel() == 0:
+        return
+    valid = valid_slot_mask(indices, num_kv_rows, topk_length)
+    keys = torch.where(valid, indices.long(), torch.full_like(indices, -1, dtype=torch.long))
+    ordered = torch.sort(keys, dim=1).values
+    repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if bool(repeated.any()):
+        token, slot = repeated.nonzero()[0].tolist()
+        raise ValueError(f"indices row {token} names KV row {int(ordered[token, slot + 1])} twice "
+                         f"(a token's selected rows must be distinct)")

@@ -1,0 +1,83 @@
+"""Killed runs resume from their finished items and end with the same record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from glmcheck import cli
+from glmcheck.checks import runner
+from glmcheck.records import read_record
+
+FIRSTTOKEN = ["firsttoken", "--prompts", "natural50", "--limit", "6", "--backends", "triton_sparse_mla", "--quiet"]
+LOGITS = ["logits", "--tokens", "24,32,40,48", "--backends", "triton_sparse_mla", "--quiet"]
+
+
+def _items(out: Path) -> list[Path]:
+    return [p for p in (out / "items").glob("*.json") if p.name != "fingerprint.json"] if out.exists() else []
+
+
+def _kill_midway(args: list[str], out: Path, sig: int, after: int) -> int:
+    proc = subprocess.Popen([sys.executable, "-m", "glmcheck", *args, "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(_items(out)) < after and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, "the run must not have finished before the signal"
+    assert "rerun with the same --out to resume" in err or proc.returncode < 0
+    return len(_items(out))
+
+
+def _count_forwards(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    real = runner.forward_under
+
+    def counting(model, ids, backend, *args, **kwargs):
+        calls.append(backend)
+        return real(model, ids, backend, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "forward_under", counting)
+    for module in ("glmcheck.checks.firsttoken", "glmcheck.checks.logits"):
+        monkeypatch.setattr(f"{module}.forward_under", counting)
+    return calls
+
+
+def _same_record(resumed: Path, whole: Path) -> None:
+    a, b = read_record(resumed), read_record(whole)
+    assert a.summary["verdict"] == b.summary["verdict"]
+    pd.testing.assert_frame_equal(a.rows, b.rows)
+    for key in ("summary_rows", "disagreements"):
+        assert a.summary.get(key) == b.summary.get(key)
+
+
+@pytest.mark.parametrize("args, per_item, sig", [(FIRSTTOKEN, 3, signal.SIGINT), (LOGITS, 4, signal.SIGTERM)],
+                         ids=["firsttoken-SIGINT", "logits-SIGTERM"])
+def test_killed_run_resumes_without_recomputing(tmp_path, monkeypatch, args, per_item, sig, capsys):
+    out = tmp_path / "run"
+    finished = _kill_midway(args, out, sig, after=2)
+    total = 6 if args is FIRSTTOKEN else 4
+    assert 2 <= finished < total
+    assert not (out / "summary.json").exists(), "no final record from a killed run"
+    calls = _count_forwards(monkeypatch)
+    assert cli.main(args + ["--out", str(out)]) == 0
+    assert len(calls) == (total - finished) * per_item, "finished items must not be recomputed"
+    assert read_record(out).summary["facts"]["resumed_items"] == finished
+    whole = tmp_path / "whole"
+    assert cli.main(args + ["--out", str(whole)]) == 0
+    _same_record(out, whole)
+
+
+def test_resume_refuses_other_settings(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["logits", "--tokens", "24", "--backends", "torch_bf16", "--quiet", "--out", str(out)]) == 0
+    code = cli.main(["logits", "--tokens", "24", "--backends", "hf_sdpa", "--quiet", "--out", str(out)])
+    assert code == 2 and "holds a run with other settings (options)" in capsys.readouterr().err
