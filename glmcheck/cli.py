@@ -13,7 +13,7 @@ from typing import Sequence
 
 from glmcheck import __version__
 
-COMMANDS = ("selfcheck", "layer0", "logits", "firsttoken", "drift", "report", "capture_indices", "union_stats",
+COMMANDS = ("selfcheck", "selftest", "layer0", "logits", "firsttoken", "drift", "report", "capture_indices", "union_stats",
             "bench")
 
 

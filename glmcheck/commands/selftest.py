@@ -1,0 +1,88 @@
+"""`glmcheck selftest`: the accuracy suite on the real kernels, and (--mutants) on planted faults."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from glmcheck.selftest.mutants import mutant_names
+
+MUTANT_HEADERS = ["mutant", "breaks", "detected", "caught by", "margin"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("selftest", help="prove the accuracy suite catches planted kernel faults",
+                       description="Run the small CPU-sized accuracy suite on the real kernels (all checks "
+                                   "must pass). With --mutants, also run it on mutated copies of the kernels, "
+                                   "each with one planted fault, and report which check caught each one.")
+    p.add_argument("--mutants", action="store_true", help="also run every catalogued mutant")
+    p.add_argument("--only", default=None, choices=mutant_names(), metavar="NAME",
+                   help=f"run only this mutant (implies --mutants); one of: {', '.join(mutant_names())}")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="run every check on every mutant (default: stop at the first check that fails)")
+    p.add_argument("--seed", type=int, default=0, help="input seed of the suite")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=handle)
+
+
+def fmt_margin(value: float | None) -> str:
+    """A gate margin: measured / threshold, 'inf' for NaN output or an exact-check failure."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    return "inf" if math.isinf(value) else f"{value:.3g}x"
+
+
+def fmt_measured(value: float, threshold: float) -> str:
+    """The measured value: scientific for gated values, an integer count for exact checks."""
+    if math.isnan(value):
+        return "nan"
+    return f"{int(value)}" if threshold == 0 else f"{value:.3e}"
+
+
+def baseline_table(report) -> str:
+    """Markdown table of the baseline checks."""
+    from glmcheck.tables import markdown_table
+
+    rows = [(o.name, fmt_measured(o.measured, o.threshold), f"{o.threshold:g}" if o.threshold else "exact",
+             fmt_margin(o.margin),
+             "PASS" if o.passed else "FAIL", o.detail) for o in report.baseline]
+    return markdown_table(["check", "measured", "threshold", "margin", "verdict", "detail"], rows)
+
+
+def mutant_table(report, exhaustive: bool) -> str:
+    """Markdown table, one row per mutant (with the failed-check count when exhaustive)."""
+    from glmcheck.tables import markdown_table
+
+    headers = MUTANT_HEADERS + (["checks failed"] if exhaustive else [])
+    rows = []
+    for r in report.mutants:
+        row = [r.mutant.name, r.mutant.breaks, "yes" if r.detected else "NO", r.caught_by or "-",
+               fmt_margin(r.margin)]
+        if exhaustive:
+            row.append(f"{sum(not o.passed for o in r.outcomes)}/{len(r.outcomes)}")
+        rows.append(row)
+    return markdown_table(headers, rows)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
+    from glmcheck.selftest.mutants import CATALOGUE, find_mutant
+    from glmcheck.selftest.runner import run_selftest
+
+    mutants = [find_mutant(ns.only)] if ns.only else list(CATALOGUE) if ns.mutants else []
+    say = None if ns.quiet else (lambda name: print(f"selftest: running {name}", file=sys.stderr, flush=True))
+    report = run_selftest(mutants, seed=ns.seed, exhaustive=ns.exhaustive, progress=say)
+    print(baseline_table(report))
+    print("margin = measured / threshold (below 1 passes); inf = NaN/Inf output or an exact check failed")
+    print(f"baseline: {'PASS' if report.baseline_passed else 'FAIL'} ({report.baseline_seconds:.1f} s)")
+    if mutants:
+        print()
+        print(mutant_table(report, ns.exhaustive))
+        print(f"score: {report.detected}/{report.total} ({100 * report.score:.0f}%)")
+        print(f"mutant loop: {report.mutant_seconds:.1f} s")
+        if not report.baseline_passed:
+            print("note: the baseline failed, so mutant detections prove nothing")
+    return 0 if report.passed else 1
