@@ -10,6 +10,7 @@ from glmcheck.indices import drifting_indices
 from glmcheck.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import prefill, sparse_mla_prefill, union_dedup
 from glmcheck.reference import sparse_mla_reference
+from glmcheck.selftest.suite import python_union
 from tests.helpers import assert_close_to_reference
 
 # Summation order and the running max at which P is rounded to bf16 differ, nothing else:
@@ -30,21 +31,6 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
                        torch.randint(kv_rows, kv_rows + 1000, base.shape, generator=g, dtype=torch.int32))
     junk[::3] = -5
     return torch.where(roll < dirt, junk, base), kv_rows
-
-
-def python_union(indices: torch.Tensor, G: int, kv_rows: int, topk_length=None):
-    """Per group: {row: ownership bits} over valid slots, with a plain Python set/dict."""
-    groups = []
-    for g in range(indices.shape[0] // G):
-        owners: dict[int, int] = {}
-        for j in range(G):
-            t = g * G + j
-            limit = indices.shape[1] if topk_length is None else int(topk_length[t])
-            for slot, row in enumerate(indices[t].tolist()):
-                if slot < limit and 0 <= row < kv_rows:
-                    owners[row] = owners.get(row, 0) | (1 << j)
-        groups.append(owners)
-    return groups
 
 
 @pytest.mark.parametrize("G", [2, 4])

@@ -91,6 +91,17 @@ class Prepared:
                 "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
                 "max_rel_l2": self.gate.max_rel_l2, "device": str(self.device)}
 
+    def prompt_tokens(self, requested: int | None) -> int:
+        """--tokens, or 4096 on a GPU and 128 on the CPU; ValueError unless positive."""
+        tokens = requested if requested is not None else (4096 if self.device.type == "cuda" else 128)
+        if tokens < 1:
+            raise ValueError(f"--tokens must be a positive int, got {tokens}")
+        return tokens
+
+    def forward_count(self) -> int:
+        """Forwards of a layer0/drift run: reference twice, the floor, every other backend once."""
+        return 3 + len([b for b in dict.fromkeys(self.backends) if b not in (self.reference, "reference:bf16")])
+
     def say_warnings(self) -> None:
         for warning in self.warnings:
             print(f"warning: {warning}", file=sys.stderr)

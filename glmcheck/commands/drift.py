@@ -23,13 +23,10 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    tokens = ns.tokens if ns.tokens is not None else (4096 if prep.device.type == "cuda" else 128)
-    if tokens < 1:
-        raise ValueError(f"--tokens must be a positive int, got {tokens}")
+    tokens = prep.prompt_tokens(ns.tokens)
     prep.say_warnings()
     model = load_model(prep.spec, prep.device)
     ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
-    runs = 3 + len([b for b in dict.fromkeys(prep.backends) if b not in (prep.reference, "reference:bf16")])
-    with tqdm(total=runs, desc="drift backends", disable=prep.quiet, leave=False) as bar:
+    with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
         result = run_drift(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
     return finish("drift", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, result.facts)

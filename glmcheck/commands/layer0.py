@@ -26,17 +26,15 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    tokens = ns.tokens if ns.tokens is not None else (4096 if prep.device.type == "cuda" else 128)
-    if tokens < 1:
-        raise ValueError(f"--tokens must be a positive int, got {tokens}")
+    tokens = prep.prompt_tokens(ns.tokens)
     prep.say_warnings()
     model = load_model(prep.spec, prep.device, layer0_only=True)
     if ns.text is not None:
         ids = text_prompt(model_tokenizer(prep.spec, model.config.vocab_size).encode(ns.text), ns.tokens, prep.device)
     else:
         ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
-    runs = 3 + len([b for b in dict.fromkeys(prep.backends) if b not in (prep.reference, 'reference:bf16')])
-    with tqdm(total=runs, desc="layer0 backends", disable=prep.quiet, leave=False) as bar, torch.inference_mode():
+    with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
+            torch.inference_mode():
         result = run_layer0(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
     return finish("layer0", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict,
                   result.facts, tensors=result.tensors)
