@@ -6,7 +6,9 @@ Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import sys
 from typing import Sequence
@@ -14,6 +16,7 @@ from typing import Sequence
 from glmcheck import __version__
 
 COMMANDS = ("selfcheck", "selftest", "layer0", "logits", "firsttoken", "drift", "report", "capture_indices", "union_stats",
+            "plan",
             "bench")
 
 
@@ -37,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
-        return ns.handler(ns)
+        with _torchrun(ns):
+            return ns.handler(ns)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, BackendError, CheckpointError) as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)
@@ -49,6 +53,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _torchrun(ns: argparse.Namespace):
+    """Under torchrun: join the process group (--tp must equal the world size), silence ranks > 0."""
+    from glmcheck import distributed
+
+    if not distributed.launched_by_torchrun():
+        yield
+        return
+    if not hasattr(ns, "tp"):
+        raise ValueError(f"{ns.command} does not run under torchrun (only the model commands with --tp do)")
+    ctx = distributed.init_from_env(ns.tp, getattr(ns, "device", None))
+    quiet = None if ctx.is_main else open(os.devnull, "w")
+    try:
+        with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
+            yield
+    finally:
+        if quiet:
+            quiet.close()
+        distributed.shutdown()
 
 
 def _terminate(signum, frame):

@@ -29,10 +29,16 @@ def _safe_name(key: str) -> str:
 class ItemStore:
     """Finished items of one run, keyed by a string (prompt id, prompt length...)."""
 
-    def __init__(self, directory: str | Path, fingerprint: dict):
-        self.root = Path(directory) / ITEMS_DIR
+    def __init__(self, directory: str | Path | None, fingerprint: dict, writable: bool = True):
+        """`writable=False` (torchrun ranks other than 0) reads finished items but writes nothing;
+        `directory=None` is an empty store that keeps nothing."""
+        self.writable = writable and directory is not None
+        self.root = Path(directory) / ITEMS_DIR if directory is not None else None
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
-        self.root.mkdir(parents=True, exist_ok=True)
+        if self.root is None or (not self.writable and not self.root.exists()):
+            return
+        if self.writable:
+            self.root.mkdir(parents=True, exist_ok=True)
         stored = self.root / FINGERPRINT_FILE
         if stored.exists():
             previous = json.loads(stored.read_text())
@@ -41,12 +47,14 @@ class ItemStore:
                                  if previous.get(k) != self.fingerprint.get(k))
                 raise ValueError(f"--out {Path(directory)} holds a run with other settings ({', '.join(changed)}); "
                                  f"use another --out or the same settings to resume")
-        else:
+        elif self.writable:
             write_json_atomic(stored, self.fingerprint)
 
     def load(self) -> dict[str, Any]:
         """{key: payload} of every finished item."""
         done = {}
+        if self.root is None or not self.root.exists():
+            return done
         for path in sorted(self.root.glob("*.json")):
             if path.name == FINGERPRINT_FILE:
                 continue
@@ -55,5 +63,7 @@ class ItemStore:
         return done
 
     def save(self, key: str, payload: Any) -> None:
-        """Record one finished item (atomic)."""
+        """Record one finished item (atomic; nothing on a read-only store)."""
+        if not self.writable:
+            return
         write_json_atomic(self.root / _safe_name(key), {"key": key, "payload": payload})

@@ -24,9 +24,11 @@ def _fresh_tile_memo():
 
 
 def pytest_collection_modifyitems(config, items):
-    if GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine with -m gpu)")
+    gpus = torch.cuda.device_count() if GPU else 0
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine with -m gpu)")
+    skip_multi = pytest.mark.skip(reason="needs 2+ CUDA GPUs (run on a multi-GPU machine with -m multigpu)")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not gpus:
+            item.add_marker(skip_gpu)
+        if "multigpu" in item.keywords and gpus < 2:
+            item.add_marker(skip_multi)

@@ -42,6 +42,7 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
     `on_length` is called after each newly computed length (progress, per-item records).
     """
     rows: list[ComparisonRow] = []
+    tensors: dict[str, torch.Tensor] = {}
     num_layers = model.config.num_hidden_layers
     seconds: dict[str, float] = {}
     for input_ids in prompts:
@@ -51,6 +52,7 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
             continue
         ref = forward_under(model, input_ids, reference, options)
         rerun = forward_under(model, input_ids, reference, options)
+        tensors[f"logits/{reference}@{tokens}"] = ref.captured.logits[0, -1].float()
         dense = bool(ref.dense_layers)
         control = _logits_row(f"control: {reference} vs itself (rerun)", reference, reference,
                               rerun.captured.logits, ref.captured.logits, tokens, dense)
@@ -68,6 +70,7 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
             if expected:
                 length_rows.append(not_called_row(name, reference, "logits", expected, seen, tokens=tokens))
                 continue
+            tensors[f"logits/{name}@{tokens}"] = run.captured.logits[0, -1].float()
             row = _logits_row(f"{name} vs {reference}", name, reference, run.captured.logits,
                               ref.captured.logits, tokens, dense)
             row.verdict = gate.verdict(row.rel_l2, limit)
@@ -77,4 +80,4 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
             on_length(tokens, length_rows)
     facts = {"lengths": [p.shape[1] for p in prompts], "gate": gate.describe(), "seconds": seconds,
              "dense_threshold": options.dense_threshold}
-    return CheckResult(rows, overall(rows), facts)
+    return CheckResult(rows, overall(rows), facts, tensors)

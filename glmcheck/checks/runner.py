@@ -42,6 +42,18 @@ class BackendRun:
         return (expected, sum(self.calls.values())) if seen < expected else (0, 0)
 
 
+def _gather_shards(got: Captured) -> None:
+    """Under torchrun, per-head captures hold this rank's heads: gather all heads in rank order."""
+    from glmcheck import distributed
+
+    ctx = distributed.current()
+    if ctx is None:
+        return
+    for store in (got.latent, got.value):
+        for layer in list(store):
+            store[layer] = distributed.gather_heads(store[layer], ctx)
+
+
 def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str, options: SwapOptions, *,
                   latent_layers=(), value_layers=(), hidden_layers=(), index_layers=(),
                   last_logits: int = 1) -> BackendRun:
@@ -56,5 +68,6 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
             got.record_logits(output.logits, last=last_logits)
     if input_ids.device.type == "cuda":
         torch.cuda.synchronize(input_ids.device)
+    _gather_shards(got)
     return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers),
                       time.perf_counter() - start)

@@ -72,9 +72,17 @@ def validate_backends(names: list[str], *, device: torch.device, heads: int, tp:
 
 
 def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = False) -> torch.nn.Module:
-    """Build the model `spec` describes on `device` (layer0_only: one layer / partial loading)."""
+    """Build the model `spec` describes on `device` (layer0_only: one layer / partial loading).
+
+    Under torchrun (glmcheck.distributed active) each rank builds only its TP shard.
+    """
+    from glmcheck import distributed
+
     if spec.init not in INIT_SCALES:
         raise ValueError(f"init must be one of {', '.join(INIT_SCALES)}, got {spec.init!r}")
+    ctx = distributed.current()
+    if ctx is not None:
+        return _load_shard(spec, ctx, layer0_only)
     if spec.checkpoint:
         from glmcheck.model.checkpoint import load_checkpoint_model, load_layer0_model
 
@@ -82,6 +90,19 @@ def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = Fal
     layers = 1 if layer0_only and spec.layers is None else spec.layers
     config = make_config(spec.preset, layers=layers, experts=spec.experts)
     return build_dummy_model(config, seed=spec.seed, init=spec.init, device=device)
+
+
+def _load_shard(spec: ModelSpec, ctx, layer0_only: bool) -> torch.nn.Module:
+    from glmcheck import distributed
+    from glmcheck.model.sharding import build_shard
+
+    if spec.checkpoint:
+        raise ValueError("--checkpoint under torchrun is not supported yet: real weights load in one process "
+                         "(accelerate spreads them over the visible GPUs)")
+    layers = 1 if layer0_only and spec.layers is None else spec.layers
+    config = make_config(spec.preset, layers=layers, experts=spec.experts)
+    return build_shard(config, rank=ctx.rank, world=ctx.world_size, seed=spec.seed, init=spec.init,
+                       device=ctx.device, reduce=distributed.all_reduce_sum)
 
 
 def seeded_prompt(vocab_size: int, tokens: int, seed: int, device: torch.device) -> torch.Tensor:

@@ -67,9 +67,12 @@ class Prepared:
     """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
 
     def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None):
+        from glmcheck import distributed
+
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
                               seed=ns.seed, init=ns.init)
-        self.device = resolve_device(ns.device)
+        self.dist = distributed.current()
+        self.device = self.dist.device if self.dist else resolve_device(ns.device)
         heads = heads_of(self.spec)
         if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
@@ -78,15 +81,20 @@ class Prepared:
                          else default_backends(self.device, heads // ns.tp))
         self.warnings = validate_backends([self.reference] + self.backends, device=self.device, heads=heads,
                                           tp=ns.tp, deterministic=ns.deterministic)
-        self.options = SwapOptions(tp=ns.tp, kv_cache_dtype=None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype,
+        # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
+        self.options = SwapOptions(tp=1 if self.dist else ns.tp,
+                                   kv_cache_dtype=None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype,
                                    dense_threshold=getattr(ns, "dense_threshold", None),
                                    deterministic=ns.deterministic)
         bound = default_max_rel_l2 if ns.max_rel_l2 is None else (ns.max_rel_l2 or None)
         self.gate = Gate(ratio=ns.gate_ratio, max_rel_l2=bound)
-        self.quiet = ns.quiet
+        self.tp = ns.tp
+        self.is_main = self.dist is None or self.dist.is_main
+        self.quiet = ns.quiet or not self.is_main
 
     def describe(self) -> dict:
-        return {"tp": self.options.tp, "backends": self.backends, "reference": self.reference,
+        return {"tp": self.tp, "torchrun_ranks": self.dist.world_size if self.dist else None,
+                "backends": self.backends, "reference": self.reference,
                 "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
                 "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
                 "max_rel_l2": self.gate.max_rel_l2, "device": str(self.device)}
@@ -103,20 +111,32 @@ class Prepared:
         return 3 + len([b for b in dict.fromkeys(self.backends) if b not in (self.reference, "reference:bf16")])
 
     def say_warnings(self) -> None:
+        if not self.is_main:
+            return
         for warning in self.warnings:
             print(f"warning: {warning}", file=sys.stderr)
 
 
+def run_directory(ns: argparse.Namespace, prep: Prepared, command: str) -> Path | None:
+    """--out, or a fresh runs/<command>-<timestamp> on rank 0; None on other ranks without --out."""
+    if ns.out:
+        return Path(ns.out)
+    return default_run_dir(command) if prep.is_main else None
+
+
 def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, rows: list[dict], verdict: str,
            facts: dict, extra: dict | None = None, tensors: dict | None = None, out: Path | None = None) -> int:
-    """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL)."""
+    """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL); rank 0 only."""
+    code = 0 if verdict == "PASS" else 1
+    if not prep.is_main:
+        return code
     summary = {"command": command, "argv": sys.argv, "environment": environment_metadata(),
                "model": {**prep.spec.describe(), "config_hash": config_hash(model.config),
                          "layers_built": model.config.num_hidden_layers},
                "options": prep.describe(), "warnings": prep.warnings, "facts": facts, "rows": rows,
                "verdict": verdict, **(extra or {})}
-    directory = out or (Path(ns.out) if ns.out else default_run_dir(command))
+    directory = out or run_directory(ns, prep, command)
     write_record(directory, summary, pd.DataFrame(rows), tensors if ns.save_tensors else None)
     print(render(summary, pd.DataFrame(rows)))
     print(f"record: {directory}")
-    return 0 if verdict == "PASS" else 1
+    return code

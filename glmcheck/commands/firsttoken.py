@@ -7,15 +7,12 @@ import dataclasses
 
 from tqdm import tqdm
 
-from pathlib import Path
-
 from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
 from glmcheck.checks.setup import load_model
-from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.common import Prepared, add_model_options, finish, run_directory
 from glmcheck.commands.tokenizers import model_tokenizer
 from glmcheck.progress import ItemStore
 from glmcheck.prompts import PROMPT_SETS, load_prompts
-from glmcheck.records import default_run_dir
 
 
 def add_parser(sub) -> None:
@@ -40,9 +37,10 @@ def handle(ns: argparse.Namespace) -> int:
         raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
     prompts = load_prompts(ns.prompts, ns.limit)
     prep.say_warnings()
-    out = Path(ns.out) if ns.out else default_run_dir("firsttoken")
-    store = ItemStore(out, {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
-                            "prompts": [p.id for p in prompts], "continue": ns.continue_tokens})
+    out = run_directory(ns, prep, "firsttoken")
+    fingerprint = {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
+                   "prompts": [p.id for p in prompts], "continue": ns.continue_tokens}
+    store = ItemStore(out, fingerprint, writable=prep.is_main)
     done = {key: [PromptOutcome(**o) for o in payload] for key, payload in store.load().items()}
     model = load_model(prep.spec, prep.device)
     tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)

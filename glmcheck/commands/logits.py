@@ -7,14 +7,11 @@ import dataclasses
 
 from tqdm import tqdm
 
-from pathlib import Path
-
 from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
 from glmcheck.checks.setup import load_model, seeded_prompt
-from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.common import Prepared, add_model_options, finish, run_directory
 from glmcheck.progress import ItemStore
-from glmcheck.records import default_run_dir
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -43,9 +40,10 @@ def handle(ns: argparse.Namespace) -> int:
     prep = Prepared(ns, DEFAULT_MAX_REL_L2)
     lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
     prep.say_warnings()
-    out = Path(ns.out) if ns.out else default_run_dir("logits")
-    store = ItemStore(out, {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
-                            "lengths": lengths, "seed": ns.seed})
+    out = run_directory(ns, prep, "logits")
+    fingerprint = {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
+                   "lengths": lengths, "seed": ns.seed}
+    store = ItemStore(out, fingerprint, writable=prep.is_main)
     done = {int(key): [_row(r) for r in payload] for key, payload in store.load().items()}
     model = load_model(prep.spec, prep.device)
     prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
@@ -58,7 +56,8 @@ def handle(ns: argparse.Namespace) -> int:
         result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
                             on_length=finished, done=done)
     facts = {**result.facts, "resumed_items": len(done)}
-    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, facts, out=out)
+    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, facts,
+                  tensors=result.tensors, out=out)
 
 
 def _row(payload: dict) -> ComparisonRow:

@@ -1,0 +1,93 @@
+"""Memory needed per GPU before anything is loaded: weights of one TP shard plus activations.
+
+Weights are counted exactly from the module shapes (the model built on the meta device) with
+the sharding rules of `glmcheck.model.sharding` (attention heads and MLP widths split over tp,
+everything else replicated), in bf16 (fp32 for the router). Activations are a rough upper
+estimate for one prefill of T tokens (logits of the last position only): the indexer's fp32
+score tensor [T, index_heads, T] dominates at long prompts, then the causal and index masks,
+a few hidden-state buffers and the absorbed query / kernel output of H/tp heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import GlmMoeDsaConfig
+
+from glmcheck.model.sharding import check_divisible, full_shapes, slicer
+
+GIB = 2**30
+HEADROOM = 0.9  # fraction of the GPU's memory the plan allows itself
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    layers: int
+    tp: int
+    tokens: int
+    params_total: int
+    params_per_rank: int
+    weights_gib_per_rank: float
+    activations_gib: float
+    gpu_gib: float
+    max_layers: int  # of this config's layers, the first N that fit (at most its layer count)
+
+    @property
+    def total_gib_per_rank(self) -> float:
+        return self.weights_gib_per_rank + self.activations_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib_per_rank <= HEADROOM * self.gpu_gib
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _rank_bytes(config: GlmMoeDsaConfig, tp: int) -> tuple[int, int, list[int], int]:
+    """(params total, params per rank, bytes per rank of each layer, bytes per rank outside layers)."""
+    total = per_rank = other_bytes = 0
+    layer_bytes = [0] * config.num_hidden_layers
+    for name, shape in full_shapes(config).items():
+        count = _numel(shape)
+        mine = count // tp if slicer(name, 0, tp) is not None else count
+        size = mine * (4 if name.endswith(("mlp.gate.weight", "e_score_correction_bias")) else 2)
+        total, per_rank = total + count, per_rank + mine
+        if name.startswith("model.layers."):
+            layer_bytes[int(name.split(".")[2])] += size
+        else:
+            other_bytes += size
+    return total, per_rank, layer_bytes, other_bytes
+
+
+def activation_bytes(config: GlmMoeDsaConfig, tp: int, tokens: int) -> int:
+    """Rough upper estimate of one prefill's live activations on one rank (see module docstring)."""
+    t = tokens
+    indexer = t * config.index_n_heads * t * 4 + 2 * t * t * 4           # scores and index scores (fp32)
+    masks = 2 * t * t                                                    # causal + index masks (bool)
+    hidden = 8 * t * config.hidden_size * 2                               # residual stream buffers
+    heads = config.num_attention_heads // tp
+    attention = 3 * t * heads * (config.kv_lora_rank + config.qk_rope_head_dim) * 4
+    moe = t * config.num_experts_per_tok * 2 * (config.moe_intermediate_size // tp) * 2
+    return indexer + masks + hidden + attention + moe
+
+
+def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 141.0) -> MemoryPlan:
+    """Per-rank memory of `config` at TP degree `tp` for a prefill of `tokens` tokens."""
+    if tp < 1 or tokens < 1 or gpu_gib <= 0:
+        raise ValueError(f"tp and tokens must be positive and gpu_gib > 0, got {tp}, {tokens}, {gpu_gib}")
+    check_divisible(config, tp)
+    total, per_rank, layer_bytes, other_bytes = _rank_bytes(config, tp)
+    activations = activation_bytes(config, tp, tokens)
+    budget = HEADROOM * gpu_gib * GIB - other_bytes - activations
+    max_layers, used = 0, 0
+    for size in layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
+        if used + size > budget:
+            break
+        used, max_layers = used + size, max_layers + 1
+    return MemoryPlan(config.num_hidden_layers, tp, tokens, total, per_rank, (sum(layer_bytes) + other_bytes) / GIB,
+                      activations / GIB, gpu_gib, max_layers)

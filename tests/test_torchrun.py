@@ -1,0 +1,78 @@
+"""Real tensor parallelism under torchrun: CPU (gloo) here, 2 GPUs (NCCL) under -m multigpu."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from glmcheck import metrics
+from glmcheck.model import make_config
+from glmcheck.model.plan import plan_memory
+from glmcheck.records import read_record
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "glmcheck"]
+
+
+def torchrun(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    return subprocess.run(TORCHRUN + args, capture_output=True, text=True, timeout=600, env=env, **kwargs)
+
+
+def single(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "glmcheck", *args], capture_output=True, text=True, timeout=600)
+
+
+def compare_with_single_process(tmp_path, model_args: list[str], device_args: list[str]) -> None:
+    common = ["--tp", "2", "--quiet", "--save-tensors", "--backends", "triton_sparse_mla,hf_sdpa"] + model_args
+    ranks = torchrun(["layer0", *common, "--tokens", "64", "--out", str(tmp_path / "tp")] + device_args)
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    assert ranks.stdout.count("verdict:") == 1, "only rank 0 prints"
+    alone = single(["layer0", *common, "--tokens", "64", "--out", str(tmp_path / "one")] + device_args)
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    a, b = read_record(tmp_path / "tp"), read_record(tmp_path / "one")
+    assert a.summary["options"]["torchrun_ranks"] == 2 and b.summary["options"]["torchrun_ranks"] is None
+    for name in ("latent/reference", "latent/triton_sparse_mla"):
+        assert torch.equal(a.tensors[name], b.tensors[name]), f"{name}: every head must match the emulated TP"
+    logit_args = ["--tp", "2", "--quiet", "--save-tensors", "--backends", "triton_sparse_mla", "--tokens", "48"]
+    ranks = torchrun(["logits", *logit_args, *model_args, "--out", str(tmp_path / "tpl")] + device_args)
+    alone = single(["logits", *logit_args, *model_args, "--out", str(tmp_path / "onel")] + device_args)
+    assert ranks.returncode == 0 and alone.returncode == 0, ranks.stderr[-2000:] + alone.stderr[-2000:]
+    a, b = read_record(tmp_path / "tpl"), read_record(tmp_path / "onel")
+    floor = b.rows[b.rows["comparison"].str.startswith("floor")]["rel_l2"].item()
+    diff = metrics.rel_l2(a.tensors["logits/reference@48"], b.tensors["logits/reference@48"])
+    assert diff <= 2 * floor, f"torchrun vs single-process logits {diff:.3e} outside 2 x floor {floor:.3e}"
+
+
+def test_torchrun_cpu_matches_single_process(tmp_path):
+    compare_with_single_process(tmp_path, ["--model", "tiny"], ["--device", "cpu"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "onel", "tp", "tpl"], "only rank 0 writes"
+
+
+def test_torchrun_requires_tp_equal_world_size(tmp_path):
+    run = torchrun(["layer0", "--tp", "4", "--quiet", "--out", str(tmp_path / "x"), "--device", "cpu"])
+    assert run.returncode != 0
+    assert "--tp 4 must equal the torchrun world size 2" in run.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_plan_counts_glm52_and_finds_the_largest_fit():
+    glm = plan_memory(make_config("glm-5.2"), tp=8, tokens=4096)
+    assert 740e9 < glm.params_total < 750e9 and not glm.fits
+    assert 8 <= glm.max_layers < 78
+    fitting = plan_memory(make_config("glm-5.2", layers=glm.max_layers), tp=8, tokens=4096)
+    too_many = plan_memory(make_config("glm-5.2", layers=glm.max_layers + 1), tp=8, tokens=4096)
+    assert fitting.fits and not too_many.fits
+    tiny = plan_memory(make_config("tiny"), tp=2, tokens=128)
+    assert tiny.fits and tiny.params_per_rank < tiny.params_total
+    with pytest.raises(ValueError, match="tp 3 must divide attention heads"):
+        plan_memory(make_config("tiny"), tp=3, tokens=128)
+
+
+@pytest.mark.multigpu
+def test_two_gpus_glm52_geometry_matches_single_process(tmp_path):
+    compare_with_single_process(tmp_path, ["--model", "glm-5.2", "--layers", "4", "--experts", "16"], [])
