@@ -154,7 +154,6 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
             results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
             continue
         results.append(BenchResult(point, spec.name, timer(lambda: spec.run(inputs, out), rep_ms=rep), rel))
-        del out
     for group in (2, 4):
         ms = timer(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
         results.append(BenchResult(point, f"build{group}", ms, None, "union build alone"))
