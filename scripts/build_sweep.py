@@ -1,21 +1,29 @@
-"""Union build timing on the GPU: torch.sort alone, then union_dedup per search block size.
+"""Union build timing on the GPU: the search and merged-sort builds, their parts, and the whole
+union path with each build.
 
-Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py
-Each variant's output is checked against the first variant (same union sets) before timing.
+Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py [--seq-len 8192]
+Each build's sets are checked against the search build (same rows and bits) before timing, and
+each whole union path against the fp32 reference (rel-L2 gate) before timing.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import sys
 
 import torch
 
-from glmcheck.bench import time_ms
-from glmcheck.indices import drifting_indices
+from glmcheck import metrics
+from glmcheck.bench import GATE_REL_L2, BenchPoint, D_V, make_inputs, time_ms
+from glmcheck.inputs import poisoned_out
+from glmcheck.kernels import prefill, sparse_mla_prefill
 from glmcheck.kernels import union as union_mod
+from glmcheck.reference import sparse_mla_reference
 
 
 def same_sets(a: union_mod.UnionSets, b: union_mod.UnionSets) -> bool:
+    """Same rows with the same bits in every group, in any order."""
     if not torch.equal(a.lengths, b.lengths):
         return False
     width = int(a.lengths.max())
@@ -25,19 +33,61 @@ def same_sets(a: union_mod.UnionSets, b: union_mod.UnionSets) -> bool:
     return torch.equal(key_a.sort(dim=1).values, key_b.sort(dim=1).values)
 
 
-def main() -> int:
-    indices = drifting_indices([8192], 2048, 0.10, seed=0).cuda()
+def time_parts(indices: torch.Tensor, group: int, kv_rows: int) -> None:
+    """Sort alone at the search and merge segment widths."""
+    tokens, topk = indices.shape
     keys = torch.where(indices >= 0, indices, torch.full_like(indices, 2**31 - 1))
-    print(f"torch.sort [8192, 2048] int32: {time_ms(lambda: torch.sort(keys, dim=1)):.3f} ms")
-    for group in (2, 4):
-        baseline = None
-        for block, warps in ((256, 4), (1024, 4), (1024, 8), (2048, 8)):
-            union_mod.BUILD_BLOCK, union_mod.BUILD_WARPS = block, warps
-            sets = union_mod.union_dedup(indices, group, num_kv_rows=8192)
-            baseline = baseline or sets
+    wide = keys[: tokens // group * group].reshape(tokens // group, group * topk).contiguous()
+    print(f"  torch.sort {list(keys.shape)}: {time_ms(lambda: torch.sort(keys, dim=1)):.3f} ms; "
+          f"{list(wide.shape)}: {time_ms(lambda: torch.sort(wide, dim=1)):.3f} ms", flush=True)
+
+
+def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
+    for group in (2, 4, 8):
+        print(f"G={group}", flush=True)
+        time_parts(indices, group, kv_rows)
+        baseline = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search")
+        ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
+        print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
+        for block, warps in ((1024, 4), (1024, 8), (2048, 8), (4096, 8)):
+            union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = block, warps
+            sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")
             ok = same_sets(sets, baseline)
-            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=8192)) if ok else float("nan")
-            print(f"G={group} BLOCK={block} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
+            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")) \
+                if ok else float("nan")
+            print(f"  merge BLOCK={block} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
+        union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = 1024, 8
+
+
+def sweep_union_paths(seq_len: int) -> None:
+    """Whole union path (build + attention + tail) per build method, gated against fp32 first."""
+    real = prefill.union_dedup
+    for heads, group in ((8, 2), (8, 4), (8, 8), (16, 2), (16, 4)):
+        x = make_inputs(BenchPoint(1, seq_len, heads), seed=7)
+        ref = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
+        run = functools.partial(sparse_mla_prefill, x.q, x.kv, x.indices, x.sm_scale, D_V, union=group)
+        base = run(union=0)
+        print(f"H={heads} G={group}: per-token {time_ms(lambda: run(union=0)):.3f} ms", flush=True)
+        for method in ("search", "merge"):
+            prefill.union_dedup = functools.partial(real, method=method)
+            out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
+            run(out=out)
+            rel = metrics.rel_l2(out, ref)
+            vs_token = metrics.rel_l2(out, base)
+            ms = time_ms(lambda: run(out=out)) if rel <= GATE_REL_L2 else float("nan")
+            print(f"  union{group} build={method}: rel {rel:.3e} (vs per-token {vs_token:.2e}) {ms:.3f} ms",
+                  flush=True)
+        prefill.union_dedup = real
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seq-len", type=int, default=8192)
+    ns = parser.parse_args()
+    x = make_inputs(BenchPoint(1, ns.seq_len, 8), seed=3)
+    print(f"calibrated indices 1x{ns.seq_len}, topk {x.indices.shape[-1]}", flush=True)
+    sweep_builds(x.indices.reshape(x.indices.shape[0], -1).contiguous(), x.kv.shape[0])
+    sweep_union_paths(ns.seq_len)
     return 0
 
 

@@ -202,10 +202,11 @@ def test_bad_choices_raise(tiny):
 def test_backend_validation():
     cpu = torch.device("cpu")
     assert any("interpreter" in w for w in validate_backend("triton_sparse_mla", device=cpu, heads_per_rank=8))
-    with pytest.raises(BackendError, match="legal union backends here: triton_sparse_mla:union2$"):
-        validate_backend("triton_sparse_mla:union4", device=cpu, heads_per_rank=16)
+    with pytest.raises(BackendError, match="legal union backends here: triton_sparse_mla:union2, "
+                                           "triton_sparse_mla:union4$"):
+        validate_backend("triton_sparse_mla:union8", device=cpu, heads_per_rank=16)
     with pytest.raises(BackendError, match="none"):
-        validate_backend("triton_sparse_mla:union2", device=cpu, heads_per_rank=2)
+        validate_backend("triton_sparse_mla:union2", device=cpu, heads_per_rank=1)
     warnings = validate_backend("triton_sparse_mla:union4", device=cpu, heads_per_rank=2, deterministic=True)
     assert any("deterministic" in w for w in warnings)
     with pytest.raises(BackendError, match="SM90"):
@@ -225,7 +226,7 @@ def test_gpu_glm52_layer0_every_backend():
     model = build_dummy_model(make_config("glm-5.2", layers=1), seed=0, init="sharp", device="cuda")
     prompt = torch.randint(0, model.config.vocab_size, (1, 4096), generator=torch.Generator().manual_seed(0)).cuda()
     backends = ["reference", "reference", "triton_sparse_mla", "triton_sparse_mla:union2",
-                "triton_sparse_mla:union4", "torch_bf16", "hf_sdpa"]
+                "triton_sparse_mla:union4", "triton_sparse_mla:union8", "torch_bf16", "hf_sdpa"]
     if flashmla_available()[0]:
         backends.append("flashmla_sparse")
     runs = []

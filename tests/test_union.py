@@ -33,9 +33,10 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
     return torch.where(roll < dirt, junk, base), kv_rows
 
 
-@pytest.mark.parametrize("G", [2, 4])
+@pytest.mark.parametrize("method", ["merge", "search"])
+@pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("with_length", [False, True])
-def test_dedup_matches_python_sets(device, G, with_length):
+def test_dedup_matches_python_sets(device, G, with_length, method):
     indices, kv_rows = overlapping_indices(tokens=203, topk=64, seed=G)
     overlap = len(set(indices[150].tolist()) & set(indices[151].tolist()))
     assert 32 < overlap < 64, "neighbours must overlap but differ"
@@ -43,7 +44,7 @@ def test_dedup_matches_python_sets(device, G, with_length):
     if with_length:
         topk_length = torch.randint(0, 65, (203,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
     sets = union_dedup(indices.to(device), G, None if topk_length is None else topk_length.to(device),
-                       num_kv_rows=kv_rows)
+                       num_kv_rows=kv_rows, method=method)
     expected = python_union(indices, G, kv_rows, topk_length)
     assert sets.lengths.shape[0] == 203 // G == len(expected)
     rows, bits, lengths = sets.rows.cpu(), sets.bits.cpu(), sets.lengths.cpu()
@@ -53,6 +54,32 @@ def test_dedup_matches_python_sets(device, G, with_length):
         assert len(got_rows) == len(set(got_rows)), f"group {g}: a row emitted twice"
         got = dict(zip(got_rows, bits[g, :n].tolist()))
         assert got == owners, f"group {g}: union or ownership bits differ"
+
+
+def test_merge_build_rows_ascending_and_auto_picks_it(device):
+    indices, kv_rows = overlapping_indices(tokens=40, topk=32, seed=5)
+    indices = indices.to(device)
+    merged = union_dedup(indices, 4, num_kv_rows=kv_rows, method="merge")
+    auto = union_dedup(indices, 4, num_kv_rows=kv_rows)
+    for g in range(10):
+        n = int(merged.lengths[g])
+        rows = merged.rows[g, :n].tolist()
+        assert rows == sorted(rows) and n > 0
+        assert torch.equal(auto.rows[g, :n], merged.rows[g, :n]) and torch.equal(auto.bits[g, :n], merged.bits[g, :n])
+
+
+def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
+    indices = torch.arange(4, dtype=torch.int32, device=device).repeat(6, 1)
+    with pytest.raises(ValueError, match="method='merge' needs"):
+        union_dedup(indices, 2, num_kv_rows=2**30, method="merge")
+    with pytest.raises(ValueError, match="method='merge' needs"):
+        union_dedup(indices, 3, num_kv_rows=8, method="merge")
+    with pytest.raises(ValueError, match="method='merge' needs"):
+        union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
+    with pytest.raises(ValueError, match="method must be one of"):
+        union_dedup(indices, 2, num_kv_rows=8, method="hash")
+    sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto falls back to the search build
+    assert sets.lengths.tolist() == [4, 4, 4] and sets.bits[:, :4].eq(3).all()
 
 
 def test_dedup_without_kv_rows_drops_only_negative_slots(device):
@@ -81,7 +108,7 @@ def _spy_union_launches(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("heads, G", [(8, 2), (8, 4), (16, 2)])
+@pytest.mark.parametrize("heads, G", [(8, 2), (8, 4), (16, 2), (8, 8), (16, 4)])
 def test_union_exact_vs_reference_and_per_token(device, monkeypatch, heads, G):
     tokens = 45  # odd: a tail of T mod G tokens takes the per-token path
     q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
@@ -109,7 +136,7 @@ def test_union_is_deterministic(device):
     assert torch.equal(first, sparse_mla_prefill(q, kv, indices, scale, d_v, union=4))
 
 
-@pytest.mark.parametrize("heads, G", [(4, 2), (12, 2), (6, 4), (16, 4), (32, 2), (1, 4), (2, 8)])
+@pytest.mark.parametrize("heads, G", [(4, 2), (12, 2), (6, 4), (16, 8), (32, 4), (64, 2), (1, 4), (1, 8)])
 def test_illegal_union_falls_back_bitwise(device, monkeypatch, heads, G):
     q, kv, indices, scale, d_v = (t.to(device) if isinstance(t, torch.Tensor) else t
                                   for t in _inputs(10, heads, 32, seed=heads))
@@ -155,7 +182,8 @@ def test_bad_dedup_group_raises(device):
 # ---- real shapes on the GPU -------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads, G, tokens", [(8, 2, 4096), (8, 4, 4096), (16, 2, 4096), (8, 4, 1023)])
+@pytest.mark.parametrize("heads, G, tokens", [(8, 2, 4096), (8, 4, 4096), (16, 2, 4096), (8, 4, 1023),
+                                             (8, 8, 4093), (16, 4, 4096), (32, 2, 4096)])
 def test_gpu_union_real_shape(monkeypatch, heads, G, tokens):
     device = torch.device("cuda")
     indices = drifting_indices([tokens], 2048, 0.10, seed=G).to(device)

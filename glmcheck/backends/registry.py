@@ -54,6 +54,7 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "triton_sparse_mla": (_triton(0), "the kernel under test, per-token path"),
     "triton_sparse_mla:union2": (_triton(2), "the kernel under test, union of 2 adjacent tokens"),
     "triton_sparse_mla:union4": (_triton(4), "the kernel under test, union of 4 adjacent tokens"),
+    "triton_sparse_mla:union8": (_triton(8), "the kernel under test, union of 8 adjacent tokens"),
     "torch_bf16": (torch_bf16_sparse_prefill, "plain PyTorch gather + bmm in bf16"),
     "flashmla_sparse": (flashmla_sparse_prefill, "FlashMLA sparse prefill, heads zero-padded to 64 (SM90)"),
 }

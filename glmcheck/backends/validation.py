@@ -69,7 +69,7 @@ def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
             legal = legal_groups(heads_per_rank)
             choices = ", ".join(f"triton_sparse_mla:union{g}" for g in legal) or "none (use triton_sparse_mla)"
             raise BackendError(f"{name} is illegal with {heads_per_rank} heads per rank (G*H must be a power "
-                               f"of two in [16, 32]); legal union backends here: {choices}")
+                               f"of two in [16, 64]); legal union backends here: {choices}")
     if name == "flashmla_sparse":
         if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
             raise BackendError(f"flashmla_sparse needs an SM90 GPU (H100/H200), got device {device}")

@@ -90,7 +90,7 @@ def stream_is_capturing(device: torch.device) -> bool:
 def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
     """The union group G to run, or 0 for the per-token path (illegal requests fall back)."""
     if isinstance(union, bool) or not isinstance(union, int) or union < 0:
-        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2 or 4), got {union!r}")
+        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2, 4 or 8), got {union!r}")
     if union <= 1:
         return 0
     if deterministic:
@@ -98,7 +98,7 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
     if stream_is_capturing(args.q.device):
         return 0
     if not union_is_legal(args.num_heads, union):
-        log_fallback_once(args.num_heads, union, "G*H must be a power of two in [16, 32]")
+        log_fallback_once(args.num_heads, union, "G*H must be a power of two in [16, 64]")
         return 0
     if args.num_tokens < union:
         return 0
@@ -135,9 +135,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                        _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
-    `union` = G in {2, 4} asks for the union fast path: G adjacent tokens share one
+    `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one
     deduplicated gather (same values as the per-token path up to summation order). It runs
-    only when the G*H query tile is a power of two in [16, 32]; otherwise, with
+    only when the G*H query tile is a power of two in [16, 64]; otherwise, with
     `deterministic=True` (batch-invariant results), or while the current CUDA stream is
     capturing a graph, the per-token path runs instead. Tail tokens (T mod G) always take the
     per-token path. `check_inputs=True` also checks contents (a host sync): q and kv finite, no

@@ -1,8 +1,10 @@
 """Launchers of the union fast path: the union build (`union_dedup`) and the union attention.
 
 G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is a power of
-two in [16, 32] (tl.dot needs at least 16 rows; tl.arange needs a power of two): with 8 heads
-G = 2 and 4, with 16 heads G = 2. Everything runs on the device without a host sync; the
+two in [16, 64] (tl.dot needs at least 16 rows; tl.arange needs a power of two; 64 rows is one
+Hopper warpgroup MMA tile, the largest whose fp32 accumulator [64, 512] still fits the
+registers of 8 warps): with 8 heads G = 2, 4 and 8, with 16 heads G = 2 and 4, with 32 heads
+G = 2. Everything runs on the device without a host sync; the
 union buffers live only as long as the call that made them.
 """
 
@@ -13,26 +15,31 @@ import math
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
+from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
 from glmcheck.kernels.validate import (PrefillArgs, check_indices, check_no_duplicates, check_topk_length,
                                       valid_slot_mask)
 
 log = logging.getLogger("glmcheck")
 
-UNION_TILE_ROWS = (16, 32)
-SUPPORTED_GROUPS = (2, 4)
-MAX_GROUP = 8  # ownership bits are int8
+UNION_TILE_ROWS = (16, 32, 64)
+SUPPORTED_GROUPS = (2, 4, 8)
+MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
+BUILD_METHODS = ("auto", "merge", "search")
+KEYS_BLOCK = 1024  # slots per program of the key pass
+MERGE_BLOCK = 1024  # sorted keys per step of the merge pass
 
 
 @dataclass(frozen=True)
 class UnionSets:
     """Per group g of G adjacent tokens: rows[g, :lengths[g]] the distinct valid KV rows
-    (int32), bits[g, :lengths[g]] their ownership masks (int8, bit i = token i of the group
+    (int32), bits[g, :lengths[g]] their ownership masks (uint8, bit i = token i of the group
     selected the row), lengths [num_groups] int32. Entries past lengths[g] are unspecified."""
 
     rows: torch.Tensor
@@ -42,7 +49,7 @@ class UnionSets:
 
 
 def union_is_legal(num_heads: int, group: int) -> bool:
-    """True when G is a supported group (2 or 4) and the G*H query tile is 16 or 32 rows."""
+    """True when G is a supported group (2, 4 or 8) and the G*H query tile is 16, 32 or 64 rows."""
     return group in SUPPORTED_GROUPS and num_heads * group in UNION_TILE_ROWS
 
 
@@ -52,32 +59,63 @@ def legal_groups(num_heads: int) -> list[int]:
 
 
 def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
-                num_kv_rows: int | None = None, check_inputs: bool = False) -> UnionSets:
+                num_kv_rows: int | None = None, check_inputs: bool = False,
+                method: str = "auto") -> UnionSets:
     """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
 
     indices [T, topk] (or [T, 1, topk]) int32 on CUDA (or CPU in the interpreter); empty slots
     are negative values, values >= num_kv_rows when it is given, and slots at or past
     topk_length[t]. Contract: a token never selects the same row twice (`check_inputs=True`
     verifies it, with a host sync, and raises ValueError naming the row).
+
+    `method`: "search" sorts each token's rows and binary-searches them in the other tokens'
+    lists (rows come out token-major); "merge" sorts the group's G*topk keys row*G + token
+    together and finds copies as neighbours (rows come out ascending; needs a power-of-two G
+    and num_kv_rows * G <= 2**31 - 1); "auto" takes "merge" where legal. Both give the same
+    set of rows and bits.
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
+    if method not in BUILD_METHODS:
+        raise ValueError(f"method must be one of {BUILD_METHODS}, got {method!r}")
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
     indices = check_indices(indices, indices.shape[0] if indices.dim() else 0, indices.device)
     topk_length = check_topk_length(topk_length, indices.shape[0], indices.device)
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
+    merge_legal = merge_is_legal(G, num_kv_rows)
+    if method == "merge" and not merge_legal:
+        raise ValueError(f"method='merge' needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
+                         f"got G={G}, num_kv_rows={num_kv_rows}")
     if check_inputs:
         check_no_duplicates(indices, INT32_MAX if num_kv_rows is None else num_kv_rows, topk_length)
     num_groups = indices.shape[0] // G
-    tokens, topk = num_groups * G, indices.shape[1]
+    topk = indices.shape[1]
     device = indices.device
     rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
-    bits = torch.empty((num_groups, G * topk), dtype=torch.int8, device=device)
+    bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
     lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
     if num_groups == 0 or topk == 0:
         return UnionSets(rows, bits, lengths, G)
+    sets = UnionSets(rows, bits, lengths, G)
+    if method == "search" or not merge_legal:
+        _build_by_search(indices, topk_length, num_kv_rows, sets)
+    else:
+        _build_by_merge(indices, topk_length, num_kv_rows, sets)
+    return sets
+
+
+def merge_is_legal(G: int, num_kv_rows: int | None) -> bool:
+    """The merged-sort build applies: G a power of two and every key row*G + token fits int32."""
+    return G & (G - 1) == 0 and num_kv_rows is not None and num_kv_rows * G <= INT32_MAX
+
+
+def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                     num_kv_rows: int | None, sets: UnionSets) -> None:
+    """Per-token sort, then the binary-search kernel (`union_build.py`) fills `sets`."""
+    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
+    tokens = num_groups * G
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
     lengths_in = None if topk_length is None else topk_length[:tokens]
     valid = valid_slot_mask(indices[:tokens], span, lengths_in)
@@ -85,12 +123,31 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     sorted_rows = torch.sort(keys, dim=1).values.contiguous()
     counts = valid.sum(dim=1, dtype=torch.int32)
     union_build_kernel[(num_groups,)](
-        sorted_rows, counts, rows, bits, lengths,
-        sorted_rows.stride(0), rows.stride(0), bits.stride(0),
+        sorted_rows, counts, sets.rows, sets.bits, sets.lengths,
+        sorted_rows.stride(0), sets.rows.stride(0), sets.bits.stride(0),
         G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
         num_warps=BUILD_WARPS,
     )
-    return UnionSets(rows, bits, lengths, G)
+
+
+def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                    num_kv_rows: int, sets: UnionSets) -> None:
+    """Keys row*G + token per slot, one sort per group of G*topk keys, then the merge kernel."""
+    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
+    tokens = num_groups * G
+    keys = torch.empty((tokens, topk), dtype=torch.int32, device=indices.device)
+    length_arg = keys if topk_length is None else topk_length  # unread without HAS_LENGTH
+    block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
+    union_keys_kernel[(tokens, triton.cdiv(topk, block))](
+        indices, length_arg, keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
+        G=G, HAS_LENGTH=topk_length is not None, BLOCK=block,
+    )
+    sorted_keys = torch.sort(keys.view(num_groups, G * topk), dim=1).values
+    union_merge_kernel[(num_groups,)](
+        sorted_keys, sets.rows, sets.bits, sets.lengths,
+        G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
+        G=G, LOG2_G=G.bit_length() - 1, BLOCK=MERGE_BLOCK, num_warps=BUILD_WARPS,
+    )
 
 
 def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,

@@ -69,6 +69,6 @@ def union_build_kernel(
             flag = emit.to(tl.int32)
             position = emitted + tl.cumsum(flag, axis=0) - 1
             tl.store(out_rows + position, row, mask=emit)
-            tl.store(out_bits + position, bits.to(tl.int8), mask=emit)
+            tl.store(out_bits + position, bits.to(tl.uint8), mask=emit)
             emitted += tl.sum(flag, axis=0)
     tl.store(len_ptr + group, emitted)
