@@ -18,13 +18,20 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
             "-m", "glmcheck"]
 
 
-def torchrun(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+def _env(args: list[str]) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-    return subprocess.run(TORCHRUN + args, capture_output=True, text=True, timeout=600, env=env, **kwargs)
+    if "--device" in args and args[args.index("--device") + 1] == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # CPU tensors need Triton's interpreter, also on a GPU machine
+    return env
+
+
+def torchrun(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(TORCHRUN + args, capture_output=True, text=True, timeout=600, env=_env(args), **kwargs)
 
 
 def single(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "glmcheck", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "glmcheck", *args], capture_output=True, text=True, timeout=600,
+                          env=_env(args))
 
 
 def compare_with_single_process(tmp_path, model_args: list[str], device_args: list[str]) -> None:

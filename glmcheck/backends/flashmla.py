@@ -19,6 +19,12 @@ import torch
 
 ENV_LIBRARY = "GLMCHECK_FLASHMLA_LIB"
 HEAD_MULTIPLE = 64  # SM90 sparse prefill runs 64-head tiles
+LATENT_DIMS = (512, 64)  # the only (d_v, rope) it takes: d_qk 576 (GLM-5.x, DeepSeek-V3.2)
+
+
+def flashmla_supports(latent_dims: tuple[int, int] | None) -> bool:
+    """Whether FlashMLA's sparse prefill takes a model with this (kv_lora_rank, rope dim); None: unknown."""
+    return latent_dims is None or tuple(latent_dims) == LATENT_DIMS
 
 
 @dataclass(frozen=True)
