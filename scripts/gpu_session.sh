@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model  (tests [IDS...]: only those)
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
@@ -23,7 +23,8 @@ if [ -d .whl ]; then  # once per machine (two steps may run side by side)
   export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 case $step in
-  tests)    python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
+  tests)    shift 2  # optional test ids after STEP: only those (e.g. the failures of a previous run)
+            python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
   memcheck) bash scripts/gpu_memcheck.sh "$out" ;;
   bench)    python3 scripts/ceilings.py 2>&1 | tee "$out/ceilings.txt"
             python3 -m glmcheck bench --heads 16,32,64 --quiet --out "$rec/bench" 2>&1 | tee "$out/bench.txt" | tail -n 30 ;;
