@@ -1,22 +1,38 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|model
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model  (tests [IDS...]: only those)
+# Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
+# (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
+# model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
+# wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench or model}
-mkdir -p "$out"
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel or model}
+rec=${GLMCHECK_RECORDS:-$out}
+mkdir -p "$out" "$rec"
+timed() {
+  if [ -x /usr/bin/time ]; then /usr/bin/time -v "$@"; return; fi
+  local start rc; start=$(date +%s%N); "$@"; rc=$?
+  echo "Elapsed (wall clock) time: $(( ($(date +%s%N) - start) / 1000000 )) ms"; return $rc
+}
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 [ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site; fi
+if [ -d .whl ]; then  # once per machine (two steps may run side by side)
+  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 case $step in
-  tests)    python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
+  tests)    shift 2  # optional test ids after STEP: only those (e.g. the failures of a previous run)
+            python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
   memcheck) bash scripts/gpu_memcheck.sh "$out" ;;
   bench)    python3 scripts/ceilings.py 2>&1 | tee "$out/ceilings.txt"
-            python3 -m glmcheck bench --heads 16,32,64 --quiet --out "$out/bench" 2>&1 | tee "$out/bench.txt" | tail -n 30 ;;
-  model)    /usr/bin/time -v python3 -m glmcheck layer0 --model glm-5.2 --tp 8 --tokens 4096 --quiet --out "$out/layer0" \
-              2>&1 | tee "$out/layer0.txt" | grep -E "\||verdict|Elapsed|Maximum resident"
-            /usr/bin/time -v python3 -m glmcheck firsttoken --model glm-5.2 --layers 8 --experts 16 --tp 8 \
-              --prompts natural50 --quiet --out "$out/firsttoken" 2>&1 | tee "$out/firsttoken.txt" | grep -E "\||verdict|Elapsed" ;;
+            python3 -m glmcheck bench --heads 16,32,64 --quiet --out "$rec/bench" 2>&1 | tee "$out/bench.txt" | tail -n 30 ;;
+  benchmodel) python3 -m glmcheck bench --model glm-5.2 --layers 8 --experts 16 --tp 8 --tokens 2048,4096,8192 \
+              --quiet --out "$rec/bench-model" 2>&1 | tee "$out/bench-model.txt" ;;
+  model)    TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck layer0 --model glm-5.2 --tp 8 --tokens 4096 --quiet \
+              --out "$rec/layer0" 2>&1 | tee "$out/layer0.txt" | grep -E "\||verdict|Elapsed|Maximum resident"
+            TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck firsttoken --model glm-5.2 --layers 8 --experts 16 --tp 8 \
+              --prompts natural50 --quiet --out "$rec/firsttoken" 2>&1 | tee "$out/firsttoken.txt" | grep -E "\||verdict|Elapsed" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -31,6 +31,11 @@ def is_quantised(name: str, tensor: torch.Tensor) -> bool:
 def write_bf16(out: Path) -> None:
     model = build_dummy_model(make_config("tiny"), seed=0, init="sharp")
     model.save_pretrained(out, max_shard_size="1MB")
+    # Leave layer_types to each transformers version's default: 5.24 writes "indexed_attention",
+    # which 5.17 (the GPU machine's) rejects; 5.17's own default is "deepseek_sparse_attention".
+    config = json.loads((out / "config.json").read_text())
+    config.pop("layer_types", None)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def write_fp8(source: Path, out: Path) -> None:

@@ -11,6 +11,7 @@ import torch
 from glmcheck import metrics
 from glmcheck.backends.validation import BackendError, validate_backend
 from glmcheck.capture import capture
+from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model.absorbed import fp8_roundtrip_rows, kernel_indices
 from glmcheck.model.swap import _SESSIONS, attention_modules
@@ -110,6 +111,9 @@ def hf_runs(tiny, prompt):
 @pytest.mark.parametrize("backend", ["triton_sparse_mla", "torch_bf16", "reference"])
 def test_swap_matches_hf_eager(tiny, prompt, hf_runs, backend):
     """Within 2x the hf_sdpa-vs-hf_eager band (measured on tiny: value 5.8e-3, logits 3.9e-2)."""
+    if backend.startswith("triton") and not interpreter_active():
+        pytest.skip("the hf band here is measured on the CPU, where Triton needs its interpreter (CPU-only "
+                    "machines); on a GPU test_gpu_glm52_layer0_every_backend covers the swap")
     hf, floor = hf_runs
     session, got = run(tiny, prompt, backend)
     value_band = metrics.rel_l2(floor.value[0], hf.value[0])
@@ -122,6 +126,8 @@ def test_swap_matches_hf_eager(tiny, prompt, hf_runs, backend):
 
 
 def test_control_rerun_bit_identical_and_tp_slices(tiny, prompt):
+    if not interpreter_active():  # a GPU machine: Triton runs CUDA tensors only
+        tiny, prompt = build_dummy_model(make_config("tiny"), seed=3, init="sharp", device="cuda"), prompt.cuda()
     prompt = prompt[:, :40]  # the interpreter runs 4 rank calls per layer here
     _, first = run(tiny, prompt, "triton_sparse_mla")
     _, again = run(tiny, prompt, "triton_sparse_mla")
@@ -211,6 +217,8 @@ def test_backend_validation():
     assert any("deterministic" in w for w in warnings)
     with pytest.raises(BackendError, match="SM90"):
         validate_backend("flashmla_sparse", device=cpu, heads_per_rank=8)
+    with pytest.raises(BackendError, match="512 \\+ 64 rope latent .* this model's is 64 \\+ 16"):
+        validate_backend("flashmla_sparse", device=cpu, heads_per_rank=8, latent_dims=(64, 16))
     with pytest.raises(BackendError, match="unknown backend"):
         validate_backend("triton", device=cpu, heads_per_rank=8)
     assert validate_backend("hf_sdpa", device=cpu, heads_per_rank=8) == []
@@ -240,6 +248,10 @@ def test_gpu_glm52_layer0_every_backend():
     reference, control = runs[0][1], runs[1][1]
     assert torch.equal(reference.latent[0], control.latent[0]), "the fp32 reference reruns bit-identically"
     for name, got in runs[2:]:
+        # torch_bf16 is the naive baseline: its bf16 bmm rounds the scores to bf16 before the fp32
+        # softmax, which at the sharp init's logit spread costs ~1e-2 (measured 1.07e-2 latent rel-L2
+        # on the H200, 2026-11-29); every other backend keeps fp32 scores.
+        latent_tol, value_tol = (2e-2, 2e-2) if name == "torch_bf16" else (3e-3, 1e-2)
         if 0 in got.latent:
-            assert metrics.rel_l2(got.latent[0], reference.latent[0]) <= 3e-3, name
-        assert metrics.rel_l2(got.value[0], reference.value[0]) <= 1e-2, name
+            assert metrics.rel_l2(got.latent[0], reference.latent[0]) <= latent_tol, name
+        assert metrics.rel_l2(got.value[0], reference.value[0]) <= value_tol, name

@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
+import pytest
 
 from glmcheck.plots import write_plots
+
+nbformat = pytest.importorskip("nbformat")  # not on the GPU machine's image
+NotebookClient = pytest.importorskip("nbclient").NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "fixtures" / "results-sample"

@@ -49,6 +49,10 @@ def compare_with_single_process(tmp_path, model_args: list[str], device_args: li
 
 
 def test_torchrun_cpu_matches_single_process(tmp_path):
+    if torch.cuda.is_available():
+        # CPU tensors need Triton's interpreter, which the GPU image's triton 3.6 cannot run our kernel
+        # in (InterpreterError 'only 0-dimensional arrays...', GPU run 5); -m multigpu covers a GPU host.
+        pytest.skip("CPU/gloo torchrun test: CPU-only machines (CI); the multigpu test runs on GPUs")
     compare_with_single_process(tmp_path, ["--model", "tiny"], ["--device", "cpu"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "onel", "tp", "tpl"], "only rank 0 writes"
 

@@ -19,6 +19,13 @@ import torch
 
 ENV_LIBRARY = "GLMCHECK_FLASHMLA_LIB"
 HEAD_MULTIPLE = 64  # SM90 sparse prefill runs 64-head tiles
+TOPK_MULTIPLE = 128  # and asserts topk % (2 * B_TOPK) == 0 with B_TOPK = 64: pad with -1 slots
+LATENT_DIMS = (512, 64)  # the only (d_v, rope) it takes: d_qk 576 (GLM-5.x, DeepSeek-V3.2)
+
+
+def flashmla_supports(latent_dims: tuple[int, int] | None) -> bool:
+    """Whether FlashMLA's sparse prefill takes a model with this (kv_lora_rank, rope dim); None: unknown."""
+    return latent_dims is None or tuple(latent_dims) == LATENT_DIMS
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,8 @@ def _load(library: str | None, tried: list[str]) -> FlashMLA | None:
 def flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
                             d_v: int = 512, *, topk_length: torch.Tensor | None = None,
                             library: str | None = None) -> torch.Tensor:
-    """FlashMLA sparse prefill with H heads zero-padded to a multiple of 64; returns [T, H, d_v] bf16."""
+    """FlashMLA sparse prefill with H heads zero-padded to a multiple of 64 and topk padded with -1 to
+    a multiple of 128; returns [T, H, d_v] bf16."""
     flash = find_flashmla(library)
     num_tokens, num_heads, d_qk = q.shape
     padded_heads = -(-num_heads // HEAD_MULTIPLE) * HEAD_MULTIPLE
@@ -104,5 +112,9 @@ def flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Te
         q_pad[:, :num_heads] = q
     kv3 = kv if kv.dim() == 3 else kv[:, None, :]
     idx3 = indices if indices.dim() == 3 else indices[:, None, :]
+    topk = idx3.shape[-1]
+    padded_topk = -(-topk // TOPK_MULTIPLE) * TOPK_MULTIPLE
+    if padded_topk != topk:  # short prompts: the indexer selects min(index_topk, T) slots
+        idx3 = torch.nn.functional.pad(idx3, (0, padded_topk - topk), value=-1)
     out = flash.run(q_pad, kv3, idx3, sm_scale, d_v, topk_length)
     return out[:, :num_heads]

@@ -9,13 +9,15 @@ with caveats:
 - a union group that is illegal for the heads per rank: error naming the legal choices
   (the kernel called directly falls back silently instead);
 - `deterministic`: union backends run the per-token path, with a warning;
-- `flashmla_sparse`: error unless on CUDA capability 9.x with FlashMLA loadable.
+- `flashmla_sparse`: error unless on CUDA capability 9.x with FlashMLA loadable, and (when
+  `latent_dims` is given) the model's latent is 512 + 64 rope (d_qk 576), the only one it takes.
 """
 
 from __future__ import annotations
 
 import torch
 
+from glmcheck.backends.flashmla import LATENT_DIMS, flashmla_supports
 from glmcheck.backends.registry import backend_names, flashmla_available
 from glmcheck.kernels.tiles import DEFAULT_TILE, TILE_TABLE
 from glmcheck.kernels.union import legal_groups, union_is_legal
@@ -55,7 +57,7 @@ def _check_triton_device(device: torch.device) -> list[str]:
 
 
 def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
-                     deterministic: bool = False) -> list[str]:
+                     deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
     """Raise BackendError if `name` cannot run; return warnings otherwise (see module docstring)."""
     if name not in all_backend_names():
         raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(all_backend_names())}")
@@ -71,6 +73,9 @@ def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
             raise BackendError(f"{name} is illegal with {heads_per_rank} heads per rank (G*H must be a power "
                                f"of two in [16, 64]); legal union backends here: {choices}")
     if name == "flashmla_sparse":
+        if not flashmla_supports(latent_dims):
+            raise BackendError(f"flashmla_sparse takes a {LATENT_DIMS[0]} + {LATENT_DIMS[1]} rope latent (d_qk "
+                               f"{sum(LATENT_DIMS)}) only; this model's is {latent_dims[0]} + {latent_dims[1]}")
         if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
             raise BackendError(f"flashmla_sparse needs an SM90 GPU (H100/H200), got device {device}")
         ok, why = flashmla_available()

@@ -58,8 +58,19 @@ def heads_of(spec: ModelSpec) -> int:
     return PRESETS[spec.preset].fields["num_attention_heads"]
 
 
+def latent_dims_of(spec: ModelSpec) -> tuple[int, int]:
+    """(kv_lora_rank, qk_rope_head_dim) of the model `spec` describes (reads only the config)."""
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint import read_config
+
+        config = read_config(spec.checkpoint)
+    else:
+        config = make_config(spec.preset, layers=1)
+    return config.kv_lora_rank, config.qk_rope_head_dim
+
+
 def validate_backends(names: list[str], *, device: torch.device, heads: int, tp: int,
-                      deterministic: bool = False) -> list[str]:
+                      deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
     """Validate the TP degree and every backend; returns warnings, raises ValueError/BackendError."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
         raise ValueError(f"tp must be a positive int dividing the {heads} attention heads, got {tp!r}")
@@ -67,7 +78,8 @@ def validate_backends(names: list[str], *, device: torch.device, heads: int, tp:
         raise ValueError("backends must name at least one backend")
     warnings: list[str] = []
     for name in dict.fromkeys(names):
-        warnings += validate_backend(name, device=device, heads_per_rank=heads // tp, deterministic=deterministic)
+        warnings += validate_backend(name, device=device, heads_per_rank=heads // tp, deterministic=deterministic,
+                                     latent_dims=latent_dims)
     return list(dict.fromkeys(warnings))
 
 

@@ -98,8 +98,9 @@ def _handle_model(ns) -> int:
     lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
     from glmcheck.model.presets import make_config
 
-    heads = make_config(ns.model, layers=1).num_attention_heads
-    for warning in validate_backends(backends, device=device, heads=heads, tp=ns.tp):
+    config = make_config(ns.model, layers=1)
+    for warning in validate_backends(backends, device=device, heads=config.num_attention_heads, tp=ns.tp,
+                                     latent_dims=(config.kv_lora_rank, config.qk_rope_head_dim)):
         print(f"warning: {warning}")
     model = load_model(spec, device)
     with tqdm(total=2 * len(lengths) * len(backends), desc="prefill", disable=ns.quiet, leave=False) as bar:

@@ -10,9 +10,16 @@ import pandas as pd
 import torch
 
 from glmcheck.backends import flashmla_available
+from glmcheck.backends.flashmla import flashmla_supports
 from glmcheck.checks.common import Gate
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.checks.setup import ModelSpec, heads_of, resolve_device, validate_backends
+from glmcheck.checks.setup import (
+    ModelSpec,
+    heads_of,
+    latent_dims_of,
+    resolve_device,
+    validate_backends,
+)
 from glmcheck.environment import config_hash, environment_metadata
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.presets import PRESETS
@@ -35,7 +42,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", default=None,
                         help="comma-separated backends (default: every backend available here)")
     parser.add_argument("--reference", default=None,
-                        help="reference backend (default: flashmla_sparse when present, else reference)")
+                        help="reference backend (default: flashmla_sparse when present and the model's latent is "
+                             "512 + 64, else reference)")
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
@@ -47,18 +55,24 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def default_backends(device: torch.device, heads_per_rank: int) -> list[str]:
-    """Every backend that can run here for this head count."""
+def _flashmla_here(device: torch.device, latent_dims: tuple[int, int] | None) -> bool:
+    return (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+            and flashmla_supports(latent_dims) and flashmla_available()[0])
+
+
+def default_backends(device: torch.device, heads_per_rank: int,
+                     latent_dims: tuple[int, int] | None = None) -> list[str]:
+    """Every backend that can run here for this head count (and latent geometry, when given)."""
     names = ["reference", "triton_sparse_mla"]
     names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
     names += ["torch_bf16", "hf_sdpa"]
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9 and flashmla_available()[0]:
+    if _flashmla_here(device, latent_dims):
         names.append("flashmla_sparse")
     return names
 
 
-def default_reference(device: torch.device) -> str:
-    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9 and flashmla_available()[0]:
+def default_reference(device: torch.device, latent_dims: tuple[int, int] | None = None) -> str:
+    if _flashmla_here(device, latent_dims):
         return "flashmla_sparse"
     return "reference"
 
@@ -76,11 +90,12 @@ class Prepared:
         heads = heads_of(self.spec)
         if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
-        self.reference = ns.reference or default_reference(self.device)
+        dims = latent_dims_of(self.spec)
+        self.reference = ns.reference or default_reference(self.device, dims)
         self.backends = ([b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends
-                         else default_backends(self.device, heads // ns.tp))
+                         else default_backends(self.device, heads // ns.tp, dims))
         self.warnings = validate_backends([self.reference] + self.backends, device=self.device, heads=heads,
-                                          tp=ns.tp, deterministic=ns.deterministic)
+                                          tp=ns.tp, deterministic=ns.deterministic, latent_dims=dims)
         # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
         self.options = SwapOptions(tp=1 if self.dist else ns.tp,
                                    kv_cache_dtype=None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype,
