@@ -113,7 +113,7 @@ def default_specs(flashmla: bool) -> list[BenchSpec]:
     def triton(union: int):
         return lambda x, out: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=union)
 
-    specs = [BenchSpec("per-token", triton(0)), BenchSpec("union2", triton(2)), BenchSpec("union4", triton(4))]
+    specs = [BenchSpec("per-token", triton(0))] + [BenchSpec(f"union{g}", triton(g)) for g in (2, 4, 8)]
     if flashmla:
         specs += [
             BenchSpec("flashmla+len", lambda x, out: flashmla_sparse_prefill(
@@ -154,7 +154,7 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
             results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
             continue
         results.append(BenchResult(point, spec.name, timer(lambda: spec.run(inputs, out), rep_ms=rep), rel))
-    for group in (2, 4):
+    for group in (2, 4, 8):
         ms = timer(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
         results.append(BenchResult(point, f"build{group}", ms, None, "union build alone"))
     return results
@@ -196,7 +196,7 @@ def render_table(results: list[BenchResult]) -> str:
         rows.append(row)
     out = [markdown_table(headers, rows)]
     ratio_rows = []
-    exact = [b for b in ("per-token", "union2", "union4") if b in backends]
+    exact = [b for b in ("per-token", "union2", "union4", "union8") if b in backends]
     for p in points:
         flash = table.ms(p, "flashmla+len")
         per_token = table.ms(p, "per-token")

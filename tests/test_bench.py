@@ -33,8 +33,8 @@ def test_gate_rejects_a_wrong_backend_before_timing():
     assert by_name["per-token"].ms == 1.0 and by_name["union2"].ms == 1.0
     wrong = by_name["planted:wrong-scale"]
     assert wrong.ms is None and "gate failed" in wrong.note and wrong.rel_l2 > 3e-3
-    assert by_name["build2"].ms == 1.0 and by_name["build4"].ms == 1.0
-    assert len(timed) == 4, "the failed backend must never reach the timer"
+    assert by_name["build2"].ms == 1.0 and by_name["build4"].ms == 1.0 and by_name["build8"].ms == 1.0
+    assert len(timed) == 5, "the failed backend must never reach the timer"
     table = render_table(results)
     assert "planted:wrong-scale ms" in table and "| -" in table
 

@@ -78,6 +78,8 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="hash")
+    from glmcheck.kernels.union import merge_pays
+    assert merge_pays(2, 2048) and merge_pays(8, 2048) and not merge_pays(4, 2048)
     sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto falls back to the search build
     assert sets.lengths.tolist() == [4, 4, 4] and sets.bits[:, :4].eq(3).all()
 
