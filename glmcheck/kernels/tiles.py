@@ -39,6 +39,7 @@ INTERPRETER_TILE = Tile(block_n=32, num_warps=1, num_stages=1)
 TILE_TABLE: dict[tuple[int, int], dict[tuple[str, int], Tile]] = {
     # H200 sweep 2026-11-29 (docs/performance.md), 1 x 8192, topk 2048, ms at the chosen tile:
     # per-token M16 3.65, M32 4.96, M64 8.32; union (with its build) G2H8 2.85, G4H8 2.92, G2H16 3.93.
+    # 64-row union tiles (run 6, wgmma): G8H8 2.83 at 64/8/2, G4H16 3.65, G2H32 4.77 (builds included).
     (9, 0): {
         ("per_token", 16): Tile(block_n=64, num_warps=4, num_stages=3),
         ("per_token", 32): Tile(block_n=64, num_warps=4, num_stages=2),
