@@ -31,7 +31,8 @@ def test_bf16_checkpoint_is_the_seeded_tiny_model():
     loaded = load_checkpoint_model(BF16).state_dict()
     built = build_dummy_model(make_config("tiny"), seed=0, init="sharp").state_dict()
     assert loaded.keys() == built.keys()
-    assert all(torch.equal(loaded[k], built[k]) for k in built)
+    differing = [k for k in built if not torch.equal(loaded[k], built[k])]
+    assert not differing, f"{len(differing)} tensors differ, first: {differing[:4]}"
 
 
 def test_fp8_checkpoint_dequantises_through_transformers():
@@ -120,3 +121,20 @@ def test_bad_checkpoints(tmp_path):
     (other / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="expected glm_moe_dsa"):
         load_layer0_model(other)
+
+
+def test_unloaded_parameters_are_an_error_not_random_weights(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "tiny-bf16"
+    shutil.copytree(BF16, broken)
+    index_path = broken / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    dropped = next(name for name in index["weight_map"] if name.endswith("kv_b_proj.weight"))
+    shard = broken / index["weight_map"].pop(dropped)
+    tensors = load_file(shard)
+    del tensors[dropped]
+    save_file(tensors, shard, metadata={"format": "pt"})
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="missing keys .*kv_b_proj"):
+        load_checkpoint_model(broken)

@@ -131,8 +131,9 @@ def test_firsttoken_cli(tmp_path, capsys):
                                capsys)
     assert code == 0, printed
     assert "control: reference vs itself (rerun)" in printed and "/4" in printed
+    assert "floor: reference:bf16 vs reference" in printed
     record = read_record(tmp_path / "f")
-    assert len(record.rows) == 8 and set(record.rows["prompt_id"]) == {f"natural-0{i}" for i in range(1, 5)}
+    assert len(record.rows) == 12 and set(record.rows["prompt_id"]) == {f"natural-0{i}" for i in range(1, 5)}
     assert record.summary["facts"]["continue_tokens"] == 2
 
 

@@ -58,7 +58,7 @@ def _same_record(resumed: Path, whole: Path) -> None:
         assert a.summary.get(key) == b.summary.get(key)
 
 
-@pytest.mark.parametrize("args, per_item, sig", [(FIRSTTOKEN, 3, signal.SIGINT), (LOGITS, 4, signal.SIGTERM)],
+@pytest.mark.parametrize("args, per_item, sig", [(FIRSTTOKEN, 4, signal.SIGINT), (LOGITS, 4, signal.SIGTERM)],
                          ids=["firsttoken-SIGINT", "logits-SIGTERM"])
 def test_killed_run_resumes_without_recomputing(tmp_path, monkeypatch, args, per_item, sig, capsys):
     out = tmp_path / "run"

@@ -3,8 +3,12 @@
 Per backend: argmax agreement with the reference n/N, mean and max |Δ logprob| of the chosen
 token on the agreeing prompts, and the disagreements with each side's top-1 token, its logprob
 and the reference's top-1/top-2 gap (a near tie explains a flip). The control row is the
-reference run twice. A backend passes when every disagreement is a near tie (reference gap <=
-tie_gap) and its mean |Δ logprob| is within gate_ratio x the control's or under max_dlogprob.
+reference run twice; the floor row is `reference:bf16` (an ideal bf16-output kernel) against the
+reference, i.e. the noise any bf16 kernel carries through the model. A backend passes when every
+disagreement is a near tie and its mean |Δ logprob| is within gate_ratio x max(control, floor)
+or under max_dlogprob. A near tie is a reference gap <= max(tie_gap, gate_ratio x the floor's
+largest |Δ logprob|): on a model whose top-1/top-2 gaps are as small as the floor's noise (dummy
+weights), a flip across such a gap says nothing about the kernel.
 `continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by token
 with the reference's (first divergence position).
 """
@@ -17,7 +21,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from glmcheck.checks.common import FAIL, INFO, PASS
+from glmcheck.checks.common import FAIL, FLOOR_BACKEND, INFO, PASS
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.prompts import Prompt
 
@@ -114,6 +118,7 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
     """
     others = [b for b in dict.fromkeys(backends) if b != reference]
     control_name = f"{reference} (rerun)"
+    floor_name = f"{FLOOR_BACKEND} (floor)" if reference != FLOOR_BACKEND else None
     outcomes: list[PromptOutcome] = []
     for prompt in prompts:
         if done and prompt.id in done:
@@ -125,6 +130,9 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
             if continue_tokens else []
         batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, reference, options), ref_choice,
                               ref_logprobs)]
+        if floor_name:
+            batch.append(judge_prompt(prompt.id, floor_name, _logits(model, ids, FLOOR_BACKEND, options),
+                                      ref_choice, ref_logprobs))
         for name in others:
             outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
             if continue_tokens:
@@ -134,33 +142,49 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
         outcomes += batch
         if on_prompt is not None:
             on_prompt(prompt, batch)
-    return summarize(outcomes, [control_name] + others, control_name, tokenizer, gate_ratio, max_dlogprob,
-                     tie_gap, continue_tokens)
+    floor_names = [floor_name] if floor_name else []
+    return summarize(outcomes, [control_name] + floor_names + others, control_name, tokenizer, gate_ratio,
+                     max_dlogprob, tie_gap, continue_tokens, floor_name)
 
 
 def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,
-              gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int) -> FirstTokenResult:
-    """Per-backend summary rows, the disagreement list and the verdict."""
+              gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int,
+              floor_name: str | None = None) -> FirstTokenResult:
+    """Per-backend summary rows, the disagreement list and the verdict (see module docstring)."""
+    reference = control_name.split(" ")[0]
     control_mean = _stats([o for o in outcomes if o.backend == control_name])["mean_dlogprob"]
+    floor = _stats([o for o in outcomes if o.backend == floor_name]) if floor_name else None
+    band_mean = max(control_mean, floor["mean_dlogprob"]) if floor else control_mean
+    near_tie = max(tie_gap, gate_ratio * floor["max_dlogprob"]) if floor else tie_gap
+    if not math.isfinite(near_tie):
+        near_tie = tie_gap
     rows, flips = [], []
     for name in names:
         mine = [o for o in outcomes if o.backend == name]
         stats = _stats(mine)
-        wide_flips = [o for o in mine if not o.agree and o.ref_gap > tie_gap]
-        within = (stats["mean_dlogprob"] <= gate_ratio * control_mean
+        wide_flips = [o for o in mine if not o.agree and o.ref_gap > near_tie]
+        within = (stats["mean_dlogprob"] <= gate_ratio * band_mean
                   or (max_dlogprob is not None and stats["mean_dlogprob"] <= max_dlogprob))
         ok = math.isfinite(stats["mean_dlogprob"]) and within and not wide_flips and mine
-        verdict = (PASS if ok else FAIL) if name != control_name else (INFO if ok else FAIL)
-        row = {"comparison": f"{name} vs {control_name.split(' ')[0]}" if name != control_name
-               else f"control: {control_name.split(' ')[0]} vs itself (rerun)", "backend": name, **stats,
+        judged = name not in (control_name, floor_name)
+        verdict = (PASS if ok else FAIL) if judged else (INFO if math.isfinite(stats["mean_dlogprob"]) else FAIL)
+        if name == control_name:
+            comparison = f"control: {reference} vs itself (rerun)"
+        elif name == floor_name:
+            comparison = f"floor: {FLOOR_BACKEND} vs {reference} (ideal bf16 kernel)"
+        else:
+            comparison = f"{name} vs {reference}"
+        row = {"comparison": comparison, "backend": name, **stats,
                "wide_flips": len(wide_flips), "verdict": verdict}
         if continue_tokens:
             row["identical_continuations"] = sum(o.divergence is None for o in mine)
         rows.append(row)
-        flips += [_flip(o, tokenizer, tie_gap) for o in mine if not o.agree]
+        flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree]
     verdict = FAIL if any(r["verdict"] == FAIL for r in rows) else PASS
-    facts = {"tie_gap": tie_gap, "gate": f"PASS when every flip is a near tie (reference gap <= {tie_gap:g} nats) "
-             f"and mean |dlogprob| <= {gate_ratio:g} x control" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
+    facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap,
+             "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
+             f"{gate_ratio:g} x the floor's max |dlogprob|)) and mean |dlogprob| <= {gate_ratio:g} x "
+             f"max(control, floor)" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
              "continue_tokens": continue_tokens}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
 

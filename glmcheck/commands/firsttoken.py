@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--continue", dest="continue_tokens", type=int, default=0,
                    help="also compare a greedy N-token continuation (first divergence)")
     p.add_argument("--tie-gap", type=float, default=DEFAULT_TIE_GAP,
-                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats)")
+                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats) or "
+                        "<= gate-ratio x the floor's (reference:bf16) largest |dlogprob|")
     p.add_argument("--max-dlogprob", type=float, default=DEFAULT_MAX_DLOGPROB,
                    help="mean |dlogprob| under this passes (nats; 0 turns it off)")
     p.set_defaults(handler=handle)

@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 import torch
+import transformers
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, FineGrainedFP8Config, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
@@ -103,9 +104,10 @@ def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
     try:
-        model = GlmMoeDsaForCausalLM.from_pretrained(path, **kwargs)
+        model, info = GlmMoeDsaForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {str(path)!r} could not be loaded: {err}") from None
+    check_loading_info(path, info)
     placed = set(getattr(model, "hf_device_map", {}).values())
     if placed & {"cpu", "disk"}:
         log.warning("glmcheck: the model does not fit the visible GPUs; accelerate offloaded part of it to %s "
@@ -113,6 +115,22 @@ def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str
     if device.type != "cuda":
         model = model.to(device)
     return model.eval()
+
+
+def check_loading_info(path: str | os.PathLike, info: dict) -> None:
+    """CheckpointError when transformers left parameters unloaded (it would init them randomly) or
+    skipped tensors of the wrong shape; a warning for tensors the model does not use."""
+    problems = {kind: sorted(map(str, info.get(kind) or [])) for kind in ("missing_keys", "mismatched_keys")}
+    problems = {kind: names for kind, names in problems.items() if names}
+    if problems:
+        detail = "; ".join(f"{kind.replace('_', ' ')} ({len(names)}): {', '.join(names[:5])}"
+                           + (" ..." if len(names) > 5 else "") for kind, names in problems.items())
+        raise CheckpointError(f"checkpoint {str(path)!r} does not match this transformers "
+                              f"({transformers.__version__}) GlmMoeDsaForCausalLM: {detail}")
+    unexpected = sorted(map(str, info.get("unexpected_keys") or []))
+    if unexpected:
+        log.warning("glmcheck: checkpoint %s has %d tensors the model does not use (first: %s)",
+                    path, len(unexpected), ", ".join(unexpected[:3]))
 
 
 def load_layer0_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
