@@ -31,8 +31,13 @@ def test_bf16_checkpoint_is_the_seeded_tiny_model():
     loaded = load_checkpoint_model(BF16).state_dict()
     built = build_dummy_model(make_config("tiny"), seed=0, init="sharp").state_dict()
     assert loaded.keys() == built.keys()
-    differing = [k for k in built if not torch.equal(loaded[k], built[k])]
+    # The router weights are stored in fp32; transformers 5.17 (the GPU image) loads them into a
+    # bf16 parameter, 5.24 keeps fp32 (GPU run 6: only layers 1-2 mlp.gate.weight differed). So
+    # routers must agree at bf16 precision and every other tensor bitwise.
+    router = [k for k in built if k.endswith("mlp.gate.weight")]
+    differing = [k for k in built if k not in router and not torch.equal(loaded[k], built[k])]
     assert not differing, f"{len(differing)} tensors differ, first: {differing[:4]}"
+    assert router and all(torch.equal(loaded[k].to(torch.bfloat16), built[k].to(torch.bfloat16)) for k in router)
 
 
 def test_fp8_checkpoint_dequantises_through_transformers():

@@ -22,7 +22,7 @@ def table(kernel: list[PromptOutcome], floor_max: float = 0.1):
     outcomes = [outcome("p0", CONTROL, 0.5, 0.0), outcome("p1", CONTROL, 0.5, 0.0),
                 outcome("p0", FLOOR, 0.5, floor_max), outcome("p1", FLOOR, 0.5, floor_max / 2)]
     return summarize(outcomes + kernel, [CONTROL, FLOOR, "kernel"], CONTROL, Names(), gate_ratio=2.0,
-                     max_dlogprob=None, tie_gap=0.1, continue_tokens=0, floor_name=FLOOR)
+                     max_dlogprob=None, tie_gap=0.1, continue_tokens=0, noise_names=[FLOOR])
 
 
 def verdicts(result) -> dict[str, str]:
@@ -49,3 +49,15 @@ def test_without_floor_the_fixed_tie_gap_applies():
     outcomes = [outcome("p0", CONTROL, 0.5, 0.0), outcome("p0", "kernel", 0.15, 0.0, agree=False)]
     result = summarize(outcomes, [CONTROL, "kernel"], CONTROL, Names(), 2.0, 0.05, 0.1, 0)
     assert verdicts(result)["kernel"] == FAIL and result.facts["tie_gap"] == 0.1
+
+
+def test_exact_reference_is_a_noise_row_when_the_reference_is_a_kernel():
+    control, exact = "flashmla_sparse (rerun)", "reference"
+    outcomes = [outcome("p0", control, 0.5, 0.0), outcome("p0", FLOOR, 0.5, 0.1),
+                outcome("p0", exact, 0.34, 0.19, agree=False), outcome("p1", exact, 0.5, 0.19),
+                outcome("p0", "kernel", 0.34, 0.0, agree=False), outcome("p1", "kernel", 0.5, 0.1)]
+    result = summarize(outcomes, [control, FLOOR, exact, "kernel"], control, Names(), 2.0, None, 0.1, 0,
+                       noise_names=[FLOOR, exact])
+    assert verdicts(result) == {control: INFO, FLOOR: INFO, exact: INFO, "kernel": PASS}
+    assert result.facts["tie_gap"] == 0.38
+    assert "noise: reference (exact fp32) vs flashmla_sparse" in [r["comparison"] for r in result.summary_rows]

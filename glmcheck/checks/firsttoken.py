@@ -3,12 +3,14 @@
 Per backend: argmax agreement with the reference n/N, mean and max |Δ logprob| of the chosen
 token on the agreeing prompts, and the disagreements with each side's top-1 token, its logprob
 and the reference's top-1/top-2 gap (a near tie explains a flip). The control row is the
-reference run twice; the floor row is `reference:bf16` (an ideal bf16-output kernel) against the
-reference, i.e. the noise any bf16 kernel carries through the model. A backend passes when every
-disagreement is a near tie and its mean |Δ logprob| is within gate_ratio x max(control, floor)
-or under max_dlogprob. A near tie is a reference gap <= max(tie_gap, gate_ratio x the floor's
-largest |Δ logprob|): on a model whose top-1/top-2 gaps are as small as the floor's noise (dummy
-weights), a flip across such a gap says nothing about the kernel.
+reference run twice. Noise rows: `reference:bf16` (an ideal bf16-output kernel) against the
+reference, i.e. the noise any bf16 kernel carries through the model, and, when the reference is
+another kernel (FlashMLA) and `reference` is among the backends, the exact fp32 `reference`
+against it (that kernel's own deviation from the exact result). A backend passes when every
+disagreement is a near tie and its mean |Δ logprob| is within gate_ratio x max(control, noise
+rows) or under max_dlogprob. A near tie is a reference gap <= max(tie_gap, gate_ratio x the
+largest |Δ logprob| of a noise row): on a model whose top-1/top-2 gaps are as small as that
+noise (dummy weights), a flip across such a gap says nothing about the kernel.
 `continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by token
 with the reference's (first divergence position).
 """
@@ -25,6 +27,7 @@ from glmcheck.checks.common import FAIL, FLOOR_BACKEND, INFO, PASS
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.prompts import Prompt
 
+EXACT_BACKEND = "reference"  # the exact fp32 backend: a noise row when the reference is another kernel
 DEFAULT_TIE_GAP = 0.1        # nats: a flip across a smaller top-1/top-2 gap is a near tie
 DEFAULT_MAX_DLOGPROB = 0.05  # nats
 
@@ -142,22 +145,23 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
         outcomes += batch
         if on_prompt is not None:
             on_prompt(prompt, batch)
-    floor_names = [floor_name] if floor_name else []
-    return summarize(outcomes, [control_name] + floor_names + others, control_name, tokenizer, gate_ratio,
-                     max_dlogprob, tie_gap, continue_tokens, floor_name)
+    noise = ([floor_name] if floor_name else []) + [n for n in others if n == EXACT_BACKEND]
+    others = [n for n in others if n not in noise]
+    return summarize(outcomes, [control_name] + noise + others, control_name, tokenizer, gate_ratio,
+                     max_dlogprob, tie_gap, continue_tokens, noise)
 
 
 def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,
               gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int,
-              floor_name: str | None = None) -> FirstTokenResult:
+              noise_names: list[str] | tuple[str, ...] = ()) -> FirstTokenResult:
     """Per-backend summary rows, the disagreement list and the verdict (see module docstring)."""
     reference = control_name.split(" ")[0]
     control_mean = _stats([o for o in outcomes if o.backend == control_name])["mean_dlogprob"]
-    floor = _stats([o for o in outcomes if o.backend == floor_name]) if floor_name else None
-    band_mean = max(control_mean, floor["mean_dlogprob"]) if floor else control_mean
-    near_tie = max(tie_gap, gate_ratio * floor["max_dlogprob"]) if floor else tie_gap
-    if not math.isfinite(near_tie):
-        near_tie = tie_gap
+    noise = [_stats([o for o in outcomes if o.backend == name]) for name in noise_names]
+    band_mean = max([control_mean] + [n["mean_dlogprob"] for n in noise])
+    near_tie = max([tie_gap] + [gate_ratio * n["max_dlogprob"] for n in noise])
+    if not (math.isfinite(near_tie) and math.isfinite(band_mean)):
+        near_tie, band_mean = tie_gap, control_mean
     rows, flips = [], []
     for name in names:
         mine = [o for o in outcomes if o.backend == name]
@@ -166,11 +170,13 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         within = (stats["mean_dlogprob"] <= gate_ratio * band_mean
                   or (max_dlogprob is not None and stats["mean_dlogprob"] <= max_dlogprob))
         ok = math.isfinite(stats["mean_dlogprob"]) and within and not wide_flips and mine
-        judged = name not in (control_name, floor_name)
+        judged = name != control_name and name not in noise_names
         verdict = (PASS if ok else FAIL) if judged else (INFO if math.isfinite(stats["mean_dlogprob"]) else FAIL)
         if name == control_name:
             comparison = f"control: {reference} vs itself (rerun)"
-        elif name == floor_name:
+        elif name == EXACT_BACKEND:
+            comparison = f"noise: {EXACT_BACKEND} (exact fp32) vs {reference}"
+        elif name in noise_names:
             comparison = f"floor: {FLOOR_BACKEND} vs {reference} (ideal bf16 kernel)"
         else:
             comparison = f"{name} vs {reference}"
@@ -183,8 +189,8 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
     verdict = FAIL if any(r["verdict"] == FAIL for r in rows) else PASS
     facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap,
              "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
-             f"{gate_ratio:g} x the floor's max |dlogprob|)) and mean |dlogprob| <= {gate_ratio:g} x "
-             f"max(control, floor)" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
+             f"{gate_ratio:g} x the noise rows' max |dlogprob|)) and mean |dlogprob| <= {gate_ratio:g} x "
+             f"max(control, noise rows)" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
              "continue_tokens": continue_tokens}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
 

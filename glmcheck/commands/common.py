@@ -62,10 +62,13 @@ def _flashmla_here(device: torch.device, latent_dims: tuple[int, int] | None) ->
 
 def default_backends(device: torch.device, heads_per_rank: int,
                      latent_dims: tuple[int, int] | None = None) -> list[str]:
-    """Every backend that can run here for this head count (and latent geometry, when given)."""
+    """The kernels under test and the independent references that can run here for this head count
+    (and latent geometry, when given). The naive `torch_bf16` baseline is left to `--backends`: its
+    bf16 scores put it outside the 2x floor band at GLM-5.2 scale (1.09e-2, GPU run 5), so in the
+    default set it would fail every default run for a reason that is not the kernel's."""
     names = ["reference", "triton_sparse_mla"]
     names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
-    names += ["torch_bf16", "hf_sdpa"]
+    names += ["hf_sdpa"]
     if _flashmla_here(device, latent_dims):
         names.append("flashmla_sparse")
     return names
