@@ -1,8 +1,8 @@
-"""Union build timing on the GPU: the search and merged-sort builds, their parts, and the whole
-union path with each build.
+"""Union build timing on the GPU: the search, merged-sort and hash builds, their parts, and the
+whole union path with each build.
 
 Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py [--seq-len 8192]
-Each build's sets are checked against the search build (same rows and bits) before timing, and
+Each build's sets are checked against the merge build (same rows and bits) before timing, and
 each whole union path against the fp32 reference (rel-L2 gate) before timing.
 """
 
@@ -46,9 +46,10 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
     for group in (2, 4, 8):
         print(f"G={group}", flush=True)
         time_parts(indices, group, kv_rows)
-        baseline = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search")
-        ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
-        print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
+        baseline = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")
+        if group <= 4:  # G = 8: the search build's 56 unrolled searches per slot outlast the budget
+            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
+            print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
         for block, warps in ((1024, 4), (1024, 8), (2048, 8), (4096, 8)):
             union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = block, warps
             sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")
@@ -57,6 +58,14 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
                 if ok else float("nan")
             print(f"  merge BLOCK={block} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
         union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = 1024, 8
+        for per_sm, warps in ((2, 4), (4, 4), (4, 8), (8, 4)):
+            union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = per_sm, warps
+            sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="hash")
+            ok = same_sets(sets, baseline)
+            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="hash")) \
+                if ok else float("nan")
+            print(f"  hash programs/SM={per_sm} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
+        union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = 4, 8
 
 
 def sweep_union_paths(seq_len: int) -> None:
@@ -68,7 +77,9 @@ def sweep_union_paths(seq_len: int) -> None:
         run = functools.partial(sparse_mla_prefill, x.q, x.kv, x.indices, x.sm_scale, D_V, union=group)
         base = run(union=0)
         print(f"H={heads} G={group}: per-token {time_ms(lambda: run(union=0)):.3f} ms", flush=True)
-        for method in ("search", "merge"):
+        for method in ("search", "merge", "hash"):
+            if method == "search" and group == 8:
+                continue
             prefill.union_dedup = functools.partial(real, method=method)
             out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
             run(out=out)

@@ -33,7 +33,7 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
     return torch.where(roll < dirt, junk, base), kv_rows
 
 
-@pytest.mark.parametrize("method", ["merge", "search"])
+@pytest.mark.parametrize("method", ["merge", "search", "hash"])
 @pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("with_length", [False, True])
 def test_dedup_matches_python_sets(device, G, with_length, method):
@@ -77,11 +77,27 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
     with pytest.raises(ValueError, match="method='merge' needs"):
         union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
     with pytest.raises(ValueError, match="method must be one of"):
-        union_dedup(indices, 2, num_kv_rows=8, method="hash")
+        union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import merge_pays
     assert merge_pays(2, 2048) and merge_pays(8, 2048) and not merge_pays(4, 2048)
     sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto falls back to the search build
     assert sets.lengths.tolist() == [4, 4, 4] and sets.bits[:, :4].eq(3).all()
+
+
+@pytest.mark.parametrize("G", [2, 8])
+def test_hash_build_on_disjoint_selections_fills_half_its_table(device, G):
+    """Uniform rows from a wide span: nearly every slot is a distinct row, so the table runs at its
+    designed load (half full) and probes collide; every group still matches the set reference."""
+    g = torch.Generator().manual_seed(G)
+    tokens, topk, kv_rows = 2 * G + 1, 256, 10**6
+    indices = torch.stack([torch.randperm(kv_rows, generator=g)[:topk] for _ in range(tokens)]).int()
+    sets = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method="hash")
+    expected = python_union(indices, G, kv_rows, None)
+    assert [int(n) for n in sets.lengths] == [len(e) for e in expected]
+    assert min(len(e) for e in expected) > 0.95 * G * topk
+    for group, owners in enumerate(expected):
+        n = int(sets.lengths[group])
+        assert dict(zip(sets.rows[group, :n].tolist(), sets.bits[group, :n].tolist())) == owners
 
 
 def test_dedup_without_kv_rows_drops_only_negative_slots(device):

@@ -20,6 +20,7 @@ import triton
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
+from glmcheck.kernels.union_hash import union_hash_kernel
 from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
 from glmcheck.kernels.validate import (PrefillArgs, check_indices, check_no_duplicates, check_topk_length,
                                       valid_slot_mask)
@@ -31,7 +32,9 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "search")
+BUILD_METHODS = ("auto", "merge", "search", "hash")
+HASH_PROGRAMS_PER_SM = 4  # persistent programs of the hash build (each owns one table)
+HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 # torch.sort keeps a segment of up to 4096 keys in shared memory; longer ones take a slower path
@@ -78,7 +81,9 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     one short sort (<= MERGE_SHORT_WIDTH) or G = 8 (where the search build's G*(G-1) searches
     per slot cost more than the long sort), else "search". Measured on the H200 at 8192 tokens,
     topk 2048: G=2 merge 0.60 ms vs search 0.84; G=4 merge 1.34 vs search 1.07. Both give the
-    same set of rows and bits.
+    same set of rows and bits. "hash" (opt-in, not yet measured on a GPU) needs no sort: an
+    open-addressing table per program, atomic compare-and-swap inserts (rows come out in hash
+    order).
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -105,7 +110,9 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_groups == 0 or topk == 0:
         return UnionSets(rows, bits, lengths, G)
     sets = UnionSets(rows, bits, lengths, G)
-    if method == "search" or not merge_legal or (method == "auto" and not merge_pays(G, topk)):
+    if method == "hash":
+        _build_by_hash(indices, topk_length, num_kv_rows, sets)
+    elif method == "search" or not merge_legal or (method == "auto" and not merge_pays(G, topk)):
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     else:
         _build_by_merge(indices, topk_length, num_kv_rows, sets)
@@ -138,6 +145,28 @@ def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
         sorted_rows.stride(0), sets.rows.stride(0), sets.bits.stride(0),
         G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
         num_warps=BUILD_WARPS,
+    )
+
+
+def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                   num_kv_rows: int | None, sets: UnionSets) -> None:
+    """One open-addressing table per persistent program (`union_hash.py`) fills `sets`."""
+    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
+    table_size = max(HASH_BLOCK, triton.next_power_of_2(2 * G * topk))
+    if interpreter_active() or indices.device.type != "cuda":
+        programs = min(num_groups, 2)
+    else:
+        sms = torch.cuda.get_device_properties(indices.device).multi_processor_count
+        programs = min(num_groups, HASH_PROGRAMS_PER_SM * sms)
+    table = torch.full((programs, table_size), -1, dtype=torch.int32, device=indices.device)
+    owners = torch.zeros((programs, table_size), dtype=torch.int32, device=indices.device)
+    length_arg = owners if topk_length is None else topk_length  # unread without HAS_LENGTH
+    union_hash_kernel[(programs,)](
+        indices, length_arg, table, owners, sets.rows, sets.bits, sets.lengths,
+        num_groups, INT32_MAX if num_kv_rows is None else num_kv_rows, topk,
+        indices.stride(0), indices.stride(1), sets.rows.stride(0), sets.bits.stride(0),
+        G=G, HAS_LENGTH=topk_length is not None, TABLE=table_size, LOG2_TABLE=table_size.bit_length() - 1,
+        BLOCK=HASH_BLOCK, num_warps=BUILD_WARPS,
     )
 
 

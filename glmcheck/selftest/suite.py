@@ -240,17 +240,17 @@ def union_mismatches(sets: Any, expected: list[dict[int, int]]) -> int:
 
 
 def check_union_dedup(impl: Impl, seed: int) -> Outcome:
-    """union_dedup (G = 2 and 4, with topk_length, both build methods) vs a Python set/dict:
+    """union_dedup (G = 2 and 4, with topk_length, every build method) vs a Python set/dict:
     rows and ownership bits."""
     indices, kv_rows = overlapping_indices(seed + 30)
     lengths = random_lengths(indices.shape[0], indices.shape[1], seed + 31)
     bad = total = 0
     for group in (2, 4):
         expected = python_union(indices.cpu(), group, kv_rows, lengths.cpu())
-        for method in ("merge", "search"):
+        for method in ("merge", "search", "hash"):
             sets = impl.union_dedup(indices, group, lengths, num_kv_rows=kv_rows, method=method)
             bad, total = bad + union_mismatches(sets, expected), total + len(expected)
-    return exact_outcome("union_dedup", bad, total, "groups (G=2 and G=4, merge and search builds)")
+    return exact_outcome("union_dedup", bad, total, "groups (G=2 and G=4, merge, search and hash builds)")
 
 
 def check_determinism(impl: Impl, seed: int) -> Outcome:
