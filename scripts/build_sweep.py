@@ -52,20 +52,22 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
             print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
         for block, warps in ((1024, 4), (1024, 8), (2048, 8), (4096, 8)):
             union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = block, warps
-            sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")
-            ok = same_sets(sets, baseline)
-            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="merge")) \
-                if ok else float("nan")
-            print(f"  merge BLOCK={block} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
+            time_build(indices, group, kv_rows, baseline, "merge", f"BLOCK={block} warps={warps}")
         union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = 1024, 8
         for per_sm, warps in ((2, 4), (4, 4), (4, 8), (8, 4)):
             union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = per_sm, warps
-            sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="hash")
-            ok = same_sets(sets, baseline)
-            ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="hash")) \
-                if ok else float("nan")
-            print(f"  hash programs/SM={per_sm} warps={warps}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
+            time_build(indices, group, kv_rows, baseline, "hash", f"programs/SM={per_sm} warps={warps}")
         union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = 4, 8
+
+
+def time_build(indices: torch.Tensor, group: int, kv_rows: int, baseline: union_mod.UnionSets,
+               method: str, label: str) -> None:
+    """Check one build's sets against `baseline`, then time it (NaN when they differ)."""
+    sets = union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method=method)
+    ok = same_sets(sets, baseline)
+    ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method=method)) \
+        if ok else float("nan")
+    print(f"  {method} {label}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
 
 
 def sweep_union_paths(seq_len: int) -> None:
