@@ -15,7 +15,7 @@ import sys
 import torch
 
 from glmcheck import metrics
-from glmcheck.bench import GATE_REL_L2, BenchPoint, D_V, make_inputs, time_ms
+from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs, time_ms
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels import prefill, sparse_mla_prefill
 from glmcheck.kernels import union as union_mod

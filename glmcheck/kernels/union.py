@@ -22,8 +22,13 @@ from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_hash import union_hash_kernel
 from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
-from glmcheck.kernels.validate import (PrefillArgs, check_indices, check_no_duplicates, check_topk_length,
-                                      valid_slot_mask)
+from glmcheck.kernels.validate import (
+    PrefillArgs,
+    check_indices,
+    check_no_duplicates,
+    check_topk_length,
+    valid_slot_mask,
+)
 
 log = logging.getLogger("glmcheck")
 
