@@ -142,3 +142,33 @@ def test_unloaded_parameters_are_an_error_not_random_weights(tmp_path):
     index_path.write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match="missing keys .*kv_b_proj"):
         load_checkpoint_model(broken)
+
+
+@pytest.mark.parametrize("fixture", [BF16, FP8], ids=["bf16", "fp8"])
+def test_rank_shards_are_slices_of_the_whole_checkpoint(fixture):
+    from glmcheck.model.checkpoint_shard import load_checkpoint_shard
+    from glmcheck.model.sharding import slicer
+
+    whole = load_checkpoint_model(fixture).state_dict()
+    for rank in (0, 1):
+        shard = load_checkpoint_shard(fixture, rank=rank, world=2).state_dict()
+        assert shard.keys() == whole.keys()
+        for name, tensor in shard.items():
+            cut = slicer(name, rank, 2)
+            expected = cut(whole[name]) if cut else whole[name]
+            assert torch.equal(expected.to(tensor.dtype), tensor), f"rank {rank}: {name}"
+    fused = [n for n in whole if n.endswith("experts.gate_up_proj")]
+    assert fused, "the fixture must exercise the per-expert -> fused assembly"
+
+
+def test_shard_loader_names_a_missing_expert_tensor(tmp_path):
+    from glmcheck.model.checkpoint_shard import load_checkpoint_shard
+
+    broken = tmp_path / "tiny-bf16"
+    shutil.copytree(BF16, broken)
+    index_path = broken / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    del index["weight_map"]["model.layers.1.mlp.experts.1.up_proj.weight"]
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="lacks tensor model.layers.1.mlp.experts.1.up_proj.weight"):
+        load_checkpoint_shard(broken, rank=1, world=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,6 +56,13 @@ def test_torchrun_cpu_matches_single_process(tmp_path):
         pytest.skip("CPU/gloo torchrun test: CPU-only machines (CI); the multigpu test runs on GPUs")
     compare_with_single_process(tmp_path, ["--model", "tiny"], ["--device", "cpu"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "onel", "tp", "tpl"], "only rank 0 writes"
+
+
+def test_torchrun_checkpoint_shards_match_single_process(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CPU/gloo torchrun test: CPU-only machines (CI); the multigpu test runs on GPUs")
+    fixture = str(Path(__file__).resolve().parent.parent / "fixtures" / "tiny-bf16")
+    compare_with_single_process(tmp_path, ["--checkpoint", fixture], ["--device", "cpu"])
 
 
 def test_torchrun_requires_tp_equal_world_size(tmp_path):

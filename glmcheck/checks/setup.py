@@ -109,8 +109,10 @@ def _load_shard(spec: ModelSpec, ctx, layer0_only: bool) -> torch.nn.Module:
     from glmcheck.model.sharding import build_shard
 
     if spec.checkpoint:
-        raise ValueError("--checkpoint under torchrun is not supported yet: real weights load in one process "
-                         "(accelerate spreads them over the visible GPUs)")
+        from glmcheck.model.checkpoint_shard import load_checkpoint_shard
+
+        return load_checkpoint_shard(spec.checkpoint, rank=ctx.rank, world=ctx.world_size, device=ctx.device,
+                                     reduce=distributed.all_reduce_sum, layer0_only=layer0_only)
     layers = 1 if layer0_only and spec.layers is None else spec.layers
     config = make_config(spec.preset, layers=layers, experts=spec.experts)
     return build_shard(config, rank=ctx.rank, world=ctx.world_size, seed=spec.seed, init=spec.init,

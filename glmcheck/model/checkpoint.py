@@ -133,16 +133,21 @@ def check_loading_info(path: str | os.PathLike, info: dict) -> None:
                     path, len(unexpected), ", ".join(unexpected[:3]))
 
 
-def load_layer0_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
-                      attn_implementation: str = "sdpa") -> GlmMoeDsaForCausalLM:
-    """A one-layer model with the checkpoint's embedding and layer 0 (see module docstring)."""
-    config = read_config(path)
+def trim_to_layer0(config: GlmMoeDsaConfig, path: str | os.PathLike) -> None:
+    """Cut `config` to its first layer in place (CheckpointError unless layer 0 is dense)."""
     if config.mlp_layer_types[0] != "dense":
         raise CheckpointError(f"checkpoint {str(path)!r}: layer-0 loading needs a dense layer 0")
     config.num_hidden_layers = 1
     config.indexer_types = config.indexer_types[:1]
     config.mlp_layer_types = config.mlp_layer_types[:1]
     config.layer_types = config.layer_types[:1]
+
+
+def load_layer0_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
+                      attn_implementation: str = "sdpa") -> GlmMoeDsaForCausalLM:
+    """A one-layer model with the checkpoint's embedding and layer 0 (see module docstring)."""
+    config = read_config(path)
+    trim_to_layer0(config, path)
     block = tuple(_quant_config(config).get("weight_block_size") or (128, 128))
     if hasattr(config, "quantization_config"):
         del config.quantization_config
