@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model  (tests [IDS...]: only those)
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union  (tests [IDS...]: only those)
+# union: the union build variants (search, merge, hash), the MMA probe, the 64-row tile sweep and the
+# union GPU tests (scripts/gpu_union_experiments.sh, about 6.5 minutes).
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel or model}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model or union}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -34,5 +36,6 @@ case $step in
               --out "$rec/layer0" 2>&1 | tee "$out/layer0.txt" | grep -E "\||verdict|Elapsed|Maximum resident"
             TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck firsttoken --model glm-5.2 --layers 8 --experts 16 --tp 8 \
               --prompts natural50 --quiet --out "$rec/firsttoken" 2>&1 | tee "$out/firsttoken.txt" | grep -E "\||verdict|Elapsed" ;;
+  union)    bash scripts/gpu_union_experiments.sh "$out" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
