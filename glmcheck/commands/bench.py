@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="kernel timings on the GPU, each point correctness-gated first",
                        description="Kernel benchmark at the five reference points (1x2048, 1x4096, 1x8192, 2x4096, "
                                    "4x2048; H=8) plus H=16/32 rows at 1x8192, topk 2048: per-token, union 2, "
-                                   "union 4, FlashMLA (padded to 64 heads, with and without topk_length) and "
+                                   "union 4, union 8, FlashMLA (padded to 64 heads, with and without topk_length) and "
                                    "plain torch bf16; the union build alone. With --model: whole-prefill "
                                    "latency per backend.")
     p.add_argument("--quick", action="store_true", help="shorter timing runs")
@@ -36,8 +36,8 @@ def add_parser(sub) -> None:
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--tokens", default="2048,4096,8192", help="model-level prompt lengths")
-    p.add_argument("--backends", default="reference,triton_sparse_mla,triton_sparse_mla:union2",
-                   help="model-level backends")
+    p.add_argument("--backends", default=None,
+                   help="model-level backends (default: every one that runs here, FlashMLA included when present)")
     p.add_argument("--out", default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(handler=handle)
@@ -92,15 +92,18 @@ def _handle_model(ns) -> int:
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.checks.setup import ModelSpec, load_model, validate_backends
 
-    backends = [b.strip() for b in ns.backends.split(",") if b.strip()]
+    from glmcheck.commands.common import default_backends
+    from glmcheck.model.presets import make_config
+
     spec = ModelSpec(ns.model, None, ns.layers, ns.experts)
     device = torch.device("cuda")
     lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
-    from glmcheck.model.presets import make_config
-
     config = make_config(ns.model, layers=1)
+    latent = (config.kv_lora_rank, config.qk_rope_head_dim)
+    backends = [b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends else \
+        default_backends(device, config.num_attention_heads // ns.tp, latent)
     for warning in validate_backends(backends, device=device, heads=config.num_attention_heads, tp=ns.tp,
-                                     latent_dims=(config.kv_lora_rank, config.qk_rope_head_dim)):
+                                     latent_dims=latent):
         print(f"warning: {warning}")
     model = load_model(spec, device)
     with tqdm(total=2 * len(lengths) * len(backends), desc="prefill", disable=ns.quiet, leave=False) as bar:
