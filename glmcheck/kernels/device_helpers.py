@@ -1,4 +1,5 @@
-"""Device helpers shared by the sparse-MLA kernels: bf16 rounding and one online-softmax step."""
+"""Device helpers shared by the kernels: bf16 rounding, one online-softmax step, and the compacting
+append of the union builds."""
 
 from __future__ import annotations
 
@@ -39,3 +40,15 @@ def online_softmax_step(scores, values, m_i, l_i, acc, UPCAST: tl.constexpr):
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(round_to_bf16(p, UPCAST), values, acc * alpha[:, None])
     return m_new, l_i, acc
+
+
+@triton.jit
+def append_rows(out_rows, out_bits, emitted, keep, row, bits, limit):
+    """Append row[keep] and bits[keep] (as uint8) after the first `emitted` outputs, in lane order
+    (prefix-sum compaction); positions at or past `limit` are never written. Returns the new count."""
+    flag = keep.to(tl.int32)
+    position = emitted + tl.cumsum(flag, axis=0) - 1
+    fits = keep & (position < limit)
+    tl.store(out_rows + position, row, mask=fits)
+    tl.store(out_bits + position, bits.to(tl.uint8), mask=fits)
+    return emitted + tl.sum(flag, axis=0)

@@ -112,9 +112,9 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
     bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
     lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
-    if num_groups == 0 or topk == 0:
-        return UnionSets(rows, bits, lengths, G)
     sets = UnionSets(rows, bits, lengths, G)
+    if num_groups == 0 or topk == 0:
+        return sets
     if method == "hash":
         _build_by_hash(indices, topk_length, num_kv_rows, sets)
     elif method == "search" or not merge_legal or (method == "auto" and not merge_pays(G, topk)):

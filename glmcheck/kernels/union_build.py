@@ -15,6 +15,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from glmcheck.kernels.device_helpers import append_rows
+
 INT32_MAX = 2**31 - 1  # host value: sorts after every row
 EMPTY = tl.constexpr(INT32_MAX)  # the same value inside kernels
 
@@ -66,9 +68,5 @@ def union_build_kernel(
                     bits = bits | tl.where(found, 1 << other, 0)
                     if other < owner:
                         emit = emit & (~found)
-            flag = emit.to(tl.int32)
-            position = emitted + tl.cumsum(flag, axis=0) - 1
-            tl.store(out_rows + position, row, mask=emit)
-            tl.store(out_bits + position, bits.to(tl.uint8), mask=emit)
-            emitted += tl.sum(flag, axis=0)
+            emitted = append_rows(out_rows, out_bits, emitted, emit, row, bits, stride_rg)
     tl.store(len_ptr + group, emitted)

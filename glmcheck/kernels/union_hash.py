@@ -16,6 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from glmcheck.kernels.device_helpers import append_rows
+
 EMPTY_SLOT = tl.constexpr(-1)  # a free table slot (rows are >= 0)
 NEVER = tl.constexpr(-2)  # compare value no slot ever holds: a finished lane's CAS writes nothing
 GOLDEN = tl.constexpr(2654435761)  # Knuth's multiplicative hash constant (2^32 / phi)
@@ -75,12 +77,8 @@ def union_hash_kernel(
             row = tl.load(table + cell, cache_modifier=".cg")  # written by atomics: skip L1
             bits = tl.load(owners + cell, cache_modifier=".cg")
             live = row != EMPTY_SLOT
-            flag = live.to(tl.int32)
-            position = emitted + tl.cumsum(flag, axis=0) - 1
-            fits = live & (position < width)  # always true for a correct table; keeps a broken one in bounds
-            tl.store(out_rows + position, row, mask=fits)
-            tl.store(out_bits + position, bits.to(tl.uint8), mask=fits)
-            emitted += tl.sum(flag, axis=0)
+            # the width limit never binds for a correct table; it keeps a broken one in bounds
+            emitted = append_rows(out_rows, out_bits, emitted, live, row, bits, width)
             tl.store(table + cell, tl.full([BLOCK], EMPTY_SLOT, tl.int32), mask=live)
             tl.store(owners + cell, tl.zeros([BLOCK], dtype=tl.int32), mask=live)
         tl.store(len_ptr + group, tl.minimum(emitted, width))

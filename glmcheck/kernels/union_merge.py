@@ -14,6 +14,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from glmcheck.kernels.device_helpers import append_rows
+
 EMPTY_KEY = tl.constexpr(2**31 - 1)  # sorts after every key
 
 
@@ -65,9 +67,5 @@ def union_merge_kernel(
             nxt = tl.load(keys_row + pos + ahead, mask=pos + ahead < width, other=EMPTY_KEY)
             same = (nxt != EMPTY_KEY) & ((nxt >> LOG2_G) == row)
             bits = bits | tl.where(same, 1 << (nxt & (G - 1)), 0)
-        flag = first.to(tl.int32)
-        position = emitted + tl.cumsum(flag, axis=0) - 1
-        tl.store(out_rows + position, row, mask=first)
-        tl.store(out_bits + position, bits.to(tl.uint8), mask=first)
-        emitted += tl.sum(flag, axis=0)
+        emitted = append_rows(out_rows, out_bits, emitted, first, row, bits, width)
     tl.store(len_ptr + group, emitted)
