@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ import transformers
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, FineGrainedFP8Config, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
-from glmcheck.model.build import build_dummy_model
+from glmcheck.model.build import FP32_PATTERNS, build_dummy_model
 from glmcheck.model.fp8_blocks import dequantize_blocks
 
 log = logging.getLogger("glmcheck")
@@ -108,6 +109,7 @@ def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"checkpoint {str(path)!r} could not be loaded: {err}") from None
     check_loading_info(path, info)
+    restore_fp32(model, path)
     placed = set(getattr(model, "hf_device_map", {}).values())
     if placed & {"cpu", "disk"}:
         log.warning("glmcheck: the model does not fit the visible GPUs; accelerate offloaded part of it to %s "
@@ -115,6 +117,23 @@ def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str
     if device.type != "cuda":
         model = model.to(device)
     return model.eval()
+
+
+@torch.no_grad()
+def restore_fp32(model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Re-read from the files, in fp32, the tensors glmcheck keeps in fp32 (`build.FP32_PATTERNS`:
+    routers, score-correction biases) that `from_pretrained` loaded at lower precision.
+
+    transformers 5.17 casts them to the requested bf16, 5.24 keeps them in fp32; this makes the
+    loaded model the same on both, and the same as the torchrun shard loader and the dummy builder.
+    """
+    root, mapping = Path(path), weight_map(path)
+    block = tuple(_quant_config(read_config(path)).get("weight_block_size") or (128, 128))
+    for name, param in model.named_parameters():
+        if param.dtype == torch.float32 or name not in mapping or not any(re.search(p, name) for p in FP32_PATTERNS):
+            continue
+        with _open(root / mapping[name]) as handle:
+            param.data = _read_one(handle, mapping, root, name, block).to(param.device, torch.float32)
 
 
 def check_loading_info(path: str | os.PathLike, info: dict) -> None:
