@@ -1,7 +1,7 @@
-"""Union build timing on the GPU: the search, merged-sort and hash builds, their parts, and the
-whole union path with each build.
+"""Union build timing on the GPU: the search, merged-sort (torch.sort or in-register bitonic)
+and hash builds, their parts, and the whole union path with each build.
 
-Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py [--seq-len 8192]
+Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py [--seq-len 8192] [--best best.json]
 Each build's sets are checked against the merge build (same rows and bits) before timing, and
 each whole union path against the fp32 reference (rel-L2 gate) before timing.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 
 import torch
@@ -20,6 +21,9 @@ from glmcheck.inputs import poisoned_out
 from glmcheck.kernels import prefill, sparse_mla_prefill
 from glmcheck.kernels import union as union_mod
 from glmcheck.reference import sparse_mla_reference
+
+
+HASH = False  # the hash build (run 7: 0.89 / 1.08 / 1.68 ms at G = 2 / 4 / 8, never the fastest)
 
 
 def same_sets(a: union_mod.UnionSets, b: union_mod.UnionSets) -> bool:
@@ -50,14 +54,13 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
         if group <= 4:  # G = 8: the search build's 56 unrolled searches per slot outlast the budget
             ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
             print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
-        for block, warps in ((1024, 4), (1024, 8), (2048, 8), (4096, 8)):
-            union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = block, warps
-            time_build(indices, group, kv_rows, baseline, "merge", f"BLOCK={block} warps={warps}")
-        union_mod.MERGE_BLOCK, union_mod.BUILD_WARPS = 1024, 8
-        for per_sm, warps in ((2, 4), (4, 4), (4, 8), (8, 4)):
-            union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = per_sm, warps
-            time_build(indices, group, kv_rows, baseline, "hash", f"programs/SM={per_sm} warps={warps}")
-        union_mod.HASH_PROGRAMS_PER_SM, union_mod.BUILD_WARPS = 4, 8
+        time_build(indices, group, kv_rows, baseline, "merge", f"BLOCK={union_mod.MERGE_BLOCK} warps={union_mod.BUILD_WARPS}")
+        for warps in (4, 8, 16):
+            union_mod.BITONIC_WARPS = warps
+            time_build(indices, group, kv_rows, baseline, "bitonic", f"sort warps={warps}")
+        union_mod.BITONIC_WARPS = 8
+        if HASH:
+            time_build(indices, group, kv_rows, baseline, "hash", f"programs/SM={union_mod.HASH_PROGRAMS_PER_SM}")
 
 
 def time_build(indices: torch.Tensor, group: int, kv_rows: int, baseline: union_mod.UnionSets,
@@ -70,16 +73,19 @@ def time_build(indices: torch.Tensor, group: int, kv_rows: int, baseline: union_
     print(f"  {method} {label}: {'ok' if ok else 'MISMATCH'} {ms:.3f} ms", flush=True)
 
 
-def sweep_union_paths(seq_len: int) -> None:
-    """Whole union path (build + attention + tail) per build method, gated against fp32 first."""
+def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
+    """Whole union path (build + attention + tail) per build method, gated against fp32 first.
+    Returns the fastest build per heads and G: {"8": {"2": "merge", ...}, ...}."""
     real = prefill.union_dedup
+    best: dict[str, dict[str, str]] = {}
     for heads, group in ((8, 2), (8, 4), (8, 8), (16, 2), (16, 4)):
         x = make_inputs(BenchPoint(1, seq_len, heads), seed=7)
         ref = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
         run = functools.partial(sparse_mla_prefill, x.q, x.kv, x.indices, x.sm_scale, D_V, union=group)
         base = run(union=0)
+        times: dict[str, float] = {}
         print(f"H={heads} G={group}: per-token {time_ms(lambda: run(union=0)):.3f} ms", flush=True)
-        for method in ("search", "merge", "hash"):
+        for method in ("search", "merge", "bitonic") + (("hash",) if HASH else ()):
             if method == "search" and group == 8:
                 continue
             prefill.union_dedup = functools.partial(real, method=method)
@@ -90,17 +96,26 @@ def sweep_union_paths(seq_len: int) -> None:
             ms = time_ms(lambda: run(out=out)) if rel <= GATE_REL_L2 else float("nan")
             print(f"  union{group} build={method}: rel {rel:.3e} (vs per-token {vs_token:.2e}) {ms:.3f} ms",
                   flush=True)
+            if ms == ms:
+                times[method] = ms
         prefill.union_dedup = real
+        best.setdefault(str(heads), {})[str(group)] = min(times, key=times.get)
+    return best
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--best", help="write the fastest build per heads and G here (JSON)")
     ns = parser.parse_args()
     x = make_inputs(BenchPoint(1, ns.seq_len, 8), seed=3)
     print(f"calibrated indices 1x{ns.seq_len}, topk {x.indices.shape[-1]}", flush=True)
     sweep_builds(x.indices.reshape(x.indices.shape[0], -1).contiguous(), x.kv.shape[0])
-    sweep_union_paths(ns.seq_len)
+    best = sweep_union_paths(ns.seq_len)
+    print(f"fastest build per heads, G: {best}", flush=True)
+    if ns.best:
+        with open(ns.best, "w") as handle:
+            json.dump(best, handle)
     return 0
 
 

@@ -33,7 +33,7 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
     return torch.where(roll < dirt, junk, base), kv_rows
 
 
-@pytest.mark.parametrize("method", ["merge", "search", "hash"])
+@pytest.mark.parametrize("method", ["merge", "bitonic", "search", "hash"])
 @pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("with_length", [False, True])
 def test_dedup_matches_python_sets(device, G, with_length, method):
@@ -68,6 +68,22 @@ def test_merge_build_rows_ascending_and_auto_picks_it(device):
         assert torch.equal(auto.rows[g, :n], merged.rows[g, :n]) and torch.equal(auto.bits[g, :n], merged.bits[g, :n])
 
 
+@pytest.mark.parametrize("G, topk", [(2, 48), (4, 24), (8, 40)])
+def test_bitonic_build_equals_merge_build_on_padded_widths(device, G, topk):
+    """G*topk not a power of two: the in-register sort pads to the next one; the padding must sort
+    last and never be emitted, so rows, bits and lengths equal the torch.sort build's exactly."""
+    indices, kv_rows = overlapping_indices(tokens=4 * G + 1, topk=topk, seed=topk)
+    lengths = torch.randint(0, topk + 1, (4 * G + 1,), generator=torch.Generator().manual_seed(G), dtype=torch.int32)
+    for topk_length in (None, lengths.to(device)):
+        merged = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="merge")
+        bitonic = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="bitonic")
+        assert torch.equal(merged.lengths, bitonic.lengths) and int(merged.lengths.min()) >= 0
+        for g in range(4):
+            n = int(merged.lengths[g])
+            assert torch.equal(merged.rows[g, :n], bitonic.rows[g, :n])
+            assert torch.equal(merged.bits[g, :n], bitonic.bits[g, :n])
+
+
 def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
     indices = torch.arange(4, dtype=torch.int32, device=device).repeat(6, 1)
     with pytest.raises(ValueError, match="method='merge' needs"):
@@ -76,6 +92,8 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 3, num_kv_rows=8, method="merge")
     with pytest.raises(ValueError, match="method='merge' needs"):
         union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
+    with pytest.raises(ValueError, match="method='bitonic' needs"):
+        union_dedup(indices, 2, num_kv_rows=2**30, method="bitonic")
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import merge_pays

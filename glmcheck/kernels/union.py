@@ -21,7 +21,7 @@ from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_hash import union_hash_kernel
-from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
+from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel, union_sorted_keys_kernel
 from glmcheck.kernels.validate import (
     PrefillArgs,
     check_indices,
@@ -37,11 +37,12 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "search", "hash")
+BUILD_METHODS = ("auto", "merge", "bitonic", "search", "hash")
 HASH_PROGRAMS_PER_SM = 4  # persistent programs of the hash build (each owns one table)
 HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
+BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
 # torch.sort keeps a segment of up to 4096 keys in shared memory; longer ones take a slower path
 # (H200, 8192 tokens: [4096, 4096] 0.48 ms, [2048, 8192] 1.21 ms, [1024, 16384] 1.17 ms).
 MERGE_SHORT_WIDTH = 4096
@@ -86,9 +87,10 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     one short sort (<= MERGE_SHORT_WIDTH) or G = 8 (where the search build's G*(G-1) searches
     per slot cost more than the long sort), else "search". Measured on the H200 at 8192 tokens,
     topk 2048: G=2 merge 0.60 ms vs search 0.84; G=4 merge 1.34 vs search 1.07. Both give the
-    same set of rows and bits. "hash" (opt-in, not yet measured on a GPU) needs no sort: an
-    open-addressing table per program, atomic compare-and-swap inserts (rows come out in hash
-    order).
+    same set of rows and bits. "bitonic" is "merge" with each group's keys sorted in registers by
+    one program (tl.sort) instead of torch.sort. "hash" needs no sort: an open-addressing table
+    per program, atomic compare-and-swap inserts (rows come out in hash order); H200: G=2 0.89 ms,
+    G=4 1.08, G=8 1.68, never the fastest.
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -101,8 +103,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
     merge_legal = merge_is_legal(G, num_kv_rows)
-    if method == "merge" and not merge_legal:
-        raise ValueError(f"method='merge' needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
+    if method in ("merge", "bitonic") and not merge_legal:
+        raise ValueError(f"method={method!r} needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
                          f"got G={G}, num_kv_rows={num_kv_rows}")
     if check_inputs:
         check_no_duplicates(indices, INT32_MAX if num_kv_rows is None else num_kv_rows, topk_length)
@@ -115,13 +117,22 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     sets = UnionSets(rows, bits, lengths, G)
     if num_groups == 0 or topk == 0:
         return sets
+    if method == "auto":
+        method = choose_build(G, topk, merge_legal)
     if method == "hash":
         _build_by_hash(indices, topk_length, num_kv_rows, sets)
-    elif method == "search" or not merge_legal or (method == "auto" and not merge_pays(G, topk)):
+    elif method == "search":
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     else:
-        _build_by_merge(indices, topk_length, num_kv_rows, sets)
+        _build_by_merge(indices, topk_length, num_kv_rows, sets, in_kernel_sort=method == "bitonic")
     return sets
+
+
+def choose_build(G: int, topk: int, merge_legal: bool) -> str:
+    """The build method "auto" runs (see `union_dedup`)."""
+    if not merge_legal:
+        return "search"
+    return "merge" if merge_pays(G, topk) else "search"
 
 
 def merge_pays(G: int, topk: int) -> bool:
@@ -158,11 +169,13 @@ def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
     """One open-addressing table per persistent program (`union_hash.py`) fills `sets`."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     table_size = max(HASH_BLOCK, triton.next_power_of_2(2 * G * topk))
+    # Every program walks at least two groups when there are two, so the table clearing between
+    # groups runs in every call (small test shapes included; a GPU has more programs than they have groups).
     if interpreter_active() or indices.device.type != "cuda":
-        programs = min(num_groups, 2)
+        programs = 2
     else:
-        sms = torch.cuda.get_device_properties(indices.device).multi_processor_count
-        programs = min(num_groups, HASH_PROGRAMS_PER_SM * sms)
+        programs = HASH_PROGRAMS_PER_SM * torch.cuda.get_device_properties(indices.device).multi_processor_count
+    programs = min(programs, max(1, num_groups // 2))
     table = torch.full((programs, table_size), -1, dtype=torch.int32, device=indices.device)
     owners = torch.zeros((programs, table_size), dtype=torch.int32, device=indices.device)
     length_arg = owners if topk_length is None else topk_length  # unread without HAS_LENGTH
@@ -176,18 +189,26 @@ def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
 
 
 def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                    num_kv_rows: int, sets: UnionSets) -> None:
-    """Keys row*G + token per slot, one sort per group of G*topk keys, then the merge kernel."""
+                    num_kv_rows: int, sets: UnionSets, in_kernel_sort: bool = False) -> None:
+    """Keys row*G + token per slot, one sort per group of G*topk keys (torch.sort, or tl.sort
+    in one program per group when `in_kernel_sort`), then the merge kernel."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
-    tokens = num_groups * G
-    keys = torch.empty((tokens, topk), dtype=torch.int32, device=indices.device)
-    length_arg = keys if topk_length is None else topk_length  # unread without HAS_LENGTH
-    block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
-    union_keys_kernel[(tokens, triton.cdiv(topk, block))](
-        indices, length_arg, keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
-        G=G, HAS_LENGTH=topk_length is not None, BLOCK=block,
-    )
-    sorted_keys = torch.sort(keys.view(num_groups, G * topk), dim=1).values
+    length_arg = indices if topk_length is None else topk_length  # unread without HAS_LENGTH
+    if in_kernel_sort:
+        sorted_keys = torch.empty((num_groups, G * topk), dtype=torch.int32, device=indices.device)
+        union_sorted_keys_kernel[(num_groups,)](
+            indices, length_arg, sorted_keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
+            sorted_keys.stride(0), G=G, HAS_LENGTH=topk_length is not None,
+            WIDTH_PAD=triton.next_power_of_2(G * topk), num_warps=BITONIC_WARPS,
+        )
+    else:
+        keys = torch.empty((num_groups * G, topk), dtype=torch.int32, device=indices.device)
+        block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
+        union_keys_kernel[(num_groups * G, triton.cdiv(topk, block))](
+            indices, length_arg, keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
+            G=G, HAS_LENGTH=topk_length is not None, BLOCK=block,
+        )
+        sorted_keys = torch.sort(keys.view(num_groups, G * topk), dim=1).values
     union_merge_kernel[(num_groups,)](
         sorted_keys, sets.rows, sets.bits, sets.lengths,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),

@@ -16,26 +16,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import append_rows
+from glmcheck.kernels.device_helpers import append_rows, load_group_slots
 
 EMPTY_SLOT = tl.constexpr(-1)  # a free table slot (rows are >= 0)
 NEVER = tl.constexpr(-2)  # compare value no slot ever holds: a finished lane's CAS writes nothing
 GOLDEN = tl.constexpr(2654435761)  # Knuth's multiplicative hash constant (2^32 / phi)
-
-
-@triton.jit
-def _load_group_slots(idx_ptr, length_ptr, group, pos, width, topk, num_kv_rows, stride_it, stride_is,
-                      G: tl.constexpr, HAS_LENGTH: tl.constexpr):
-    """Rows at flat positions `pos` (member-major) of `group`, their member index and validity."""
-    member = pos // topk
-    slot = pos % topk
-    token = group * G + member
-    in_group = pos < width
-    row = tl.load(idx_ptr + token * stride_it + slot * stride_is, mask=in_group, other=-1)
-    valid = in_group & (row >= 0) & (row < num_kv_rows)
-    if HAS_LENGTH:
-        valid = valid & (slot < tl.load(length_ptr + token, mask=in_group, other=0))
-    return row, member, valid
 
 
 @triton.jit
@@ -55,8 +40,8 @@ def union_hash_kernel(
     for group in range(pid, num_groups, tl.num_programs(0)):
         group64 = tl.cast(group, tl.int64)
         for start in range(0, width, BLOCK):
-            row, member, valid = _load_group_slots(idx_ptr, length_ptr, group64, start + lanes, width,
-                                                   topk, num_kv_rows, stride_it, stride_is, G, HAS_LENGTH)
+            row, member, valid = load_group_slots(idx_ptr, length_ptr, group64, start + lanes, width,
+                                                  topk, num_kv_rows, stride_it, stride_is, G, HAS_LENGTH)
             spot = ((row.to(tl.uint32) * GOLDEN) >> (32 - LOG2_TABLE)).to(tl.int32)
             done = ~valid
             placed = valid

@@ -6,6 +6,10 @@ G of them, ordered by token), so one linear pass finds each row's first copy, OR
 bits of the copies that follow it and compacts the rows by a prefix sum. Legal while
 num_kv_rows * G <= INT32_MAX (the key must not overflow). Nothing depends on the KV span S.
 
+The group's keys are sorted either by torch.sort (`union_keys_kernel` writes them per token) or
+inside one program per group (`union_sorted_keys_kernel`: a bitonic tl.sort of the whole group in
+registers, no second pass over memory).
+
 Launchers live in `glmcheck.kernels.union`; this file holds device code only.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import append_rows
+from glmcheck.kernels.device_helpers import append_rows, load_group_slots
 
 EMPTY_KEY = tl.constexpr(2**31 - 1)  # sorts after every key
 
@@ -37,6 +41,23 @@ def union_keys_kernel(
         valid = valid & (slot < tl.load(length_ptr + token))
     key = tl.where(valid, row * G + (token % G).to(tl.int32), EMPTY_KEY)
     tl.store(keys_ptr + token * topk + slot, key, mask=in_row)
+
+
+@triton.jit
+def union_sorted_keys_kernel(
+    idx_ptr, length_ptr, sorted_ptr,
+    num_kv_rows, topk, stride_it, stride_is, stride_sg,
+    G: tl.constexpr, HAS_LENGTH: tl.constexpr, WIDTH_PAD: tl.constexpr,
+):
+    """Grid (num_groups,). sorted[g, :G*topk] = group g's keys (as union_keys_kernel makes them),
+    ascending. WIDTH_PAD is a power of two >= G*topk; the padding sorts last as EMPTY_KEY."""
+    group = tl.program_id(0).to(tl.int64)
+    width = G * topk
+    pos = tl.arange(0, WIDTH_PAD)
+    row, member, valid = load_group_slots(idx_ptr, length_ptr, group, pos, width, topk, num_kv_rows,
+                                          stride_it, stride_is, G, HAS_LENGTH)
+    key = tl.where(valid, row * G + member.to(tl.int32), EMPTY_KEY)
+    tl.store(sorted_ptr + group * stride_sg + pos, tl.sort(key), mask=pos < width)
 
 
 @triton.jit
