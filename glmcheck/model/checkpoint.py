@@ -88,6 +88,11 @@ def _quant_config(config: GlmMoeDsaConfig) -> dict:
     return quant if isinstance(quant, dict) else quant.to_dict()
 
 
+def fp8_block(config: GlmMoeDsaConfig) -> tuple[int, int]:
+    """The FP8 scale block (rows, columns) of the checkpoint's quantization_config (default 128 x 128)."""
+    return tuple(_quant_config(config).get("weight_block_size") or (128, 128))
+
+
 def is_fp8(config: GlmMoeDsaConfig) -> bool:
     """True for a block-FP8 checkpoint (quantization_config.quant_method == "fp8")."""
     return _quant_config(config).get("quant_method") == "fp8"
@@ -128,7 +133,7 @@ def restore_fp32(model: torch.nn.Module, path: str | os.PathLike) -> None:
     loaded model the same on both, and the same as the torchrun shard loader and the dummy builder.
     """
     root, mapping = Path(path), weight_map(path)
-    block = tuple(_quant_config(read_config(path)).get("weight_block_size") or (128, 128))
+    block = fp8_block(read_config(path))
     for name, param in model.named_parameters():
         if param.dtype == torch.float32 or name not in mapping or not any(re.search(p, name) for p in FP32_PATTERNS):
             continue
@@ -167,7 +172,7 @@ def load_layer0_model(path: str | os.PathLike, *, device: torch.device | str = "
     """A one-layer model with the checkpoint's embedding and layer 0 (see module docstring)."""
     config = read_config(path)
     trim_to_layer0(config, path)
-    block = tuple(_quant_config(config).get("weight_block_size") or (128, 128))
+    block = fp8_block(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     mapping = weight_map(path)

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from glmcheck.model.checkpoint import (CheckpointError, _open, _quant_config, _read_one, read_config,
+from glmcheck.model.checkpoint import (CheckpointError, _open, _read_one, fp8_block, read_config,
                                        trim_to_layer0, weight_map)
 from glmcheck.model.sharding import build_shard, slicer
 
@@ -36,7 +36,7 @@ def load_checkpoint_shard(path: str | os.PathLike, *, rank: int, world: int, dev
     Raises CheckpointError naming the tensor when the files lack one the shard needs.
     """
     config = read_config(path)
-    block = tuple(_quant_config(config).get("weight_block_size") or (128, 128))
+    block = fp8_block(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     if layer0_only:
