@@ -22,7 +22,7 @@ def install(best: dict[str, dict[str, str]]) -> None:
 
     def measured(G: int, topk: int, merge_legal: bool) -> str:
         method = by_group.get(G)
-        if method is None or (method in ("merge", "bitonic") and not merge_legal):
+        if method is None or (method in ("merge", "tree", "bitonic") and not merge_legal):
             return library_choice(G, topk, merge_legal)
         return method
 

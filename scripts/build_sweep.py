@@ -1,5 +1,5 @@
-"""Union build timing on the GPU: the search, merged-sort (torch.sort or in-register bitonic)
-and hash builds, their parts, and the whole union path with each build.
+"""Union build timing on the GPU: the search, merged-sort (torch.sort or in-register bitonic),
+tree and hash builds, their parts, and the whole union path with each build.
 
 Usage (GPU machine): PYTHONPATH=. python3 scripts/build_sweep.py [--seq-len 8192] [--best best.json]
 Each build's sets are checked against the merge build (same rows and bits) before timing, and
@@ -24,6 +24,7 @@ from glmcheck.reference import sparse_mla_reference
 
 
 HASH = False  # the hash build (run 7: 0.89 / 1.08 / 1.68 ms at G = 2 / 4 / 8, never the fastest)
+BITONIC = False  # the in-register sort build (run 7: 1.26 / 2.05 / 2.65 ms, never the fastest)
 
 
 def same_sets(a: union_mod.UnionSets, b: union_mod.UnionSets) -> bool:
@@ -55,10 +56,13 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
             ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
             print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
         time_build(indices, group, kv_rows, baseline, "merge", f"BLOCK={union_mod.MERGE_BLOCK} warps={union_mod.BUILD_WARPS}")
-        for warps in (4, 8, 16):
-            union_mod.BITONIC_WARPS = warps
-            time_build(indices, group, kv_rows, baseline, "bitonic", f"sort warps={warps}")
-        union_mod.BITONIC_WARPS = 8
+        if group > 2:
+            for block in (256, 1024):
+                union_mod.TREE_BLOCK = block
+                time_build(indices, group, kv_rows, baseline, "tree", f"BLOCK={block}")
+            union_mod.TREE_BLOCK = 1024
+        if BITONIC:
+            time_build(indices, group, kv_rows, baseline, "bitonic", f"sort warps={union_mod.BITONIC_WARPS}")
         if HASH:
             time_build(indices, group, kv_rows, baseline, "hash", f"programs/SM={union_mod.HASH_PROGRAMS_PER_SM}")
 
@@ -85,8 +89,9 @@ def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
         base = run(union=0)
         times: dict[str, float] = {}
         print(f"H={heads} G={group}: per-token {time_ms(lambda: run(union=0)):.3f} ms", flush=True)
-        for method in ("search", "merge", "bitonic") + (("hash",) if HASH else ()):
-            if method == "search" and group == 8:
+        methods = ("search", "merge", "tree") + (("bitonic",) if BITONIC else ()) + (("hash",) if HASH else ())
+        for method in methods:
+            if (method == "search" and group == 8) or (method == "tree" and group == 2):
                 continue
             prefill.union_dedup = functools.partial(real, method=method)
             out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")

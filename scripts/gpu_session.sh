@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union  (tests [IDS...]: only those)
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds  (tests [IDS...]: only those)
+# builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
+# with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
 # union: the union build variants (search, merge, hash), the MMA probe, the 64-row tile sweep and the
 # union GPU tests (scripts/gpu_union_experiments.sh, about 6.5 minutes).
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
@@ -9,7 +11,7 @@
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model or union}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union or builds}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -37,5 +39,9 @@ case $step in
             TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck firsttoken --model glm-5.2 --layers 8 --experts 16 --tp 8 \
               --prompts natural50 --quiet --out "$rec/firsttoken" 2>&1 | tee "$out/firsttoken.txt" | grep -E "\||verdict|Elapsed" ;;
   union)    bash scripts/gpu_union_experiments.sh "$out" ;;
+  builds)   timeout 300 python3 scripts/build_sweep.py --best "$out/best.json" 2>&1 | tee "$out/build.log"
+            [ -f "$out/best.json" ] || echo '{}' > "$out/best.json"
+            python3 scripts/bench_with_builds.py "$out/best.json" --heads 16,32 --quiet --out "$rec/bench" 2>&1 \
+              | tee "$out/bench.txt" | tail -n 22 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -33,7 +33,7 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
     return torch.where(roll < dirt, junk, base), kv_rows
 
 
-@pytest.mark.parametrize("method", ["merge", "bitonic", "search", "hash"])
+@pytest.mark.parametrize("method", ["merge", "tree", "bitonic", "search", "hash"])
 @pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("with_length", [False, True])
 def test_dedup_matches_python_sets(device, G, with_length, method):
@@ -68,20 +68,39 @@ def test_merge_build_rows_ascending_and_auto_picks_it(device):
         assert torch.equal(auto.rows[g, :n], merged.rows[g, :n]) and torch.equal(auto.bits[g, :n], merged.bits[g, :n])
 
 
+@pytest.mark.parametrize("method", ["bitonic", "tree"])
 @pytest.mark.parametrize("G, topk", [(2, 48), (4, 24), (8, 40)])
-def test_bitonic_build_equals_merge_build_on_padded_widths(device, G, topk):
-    """G*topk not a power of two: the in-register sort pads to the next one; the padding must sort
-    last and never be emitted, so rows, bits and lengths equal the torch.sort build's exactly."""
+def test_sorted_output_builds_equal_merge_build_on_odd_widths(device, method, G, topk):
+    """G*topk not a power of two (the in-register sort pads to the next one; the tree's blocks
+    and searches straddle list ends): rows (ascending), bits and lengths equal the merge build's
+    exactly, with and without topk_length."""
     indices, kv_rows = overlapping_indices(tokens=4 * G + 1, topk=topk, seed=topk)
     lengths = torch.randint(0, topk + 1, (4 * G + 1,), generator=torch.Generator().manual_seed(G), dtype=torch.int32)
     for topk_length in (None, lengths.to(device)):
         merged = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="merge")
-        bitonic = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="bitonic")
-        assert torch.equal(merged.lengths, bitonic.lengths) and int(merged.lengths.min()) >= 0
+        other = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method=method)
+        assert torch.equal(merged.lengths, other.lengths) and int(merged.lengths.min()) >= 0
         for g in range(4):
             n = int(merged.lengths[g])
-            assert torch.equal(merged.rows[g, :n], bitonic.rows[g, :n])
-            assert torch.equal(merged.bits[g, :n], bitonic.bits[g, :n])
+            assert torch.equal(merged.rows[g, :n], other.rows[g, :n])
+            assert torch.equal(merged.bits[g, :n], other.bits[g, :n])
+
+
+@pytest.mark.parametrize("G", [4, 8])
+def test_tree_build_carries_shared_counts_across_blocks(device, monkeypatch, G):
+    """16-row blocks: every list spans several blocks, so a row's position depends on the shared
+    rows counted in earlier blocks (the carry a one-block test never exercises)."""
+    import glmcheck.kernels.union as union_mod
+
+    monkeypatch.setattr(union_mod, "TREE_BLOCK", 16)
+    indices, kv_rows = overlapping_indices(tokens=200, topk=64, seed=11 + G)
+    indices = indices[200 - 3 * G:]  # past the causal prefix: every token selects ~58 valid rows
+    merged = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method="merge")
+    tree = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method="tree")
+    assert torch.equal(merged.lengths, tree.lengths) and int(tree.lengths.min()) > 64
+    for g in range(3):
+        n = int(merged.lengths[g])
+        assert torch.equal(merged.rows[g, :n], tree.rows[g, :n]) and torch.equal(merged.bits[g, :n], tree.bits[g, :n])
 
 
 def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
@@ -94,6 +113,8 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
     with pytest.raises(ValueError, match="method='bitonic' needs"):
         union_dedup(indices, 2, num_kv_rows=2**30, method="bitonic")
+    with pytest.raises(ValueError, match="method='tree' needs"):
+        union_dedup(indices, 4, num_kv_rows=2**29, method="tree")
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import merge_pays

@@ -1,5 +1,5 @@
 """Device helpers shared by the kernels: bf16 rounding, one online-softmax step, and the compacting
-append and slot loading of the union builds."""
+append, slot loading and sorted-list search of the union builds."""
 
 from __future__ import annotations
 
@@ -69,3 +69,19 @@ def load_group_slots(idx_ptr, length_ptr, group, pos, width, topk, num_kv_rows, 
     if HAS_LENGTH:
         valid = valid & (slot < tl.load(length_ptr + token, mask=in_group, other=0))
     return row, member, valid
+
+
+@triton.jit
+def lower_bound(sorted_row, count, needle, FILL: tl.constexpr, SEARCH_STEPS: tl.constexpr):
+    """Per lane, the first index in sorted_row[0:count] whose value is >= needle (count when none).
+    SEARCH_STEPS >= ceil(log2(count + 1)); probes past `count` are never read (FILL stands in)."""
+    lo = tl.zeros_like(needle)
+    hi = tl.zeros_like(needle) + count
+    for _ in tl.static_range(SEARCH_STEPS):
+        active = lo < hi
+        mid = (lo + hi) >> 1
+        probe = tl.load(sorted_row + mid, mask=active, other=FILL)
+        right = probe < needle
+        lo = tl.where(active & right, mid + 1, lo)
+        hi = tl.where(active & (~right), mid, hi)
+    return lo

@@ -22,6 +22,7 @@ from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_hash import union_hash_kernel
 from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel, union_sorted_keys_kernel
+from glmcheck.kernels.union_tree import union_pair_merge_kernel
 from glmcheck.kernels.validate import (
     PrefillArgs,
     check_indices,
@@ -37,12 +38,13 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "bitonic", "search", "hash")
+BUILD_METHODS = ("auto", "merge", "tree", "bitonic", "search", "hash")
 HASH_PROGRAMS_PER_SM = 4  # persistent programs of the hash build (each owns one table)
 HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
+TREE_BLOCK = 1024  # rows per step of a tree-build pair merge
 # torch.sort keeps a segment of up to 4096 keys in shared memory; longer ones take a slower path
 # (H200, 8192 tokens: [4096, 4096] 0.48 ms, [2048, 8192] 1.21 ms, [1024, 16384] 1.17 ms).
 MERGE_SHORT_WIDTH = 4096
@@ -87,9 +89,11 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     one short sort (<= MERGE_SHORT_WIDTH) or G = 8 (where the search build's G*(G-1) searches
     per slot cost more than the long sort), else "search". Measured on the H200 at 8192 tokens,
     topk 2048: G=2 merge 0.60 ms vs search 0.84; G=4 merge 1.34 vs search 1.07. Both give the
-    same set of rows and bits. "bitonic" is "merge" with each group's keys sorted in registers by
-    one program (tl.sort) instead of torch.sort; H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the
-    fastest. "hash" needs no sort: an open-addressing table
+    same set of rows and bits. "tree" (G = 4, 8; opt-in until timed on a GPU) runs "merge" at
+    G = 2, then merges neighbouring sorted unions pairwise (G = 2 -> 4 -> 8) by binary-search
+    ranks, with no further sort (rows come out ascending, as from "merge"). "bitonic" is "merge"
+    with each group's keys sorted in registers by one program (tl.sort) instead of torch.sort;
+    H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the fastest. "hash" needs no sort: an open-addressing table
     per program, atomic compare-and-swap inserts (rows come out in hash order); H200: G=2 0.89 ms,
     G=4 1.08, G=8 1.68, never the fastest.
     """
@@ -104,18 +108,14 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
     merge_legal = merge_is_legal(G, num_kv_rows)
-    if method in ("merge", "bitonic") and not merge_legal:
+    if method in ("merge", "tree", "bitonic") and not merge_legal:
         raise ValueError(f"method={method!r} needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
                          f"got G={G}, num_kv_rows={num_kv_rows}")
     if check_inputs:
         check_no_duplicates(indices, INT32_MAX if num_kv_rows is None else num_kv_rows, topk_length)
     num_groups = indices.shape[0] // G
     topk = indices.shape[1]
-    device = indices.device
-    rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
-    bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
-    lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
-    sets = UnionSets(rows, bits, lengths, G)
+    sets = _empty_sets(num_groups, G, topk, indices.device)
     if num_groups == 0 or topk == 0:
         return sets
     if method == "auto":
@@ -124,9 +124,19 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
         _build_by_hash(indices, topk_length, num_kv_rows, sets)
     elif method == "search":
         _build_by_search(indices, topk_length, num_kv_rows, sets)
+    elif method == "tree" and G > 2:
+        _build_by_tree(indices, topk_length, num_kv_rows, sets)
     else:
         _build_by_merge(indices, topk_length, num_kv_rows, sets, in_kernel_sort=method == "bitonic")
     return sets
+
+
+def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> UnionSets:
+    """Output buffers for `num_groups` groups of G tokens (lengths zeroed)."""
+    rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
+    bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
+    lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
+    return UnionSets(rows, bits, lengths, G)
 
 
 def choose_build(G: int, topk: int, merge_legal: bool) -> str:
@@ -215,6 +225,28 @@ def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
         G=G, LOG2_G=G.bit_length() - 1, BLOCK=MERGE_BLOCK, num_warps=BUILD_WARPS,
     )
+
+
+def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                   num_kv_rows: int, sets: UnionSets) -> None:
+    """Merge build at G = 2, then pairwise merges of neighbouring unions up to sets.group
+    (`union_tree.py`); the intermediate levels live only inside this call."""
+    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
+    tokens = num_groups * G
+    level = _empty_sets(tokens // 2, 2, topk, indices.device)
+    _build_by_merge(indices[:tokens], None if topk_length is None else topk_length[:tokens], num_kv_rows, level)
+    while level.group < G:
+        half = level.group
+        merged = sets if 2 * half == G else _empty_sets(level.lengths.shape[0] // 2, 2 * half, topk, indices.device)
+        width_in = level.rows.shape[1]
+        union_pair_merge_kernel[(merged.lengths.shape[0],)](
+            level.rows, level.bits, level.lengths, merged.rows, merged.bits, merged.lengths,
+            merged.rows.shape[1], level.rows.stride(0), level.bits.stride(0),
+            merged.rows.stride(0), merged.bits.stride(0),
+            HALF=half, BLOCK=min(TREE_BLOCK, triton.next_power_of_2(width_in)),
+            SEARCH_STEPS=max(1, math.ceil(math.log2(width_in + 1))), num_warps=BUILD_WARPS,
+        )
+        level = merged
 
 
 def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import append_rows
+from glmcheck.kernels.device_helpers import append_rows, lower_bound
 
 INT32_MAX = 2**31 - 1  # host value: sorts after every row
 EMPTY = tl.constexpr(INT32_MAX)  # the same value inside kernels
@@ -24,15 +24,7 @@ EMPTY = tl.constexpr(INT32_MAX)  # the same value inside kernels
 @triton.jit
 def _contains(sorted_row, count, needle, SEARCH_STEPS: tl.constexpr):
     """Bool per lane: `needle` occurs in sorted_row[0:count] (lower_bound, then compare)."""
-    lo = tl.zeros_like(needle)
-    hi = tl.zeros_like(needle) + count
-    for _ in tl.static_range(SEARCH_STEPS):
-        active = lo < hi
-        mid = (lo + hi) >> 1
-        probe = tl.load(sorted_row + mid, mask=active, other=EMPTY)
-        right = probe < needle
-        lo = tl.where(active & right, mid + 1, lo)
-        hi = tl.where(active & (~right), mid, hi)
+    lo = lower_bound(sorted_row, count, needle, EMPTY, SEARCH_STEPS)
     inside = lo < count
     at = tl.load(sorted_row + lo, mask=inside, other=-1)
     return inside & (at == needle)
