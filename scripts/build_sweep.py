@@ -9,6 +9,7 @@ each whole union path against the fp32 reference (rel-L2 gate) before timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -47,6 +48,17 @@ def time_parts(indices: torch.Tensor, group: int, kv_rows: int) -> None:
           f"{list(wide.shape)}: {time_ms(lambda: torch.sort(wide, dim=1)):.3f} ms", flush=True)
 
 
+@contextlib.contextmanager
+def wide_keys():
+    """Force the merged-sort build's int32 keys (the narrow int16 keys are the default where they fit)."""
+    chosen = union_mod.merge_key_dtype
+    union_mod.merge_key_dtype = lambda G, num_kv_rows: torch.int32
+    try:
+        yield
+    finally:
+        union_mod.merge_key_dtype = chosen
+
+
 def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
     for group in (2, 4, 8):
         print(f"G={group}", flush=True)
@@ -55,11 +67,17 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
         if group <= 4:  # G = 8: the search build's 56 unrolled searches per slot outlast the budget
             ms = time_ms(lambda: union_mod.union_dedup(indices, group, num_kv_rows=kv_rows, method="search"))
             print(f"  search BLOCK={union_mod.BUILD_BLOCK} warps={union_mod.BUILD_WARPS}: {ms:.3f} ms", flush=True)
-        time_build(indices, group, kv_rows, baseline, "merge", f"BLOCK={union_mod.MERGE_BLOCK} warps={union_mod.BUILD_WARPS}")
+        keys = union_mod.merge_key_dtype(group, kv_rows)
+        time_build(indices, group, kv_rows, baseline, "merge", f"{keys} keys BLOCK={union_mod.MERGE_BLOCK}")
+        if keys != torch.int32:
+            with wide_keys():
+                time_build(indices, group, kv_rows, baseline, "merge", "torch.int32 keys")
         if group > 2:
             for block in (256, 1024):
                 union_mod.TREE_BLOCK = block
                 time_build(indices, group, kv_rows, baseline, "tree", f"BLOCK={block}")
+            with wide_keys():
+                time_build(indices, group, kv_rows, baseline, "tree", "BLOCK=256 torch.int32 keys at G=2")
             union_mod.TREE_BLOCK = 1024
         if BITONIC:
             time_build(indices, group, kv_rows, baseline, "bitonic", f"sort warps={union_mod.BITONIC_WARPS}")
@@ -112,10 +130,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--best", help="write the fastest build per heads and G here (JSON)")
+    parser.add_argument("--builds-only", action="store_true", help="time the builds alone, not the whole paths")
     ns = parser.parse_args()
     x = make_inputs(BenchPoint(1, ns.seq_len, 8), seed=3)
     print(f"calibrated indices 1x{ns.seq_len}, topk {x.indices.shape[-1]}", flush=True)
     sweep_builds(x.indices.reshape(x.indices.shape[0], -1).contiguous(), x.kv.shape[0])
+    if ns.builds_only:
+        return 0
     best = sweep_union_paths(ns.seq_len)
     print(f"fastest build per heads, G: {best}", flush=True)
     if ns.best:

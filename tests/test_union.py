@@ -56,7 +56,7 @@ def test_dedup_matches_python_sets(device, G, with_length, method):
         assert got == owners, f"group {g}: union or ownership bits differ"
 
 
-def test_merge_build_rows_ascending_and_auto_picks_it(device):
+def test_merge_build_rows_ascending_and_auto_equals_it(device):
     indices, kv_rows = overlapping_indices(tokens=40, topk=32, seed=5)
     indices = indices.to(device)
     merged = union_dedup(indices, 4, num_kv_rows=kv_rows, method="merge")
@@ -117,10 +117,30 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 4, num_kv_rows=2**29, method="tree")
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
-    from glmcheck.kernels.union import merge_pays
-    assert merge_pays(2, 2048) and merge_pays(8, 2048) and not merge_pays(4, 2048)
+    from glmcheck.kernels.union import choose_build
+    assert [choose_build(g, 2048, True) for g in (2, 4, 8)] == ["merge", "tree", "tree"]
+    assert choose_build(2, 2048, False) == "search"
     sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto falls back to the search build
     assert sets.lengths.tolist() == [4, 4, 4] and sets.bits[:, :4].eq(3).all()
+
+
+@pytest.mark.parametrize("G", [2, 4])
+@pytest.mark.parametrize("extra_row", [0, 1])
+def test_merge_keys_at_the_int16_boundary(device, G, extra_row):
+    """num_kv_rows*G = 32767 - (G-1) still takes int16 keys, one row more takes int32: the top
+    rows (whose keys sit next to the int16 empty-slot key) must survive either way."""
+    from glmcheck.kernels.union import merge_key_dtype
+    kv_rows = 32767 // G + extra_row
+    assert merge_key_dtype(G, kv_rows) == (torch.int32 if extra_row else torch.int16)
+    top = torch.arange(kv_rows - 8, kv_rows, dtype=torch.int32)
+    indices = top.repeat(2 * G, 1)
+    indices[G - 1, :4] = torch.tensor([-1, kv_rows, 5, kv_rows - 20], dtype=torch.int32)  # last token of group 0
+    indices[2 * G - 1, 7] = 0
+    for method in ("merge", "tree") if G > 2 else ("merge",):
+        sets = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method=method)
+        for g, owners in enumerate(python_union(indices, G, kv_rows, None)):
+            n = int(sets.lengths[g])
+            assert dict(zip(sets.rows[g, :n].tolist(), sets.bits[g, :n].tolist())) == owners, f"{method} group {g}"
 
 
 @pytest.mark.parametrize("G", [2, 8])

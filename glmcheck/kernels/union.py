@@ -45,9 +45,7 @@ KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
 TREE_BLOCK = 1024  # rows per step of a tree-build pair merge
-# torch.sort keeps a segment of up to 4096 keys in shared memory; longer ones take a slower path
-# (H200, 8192 tokens: [4096, 4096] 0.48 ms, [2048, 8192] 1.21 ms, [1024, 16384] 1.17 ms).
-MERGE_SHORT_WIDTH = 4096
+INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
 
 @dataclass(frozen=True)
@@ -85,17 +83,17 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     `method`: "search" sorts each token's rows and binary-searches them in the other tokens'
     lists (rows come out token-major); "merge" sorts the group's G*topk keys row*G + token
     together and finds copies as neighbours (rows come out ascending; needs a power-of-two G
-    and num_kv_rows * G <= 2**31 - 1); "auto" takes "merge" where legal and either G*topk fits
-    one short sort (<= MERGE_SHORT_WIDTH) or G = 8 (where the search build's G*(G-1) searches
-    per slot cost more than the long sort), else "search". Measured on the H200 at 8192 tokens,
-    topk 2048: G=2 merge 0.60 ms vs search 0.84; G=4 merge 1.34 vs search 1.07. Both give the
-    same set of rows and bits. "tree" (G = 4, 8; opt-in until timed on a GPU) runs "merge" at
-    G = 2, then merges neighbouring sorted unions pairwise (G = 2 -> 4 -> 8) by binary-search
-    ranks, with no further sort (rows come out ascending, as from "merge"). "bitonic" is "merge"
-    with each group's keys sorted in registers by one program (tl.sort) instead of torch.sort;
-    H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the fastest. "hash" needs no sort: an open-addressing table
-    per program, atomic compare-and-swap inserts (rows come out in hash order); H200: G=2 0.89 ms,
-    G=4 1.08, G=8 1.68, never the fastest.
+    and num_kv_rows * G <= 2**31 - 1; the keys are int16 when num_kv_rows * G <= 32767, which
+    sorts in 0.70x the time); "tree" (G = 4, 8) runs "merge" at G = 2, then merges neighbouring
+    sorted unions pairwise (G = 2 -> 4 -> 8) by binary-search ranks, with no further sort (rows
+    come out ascending, as from "merge"); "auto" takes "merge" for G = 2 and "tree" for G = 4 and
+    8 where they are legal, else "search". Measured on the H200 at 8192 tokens, topk 2048, int32
+    keys (GPU run 8): G=2 merge 0.63 ms vs search 0.86; G=4 tree 0.76 vs search 1.10 vs merge
+    1.40; G=8 tree 0.84 vs merge 1.44. All give the same set of rows and bits. "bitonic" is
+    "merge" with each group's keys sorted in registers by one program (tl.sort) instead of
+    torch.sort; H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the fastest. "hash" needs no sort:
+    an open-addressing table per program, atomic compare-and-swap inserts (rows come out in hash
+    order); H200: G=2 0.89 ms, G=4 1.08, G=8 1.68, never the fastest.
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -140,15 +138,16 @@ def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> Uni
 
 
 def choose_build(G: int, topk: int, merge_legal: bool) -> str:
-    """The build method "auto" runs (see `union_dedup`)."""
+    """The build method "auto" runs (see `union_dedup`); `topk` is kept for future per-shape choices."""
     if not merge_legal:
         return "search"
-    return "merge" if merge_pays(G, topk) else "search"
+    return "merge" if G == 2 else "tree"
 
 
-def merge_pays(G: int, topk: int) -> bool:
-    """Auto choice: the merged-sort build is the faster one (see `union_dedup`)."""
-    return G * topk <= MERGE_SHORT_WIDTH or G >= MAX_GROUP
+def merge_key_dtype(G: int, num_kv_rows: int) -> torch.dtype:
+    """Key dtype of the merged-sort build: int16 when every key row*G + token (at most
+    num_kv_rows*G - 1) stays below the int16 empty-slot key, else int32."""
+    return torch.int16 if num_kv_rows * G <= INT16_MAX else torch.int32
 
 
 def merge_is_legal(G: int, num_kv_rows: int | None) -> bool:
@@ -201,10 +200,12 @@ def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
 
 def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
                     num_kv_rows: int, sets: UnionSets, in_kernel_sort: bool = False) -> None:
-    """Keys row*G + token per slot, one sort per group of G*topk keys (torch.sort, or tl.sort
-    in one program per group when `in_kernel_sort`), then the merge kernel."""
+    """Keys row*G + token per slot, one sort per group of G*topk keys (torch.sort of int16 or
+    int32 keys, or tl.sort of int32 keys in one program per group when `in_kernel_sort`), then
+    the merge kernel."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     length_arg = indices if topk_length is None else topk_length  # unread without HAS_LENGTH
+    empty_key = INT32_MAX
     if in_kernel_sort:
         sorted_keys = torch.empty((num_groups, G * topk), dtype=torch.int32, device=indices.device)
         union_sorted_keys_kernel[(num_groups,)](
@@ -213,17 +214,19 @@ def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
             WIDTH_PAD=triton.next_power_of_2(G * topk), num_warps=BITONIC_WARPS,
         )
     else:
-        keys = torch.empty((num_groups * G, topk), dtype=torch.int32, device=indices.device)
+        key_dtype = merge_key_dtype(G, num_kv_rows)
+        empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
+        keys = torch.empty((num_groups * G, topk), dtype=key_dtype, device=indices.device)
         block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
         union_keys_kernel[(num_groups * G, triton.cdiv(topk, block))](
             indices, length_arg, keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
-            G=G, HAS_LENGTH=topk_length is not None, BLOCK=block,
+            G=G, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
         )
         sorted_keys = torch.sort(keys.view(num_groups, G * topk), dim=1).values
     union_merge_kernel[(num_groups,)](
         sorted_keys, sets.rows, sets.bits, sets.lengths,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
-        G=G, LOG2_G=G.bit_length() - 1, BLOCK=MERGE_BLOCK, num_warps=BUILD_WARPS,
+        G=G, LOG2_G=G.bit_length() - 1, BLOCK=MERGE_BLOCK, EMPTY=empty_key, num_warps=BUILD_WARPS,
     )
 
 
