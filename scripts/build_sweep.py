@@ -78,7 +78,7 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
                 time_build(indices, group, kv_rows, baseline, "tree", f"BLOCK={block}")
             with wide_keys():
                 time_build(indices, group, kv_rows, baseline, "tree", "BLOCK=256 torch.int32 keys at G=2")
-            union_mod.TREE_BLOCK = 1024
+            union_mod.TREE_BLOCK = 256
         if BITONIC:
             time_build(indices, group, kv_rows, baseline, "bitonic", f"sort warps={union_mod.BITONIC_WARPS}")
         if HASH:
