@@ -17,6 +17,34 @@ from glmcheck.kernels.device_helpers import online_softmax_step, round_to_bf16
 
 
 @triton.jit
+def _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd,
+                       D_V: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr):
+    """The main [N, D_V] and rope-tail [N, TAIL_PAD] parts of the KV rows `rows` (zeros where not live)."""
+    if KV_INT64:
+        row_off = rows.to(tl.int64) * stride_kvs
+    else:
+        row_off = rows * stride_kvs
+    kv_row = kv_ptr + row_off[:, None]
+    kv_main = tl.load(kv_row + offs_d[None, :] * stride_kvd, mask=live[:, None], other=0.0)
+    kv_tail = tl.load(kv_row + (D_V + offs_r)[None, :] * stride_kvd,
+                      mask=live[:, None] & tail_ok[None, :], other=0.0)
+    if UPCAST:
+        kv_main = kv_main.to(tl.float32)
+        kv_tail = kv_tail.to(tl.float32)
+    return kv_main, kv_tail
+
+
+@triton.jit
+def _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL: tl.constexpr):
+    """Base-2 scores [M, N] of one gathered block; -inf where the row's token does not own it."""
+    scores = tl.dot(q_main, tl.trans(kv_main))
+    if D_TAIL > 0:
+        scores = tl.dot(q_tail, tl.trans(kv_tail), scores)
+    owned = ((bits[None, :] >> member[:, None]) & 1) != 0
+    return tl.where(owned & live[None, :], scores * qk_scale_log2, float("-inf"))
+
+
+@triton.jit
 def sparse_mla_union_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
     stride_qt, stride_qh, stride_qd,
@@ -26,9 +54,16 @@ def sparse_mla_union_kernel(
     qk_scale_log2,
     H: tl.constexpr, G: tl.constexpr,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S))."""
+    """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
+
+    PREFETCH (an experiment; same values either way): 0 loads a block's union rows and then
+    gathers them in the same step (Triton's pipeliner overlaps what it can); 1 carries the next
+    block's union rows and bits one step ahead, so no gather waits on a dependent index load;
+    2 also gathers the next block into registers before this block's MMAs (a hand-made two-stage
+    pipeline; launch it with num_stages=1).
+    """
     BLOCK_M: tl.constexpr = G * H
     group = tl.program_id(0).to(tl.int64)
     offs_m = tl.arange(0, BLOCK_M)
@@ -38,6 +73,7 @@ def sparse_mla_union_kernel(
     offs_d = tl.arange(0, D_V)
     offs_r = tl.arange(0, TAIL_PAD)
     tail_ok = offs_r < D_TAIL
+    lanes = tl.arange(0, BLOCK_N)
 
     q_row = q_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh
     q_main = tl.load(q_row + offs_d[None, :] * stride_qd)
@@ -52,28 +88,49 @@ def sparse_mla_union_kernel(
     acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)
     union_rows = rows_ptr + group * stride_rg
     union_bits = bits_ptr + group * stride_bg
-    for start in range(0, length, BLOCK_N):
-        offs_n = start + tl.arange(0, BLOCK_N)
-        live = offs_n < length
-        rows = tl.load(union_rows + offs_n, mask=live, other=0)
-        bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
-        if KV_INT64:
-            row_off = rows.to(tl.int64) * stride_kvs
-        else:
-            row_off = rows * stride_kvs
-        kv_row = kv_ptr + row_off[:, None]
-        kv_main = tl.load(kv_row + offs_d[None, :] * stride_kvd, mask=live[:, None], other=0.0)
-        kv_tail = tl.load(kv_row + (D_V + offs_r)[None, :] * stride_kvd,
-                          mask=live[:, None] & tail_ok[None, :], other=0.0)
-        if UPCAST:
-            kv_main = kv_main.to(tl.float32)
-            kv_tail = kv_tail.to(tl.float32)
-        scores = tl.dot(q_main, tl.trans(kv_main))
-        if D_TAIL > 0:
-            scores = tl.dot(q_tail, tl.trans(kv_tail), scores)
-        owned = ((bits[None, :] >> member[:, None]) & 1) != 0
-        scores = tl.where(owned & live[None, :], scores * qk_scale_log2, float("-inf"))
-        m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
+    if PREFETCH == 0:
+        for start in range(0, length, BLOCK_N):
+            offs_n = start + lanes
+            live = offs_n < length
+            rows = tl.load(union_rows + offs_n, mask=live, other=0)
+            bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
+            kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
+                                                   stride_kvd, D_V, KV_INT64, UPCAST)
+            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
+            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
+    elif PREFETCH == 1:
+        rows_next = tl.load(union_rows + lanes, mask=lanes < length, other=0)
+        bits_next = tl.load(union_bits + lanes, mask=lanes < length, other=0).to(tl.int32)
+        for start in range(0, length, BLOCK_N):
+            live = start + lanes < length
+            rows = rows_next
+            bits = bits_next
+            ahead = start + BLOCK_N + lanes
+            rows_next = tl.load(union_rows + ahead, mask=ahead < length, other=0)
+            bits_next = tl.load(union_bits + ahead, mask=ahead < length, other=0).to(tl.int32)
+            kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
+                                                   stride_kvd, D_V, KV_INT64, UPCAST)
+            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
+            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
+    else:
+        first_live = lanes < length
+        rows_first = tl.load(union_rows + lanes, mask=first_live, other=0)
+        bits_next = tl.load(union_bits + lanes, mask=first_live, other=0).to(tl.int32)
+        main_next, tail_next = _gather_union_block(kv_ptr, rows_first, first_live, offs_d, offs_r, tail_ok,
+                                                   stride_kvs, stride_kvd, D_V, KV_INT64, UPCAST)
+        rows_next = tl.load(union_rows + BLOCK_N + lanes, mask=BLOCK_N + lanes < length, other=0)
+        for start in tl.range(0, length, BLOCK_N, num_stages=1):
+            live = start + lanes < length
+            kv_main = main_next
+            kv_tail = tail_next
+            bits = bits_next
+            ahead = start + BLOCK_N + lanes
+            main_next, tail_next = _gather_union_block(kv_ptr, rows_next, ahead < length, offs_d, offs_r, tail_ok,
+                                                       stride_kvs, stride_kvd, D_V, KV_INT64, UPCAST)
+            bits_next = tl.load(union_bits + ahead, mask=ahead < length, other=0).to(tl.int32)
+            rows_next = tl.load(union_rows + ahead + BLOCK_N, mask=ahead + BLOCK_N < length, other=0)
+            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
+            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od

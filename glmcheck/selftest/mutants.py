@@ -63,8 +63,8 @@ INT32_WRAP = Mutant(
 CATALOGUE: tuple[Mutant, ...] = (
     Mutant("ownership_ignored", "union attention scores every union row for every token of the group",
            "union_attention.py",
-           'scores = tl.where(owned & live[None, :], scores * qk_scale_log2, float("-inf"))',
-           'scores = tl.where(live[None, :], scores * qk_scale_log2, float("-inf"))'),
+           'return tl.where(owned & live[None, :], scores * qk_scale_log2, float("-inf"))',
+           'return tl.where(live[None, :], scores * qk_scale_log2, float("-inf"))'),
     Mutant("tail_dropped", "tail tokens (T mod G) never handed to the per-token path",
            "prefill.py",
            "if done < args.num_tokens:",
