@@ -27,7 +27,7 @@ CANDIDATES = [Tile(n, w, s) for n, w, s in itertools.product((16, 32, 64), (4, 8
 
 
 def parse_tiles(text: str) -> list[Tile]:
-    """'64/4/3,128/4/1,64/8/1/2' -> tiles (BLOCK_N/warps/stages[/union prefetch variant])."""
+    """'64/4/3,128/4/1' -> tiles (BLOCK_N/warps/stages)."""
     return [Tile(*map(int, item.split("/"))) for item in text.split(",") if item]
 
 
@@ -49,7 +49,7 @@ def sweep(seq_len: int, configs=CONFIGS, candidates=CANDIDATES) -> list[dict]:
             stepped = tiles.fitted_tile(key)
             rel = metrics.rel_l2(out, ref)
             row = dict(path=path, heads=heads, group=group, block_n=tile.block_n, num_warps=tile.num_warps,
-                       num_stages=tile.num_stages, prefetch=tile.prefetch, rel_l2=rel, stepped_down=str(stepped) if stepped else "")
+                       num_stages=tile.num_stages, rel_l2=rel, stepped_down=str(stepped) if stepped else "")
             if rel <= 3e-3 and not stepped:
                 row["ms"] = time_ms(lambda: sparse_mla_prefill(
                     x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=group, _tile=tile), rep_ms=40)
@@ -76,8 +76,7 @@ def main() -> int:
     for path, heads, group in configs:
         timed = [r for r in rows if r.get("ms") and (r["path"], r["heads"], r["group"]) == (path, heads, group)]
         timed.sort(key=lambda r: r["ms"])
-        top = ", ".join(f"{r['block_n']}/{r['num_warps']}/{r['num_stages']}/{r['prefetch']}={r['ms']:.3f}"
-                        for r in timed[:6])
+        top = ", ".join(f"{r['block_n']}/{r['num_warps']}/{r['num_stages']}={r['ms']:.3f}" for r in timed[:4])
         print(f"  {path:9s} H={heads:3d} G={group}: {top}")
     return 0
 

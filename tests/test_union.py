@@ -293,29 +293,3 @@ def test_gpu_graph_capture_runs_per_token(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, expected)
-
-
-@pytest.mark.parametrize("prefetch", [1, 2])
-@pytest.mark.parametrize("G", [2, 4])
-def test_union_prefetch_variants_equal_the_default_schedule(device, G, prefetch):
-    """The PREFETCH variants of the union kernel (next block's rows, or its whole gather, carried
-    one step ahead) give the default schedule's values bitwise; unions from a few rows (early
-    tokens select their prefix) to more than two blocks."""
-    from glmcheck.kernels.tiles import Tile, table_tile
-
-    tokens = 261
-    indices, kv_rows = overlapping_indices(tokens=tokens, topk=128, seed=G + 10)  # token t < 128: t+1 rows
-    inp = random_qkv(tokens, 8, kv_rows, 64, 16, torch.Generator().manual_seed(G), device)
-    base_tile = table_tile("union", G * 8, torch.device(device))
-    lengths = union_dedup(indices.to(device), G, num_kv_rows=kv_rows).lengths
-    assert int(lengths.max()) > 2 * base_tile.block_n, "some union must span three blocks or more"
-    runs = []
-    for variant in (0, prefetch):
-        tile = Tile(base_tile.block_n, base_tile.num_warps, 1 if variant == 2 else base_tile.num_stages, variant)
-        out = poisoned_out(tokens, 8, 64, device)
-        sparse_mla_prefill(inp[0], inp[1], indices.to(device), 0.125, 64, out=out, union=G, _tile=tile)
-        assert not out.isnan().any()
-        runs.append(out)
-    reference = sparse_mla_reference(inp[0], inp[1], indices.to(device), 0.125, 64, dtype=torch.float64)
-    assert metrics.rel_l2(runs[0], reference) < 5e-3
-    assert torch.equal(runs[1], runs[0])

@@ -25,13 +25,11 @@ log = logging.getLogger("glmcheck")
 
 @dataclass(frozen=True)
 class Tile:
-    """Launch parameters of one kernel call: KV rows per step, warps, pipeline stages, and the
-    union kernel's PREFETCH variant (0 = the pipeliner's own schedule; see union_attention.py)."""
+    """Launch parameters of one kernel call: KV rows per step, warps, pipeline stages."""
 
     block_n: int
     num_warps: int
     num_stages: int
-    prefetch: int = 0
 
 
 DEFAULT_TILE = Tile(block_n=32, num_warps=4, num_stages=2)

@@ -265,7 +265,7 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
         qk_scale_log2,
         H=args.num_heads, G=sets.group,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(), PREFETCH=tile.prefetch,
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 

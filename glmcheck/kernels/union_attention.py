@@ -54,15 +54,13 @@ def sparse_mla_union_kernel(
     qk_scale_log2,
     H: tl.constexpr, G: tl.constexpr,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr, PREFETCH: tl.constexpr,
+    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
 
-    PREFETCH (an experiment; same values either way): 0 loads a block's union rows and then
-    gathers them in the same step (Triton's pipeliner overlaps what it can); 1 carries the next
-    block's union rows and bits one step ahead, so no gather waits on a dependent index load;
-    2 also gathers the next block into registers before this block's MMAs (a hand-made two-stage
-    pipeline; launch it with num_stages=1).
+    The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or
+    gathering it into registers before this block's MMAs, measured slower on the H200
+    (docs/performance.md, note 14).
     """
     BLOCK_M: tl.constexpr = G * H
     group = tl.program_id(0).to(tl.int64)
@@ -88,49 +86,15 @@ def sparse_mla_union_kernel(
     acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)
     union_rows = rows_ptr + group * stride_rg
     union_bits = bits_ptr + group * stride_bg
-    if PREFETCH == 0:
-        for start in range(0, length, BLOCK_N):
-            offs_n = start + lanes
-            live = offs_n < length
-            rows = tl.load(union_rows + offs_n, mask=live, other=0)
-            bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
-            kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
-                                                   stride_kvd, D_V, KV_INT64, UPCAST)
-            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
-            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
-    elif PREFETCH == 1:
-        rows_next = tl.load(union_rows + lanes, mask=lanes < length, other=0)
-        bits_next = tl.load(union_bits + lanes, mask=lanes < length, other=0).to(tl.int32)
-        for start in range(0, length, BLOCK_N):
-            live = start + lanes < length
-            rows = rows_next
-            bits = bits_next
-            ahead = start + BLOCK_N + lanes
-            rows_next = tl.load(union_rows + ahead, mask=ahead < length, other=0)
-            bits_next = tl.load(union_bits + ahead, mask=ahead < length, other=0).to(tl.int32)
-            kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
-                                                   stride_kvd, D_V, KV_INT64, UPCAST)
-            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
-            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
-    else:
-        first_live = lanes < length
-        rows_first = tl.load(union_rows + lanes, mask=first_live, other=0)
-        bits_next = tl.load(union_bits + lanes, mask=first_live, other=0).to(tl.int32)
-        main_next, tail_next = _gather_union_block(kv_ptr, rows_first, first_live, offs_d, offs_r, tail_ok,
-                                                   stride_kvs, stride_kvd, D_V, KV_INT64, UPCAST)
-        rows_next = tl.load(union_rows + BLOCK_N + lanes, mask=BLOCK_N + lanes < length, other=0)
-        for start in tl.range(0, length, BLOCK_N, num_stages=1):
-            live = start + lanes < length
-            kv_main = main_next
-            kv_tail = tail_next
-            bits = bits_next
-            ahead = start + BLOCK_N + lanes
-            main_next, tail_next = _gather_union_block(kv_ptr, rows_next, ahead < length, offs_d, offs_r, tail_ok,
-                                                       stride_kvs, stride_kvd, D_V, KV_INT64, UPCAST)
-            bits_next = tl.load(union_bits + ahead, mask=ahead < length, other=0).to(tl.int32)
-            rows_next = tl.load(union_rows + ahead + BLOCK_N, mask=ahead + BLOCK_N < length, other=0)
-            scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
-            m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
+    for start in range(0, length, BLOCK_N):
+        offs_n = start + lanes
+        live = offs_n < length
+        rows = tl.load(union_rows + offs_n, mask=live, other=0)
+        bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
+        kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
+                                               stride_kvd, D_V, KV_INT64, UPCAST)
+        scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
+        m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
