@@ -44,7 +44,6 @@ HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
-UNION_LOOP_STAGES = 0  # > 0: tl.range(num_stages=...) on the union loop (experiment, see union_attention.py)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
@@ -266,7 +265,7 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
         qk_scale_log2,
         H=args.num_heads, G=sets.group,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(), LOOP_STAGES=UNION_LOOP_STAGES,
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 

@@ -45,21 +45,6 @@ def _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale
 
 
 @triton.jit
-def _union_block_step(start, length, lanes, union_rows, union_bits, kv_ptr, q_main, q_tail, member,
-                      m_i, l_i, acc, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd, qk_scale_log2,
-                      D_V: tl.constexpr, D_TAIL: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr):
-    """One block of BLOCK_N union rows from `start`: gather, owned scores, online-softmax update."""
-    offs_n = start + lanes
-    live = offs_n < length
-    rows = tl.load(union_rows + offs_n, mask=live, other=0)
-    bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
-    kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
-                                           stride_kvd, D_V, KV_INT64, UPCAST)
-    scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
-    return online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
-
-
-@triton.jit
 def sparse_mla_union_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
     stride_qt, stride_qh, stride_qd,
@@ -69,15 +54,13 @@ def sparse_mla_union_kernel(
     qk_scale_log2,
     H: tl.constexpr, G: tl.constexpr,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
 
     The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or
     gathering it into registers before this block's MMAs, measured slower on the H200
-    (docs/performance.md, note 17). LOOP_STAGES > 0 (an experiment) pipelines the loop with
-    tl.range(num_stages=LOOP_STAGES), which also pipelines the index loads that the launch's
-    num_stages leaves synchronous.
+    (docs/performance.md, note 14).
     """
     BLOCK_M: tl.constexpr = G * H
     group = tl.program_id(0).to(tl.int64)
@@ -103,16 +86,15 @@ def sparse_mla_union_kernel(
     acc = tl.zeros([BLOCK_M, D_V], dtype=tl.float32)
     union_rows = rows_ptr + group * stride_rg
     union_bits = bits_ptr + group * stride_bg
-    if LOOP_STAGES > 0:  # tl.range's own pipelining also covers the union-row index loads
-        for start in tl.range(0, length, BLOCK_N, num_stages=LOOP_STAGES):
-            m_i, l_i, acc = _union_block_step(start, length, lanes, union_rows, union_bits, kv_ptr, q_main, q_tail,
-                                              member, m_i, l_i, acc, offs_d, offs_r, tail_ok, stride_kvs,
-                                              stride_kvd, qk_scale_log2, D_V, D_TAIL, KV_INT64, UPCAST)
-    else:
-        for start in range(0, length, BLOCK_N):
-            m_i, l_i, acc = _union_block_step(start, length, lanes, union_rows, union_bits, kv_ptr, q_main, q_tail,
-                                              member, m_i, l_i, acc, offs_d, offs_r, tail_ok, stride_kvs,
-                                              stride_kvd, qk_scale_log2, D_V, D_TAIL, KV_INT64, UPCAST)
+    for start in range(0, length, BLOCK_N):
+        offs_n = start + lanes
+        live = offs_n < length
+        rows = tl.load(union_rows + offs_n, mask=live, other=0)
+        bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
+        kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
+                                               stride_kvd, D_V, KV_INT64, UPCAST)
+        scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
+        m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
