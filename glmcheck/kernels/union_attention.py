@@ -60,7 +60,7 @@ def sparse_mla_union_kernel(
 
     The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or
     gathering it into registers before this block's MMAs, measured slower on the H200
-    (docs/performance.md, note 14).
+    (docs/performance.md, notes 17 and 18).
     """
     BLOCK_M: tl.constexpr = G * H
     group = tl.program_id(0).to(tl.int64)

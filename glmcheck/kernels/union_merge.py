@@ -2,8 +2,9 @@
 
 Each selected slot of token t becomes one key `row * G + (t mod G)`; empty slots become the
 largest value of the key dtype (int16 when every key fits below it, else int32: radix-sorting
-16-bit keys takes 0.70x the time of 32-bit ones on the H200). Sorting the G*topk keys of a group makes the copies of one KV row neighbours (at most
-G of them, ordered by token), so one linear pass finds each row's first copy, ORs the ownership
+16-bit keys takes 0.70x the time of 32-bit ones on the H200). Sorting the G*topk keys of a
+group makes the copies of one KV row neighbours (at most G of them, ordered by token), so one
+linear pass finds each row's first copy, ORs the ownership
 bits of the copies that follow it and compacts the rows by a prefix sum. Legal while
 num_kv_rows * G <= INT32_MAX (the key must not overflow). Nothing depends on the KV span S.
 
