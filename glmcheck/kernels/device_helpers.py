@@ -43,6 +43,26 @@ def online_softmax_step(scores, values, m_i, l_i, acc, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def gather_kv_rows(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd,
+                   D_V: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr):
+    """Gather KV rows `rows` [N]: the main [N, D_V] part and the rope tail [N, TAIL_PAD]
+    (columns D_V + offs_r where tail_ok), zeros where not `live`; row offsets in int64 when
+    KV_INT64; widened to fp32 when UPCAST (interpreter)."""
+    if KV_INT64:
+        row_off = rows.to(tl.int64) * stride_kvs
+    else:
+        row_off = rows * stride_kvs
+    kv_row = kv_ptr + row_off[:, None]
+    kv_main = tl.load(kv_row + offs_d[None, :] * stride_kvd, mask=live[:, None], other=0.0)
+    kv_tail = tl.load(kv_row + (D_V + offs_r)[None, :] * stride_kvd,
+                      mask=live[:, None] & tail_ok[None, :], other=0.0)
+    if UPCAST:
+        kv_main = kv_main.to(tl.float32)
+        kv_tail = kv_tail.to(tl.float32)
+    return kv_main, kv_tail
+
+
+@triton.jit
 def append_rows(out_rows, out_bits, emitted, keep, row, bits, limit):
     """Append row[keep] and bits[keep] (as uint8) after the first `emitted` outputs, in lane order
     (prefix-sum compaction); positions at or past `limit` are never written. Returns the new count."""

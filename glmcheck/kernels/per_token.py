@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import online_softmax_step, round_to_bf16
+from glmcheck.kernels.device_helpers import gather_kv_rows, online_softmax_step, round_to_bf16
 
 
 @triton.jit
@@ -63,17 +63,8 @@ def sparse_mla_token_kernel(
         in_len = offs_n < length
         rows = tl.load(idx_row + offs_n * stride_ik, mask=in_len, other=-1)
         valid = in_len & (rows >= 0) & (rows < num_kv_rows)
-        if KV_INT64:
-            row_off = rows.to(tl.int64) * stride_kvs
-        else:
-            row_off = rows * stride_kvs
-        kv_row = kv_ptr + row_off[:, None]
-        kv_main = tl.load(kv_row + offs_d[None, :] * stride_kvd, mask=valid[:, None], other=0.0)
-        kv_tail = tl.load(kv_row + (D_V + offs_r)[None, :] * stride_kvd,
-                          mask=valid[:, None] & tail_ok[None, :], other=0.0)
-        if UPCAST:
-            kv_main = kv_main.to(tl.float32)
-            kv_tail = kv_tail.to(tl.float32)
+        kv_main, kv_tail = gather_kv_rows(kv_ptr, rows, valid, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd,
+                                          D_V, KV_INT64, UPCAST)
         scores = tl.dot(q_main, tl.trans(kv_main))
         if D_TAIL > 0:
             scores = tl.dot(q_tail, tl.trans(kv_tail), scores)

@@ -13,25 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import online_softmax_step, round_to_bf16
-
-
-@triton.jit
-def _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd,
-                       D_V: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr):
-    """The main [N, D_V] and rope-tail [N, TAIL_PAD] parts of the KV rows `rows` (zeros where not live)."""
-    if KV_INT64:
-        row_off = rows.to(tl.int64) * stride_kvs
-    else:
-        row_off = rows * stride_kvs
-    kv_row = kv_ptr + row_off[:, None]
-    kv_main = tl.load(kv_row + offs_d[None, :] * stride_kvd, mask=live[:, None], other=0.0)
-    kv_tail = tl.load(kv_row + (D_V + offs_r)[None, :] * stride_kvd,
-                      mask=live[:, None] & tail_ok[None, :], other=0.0)
-    if UPCAST:
-        kv_main = kv_main.to(tl.float32)
-        kv_tail = kv_tail.to(tl.float32)
-    return kv_main, kv_tail
+from glmcheck.kernels.device_helpers import gather_kv_rows, online_softmax_step, round_to_bf16
 
 
 @triton.jit
@@ -91,8 +73,8 @@ def sparse_mla_union_kernel(
         live = offs_n < length
         rows = tl.load(union_rows + offs_n, mask=live, other=0)
         bits = tl.load(union_bits + offs_n, mask=live, other=0).to(tl.int32)
-        kv_main, kv_tail = _gather_union_block(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs,
-                                               stride_kvd, D_V, KV_INT64, UPCAST)
+        kv_main, kv_tail = gather_kv_rows(kv_ptr, rows, live, offs_d, offs_r, tail_ok, stride_kvs, stride_kvd,
+                                          D_V, KV_INT64, UPCAST)
         scores = _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale_log2, D_TAIL)
         m_i, l_i, acc = online_softmax_step(scores, kv_main, m_i, l_i, acc, UPCAST)
 

@@ -48,8 +48,8 @@ class Mutant:
 
 INT32_WRAP = Mutant(
     name="int32_offset_wrap",
-    breaks="per-token int32 KV row offsets overflow (emulated: wrap at 2**16)",
-    file="per_token.py",
+    breaks="int32 KV row offsets overflow in the shared row gather (emulated: wrap at 2**16)",
+    file="device_helpers.py",
     snippet="row_off = rows * stride_kvs",
     replacement=f"row_off = (rows * stride_kvs) % {WRAP_ELEMENTS}",
     note="EMULATION. The real fault is int32 row addressing (rows * stride) on a KV cache of "
