@@ -2,7 +2,8 @@
 that a single median cannot settle (two paths within a few percent).
 
 Usage (GPU machine): PYTHONPATH=. python3 scripts/paired_timing.py [--heads 16] [--union 2]
-    [--seq-len 8192] [--rounds 7]
+    [--seq-len 8192] [--rounds 7] [--build METHOD]
+--build forces the union build method (as `union_dedup(method=...)` names them) instead of "auto".
 Both paths are gated against the fp32 reference (rel-L2 <= glmcheck.bench.GATE_REL_L2) on
 poisoned outputs first; then each round times per-token, then union (median of do_bench, 300 ms
 each), and the table gives every round's pair and the median ratio over the rounds.
@@ -20,6 +21,7 @@ from glmcheck import metrics
 from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs, time_ms
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.kernels import union as union_mod
 from glmcheck.reference import sparse_mla_reference
 
 
@@ -29,7 +31,11 @@ def main() -> int:
     parser.add_argument("--union", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--build", help="union build method to force (default: the library's auto choice)")
     ns = parser.parse_args()
+    if ns.build:
+        union_mod.choose_build = lambda G, topk, merge_legal: ns.build
+        print(f"union build forced: {ns.build}", flush=True)
     x = make_inputs(BenchPoint(1, ns.seq_len, ns.heads), seed=11)
     ref = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
     runs = {}
