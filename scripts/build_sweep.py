@@ -72,6 +72,11 @@ def sweep_builds(indices: torch.Tensor, kv_rows: int) -> None:
         if keys != torch.int32:
             with wide_keys():
                 time_build(indices, group, kv_rows, baseline, "merge", "torch.int32 keys")
+        if group == 2:
+            for block in (256, 1024):
+                union_mod.ANCHOR_BLOCK = block
+                time_build(indices, group, kv_rows, baseline, "anchor", f"BLOCK={block}")
+            union_mod.ANCHOR_BLOCK = 1024
         if group > 2:
             for block in (256, 1024):
                 union_mod.TREE_BLOCK = block
@@ -107,9 +112,10 @@ def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
         base = run(union=0)
         times: dict[str, float] = {}
         print(f"H={heads} G={group}: per-token {time_ms(lambda: run(union=0)):.3f} ms", flush=True)
-        methods = ("search", "merge", "tree") + (("bitonic",) if BITONIC else ()) + (("hash",) if HASH else ())
+        methods = ("search", "merge", "tree", "anchor") + (("bitonic",) if BITONIC else ()) + (("hash",) if HASH else ())
         for method in methods:
-            if (method == "search" and group == 8) or (method == "tree" and group == 2):
+            if (method == "search" and group == 8) or (method == "tree" and group == 2) or \
+                    (method == "anchor" and group != 2):
                 continue
             prefill.union_dedup = functools.partial(real, method=method)
             out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")

@@ -33,8 +33,11 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
     return torch.where(roll < dirt, junk, base), kv_rows
 
 
-@pytest.mark.parametrize("method", ["merge", "tree", "bitonic", "search", "hash"])
-@pytest.mark.parametrize("G", [2, 4, 8])
+BUILDS_BY_GROUP = [(m, G) for m in ("merge", "tree", "bitonic", "search", "hash") for G in (2, 4, 8)]
+BUILDS_BY_GROUP.append(("anchor", 2))  # the anchor build exists for pairs only
+
+
+@pytest.mark.parametrize("method, G", BUILDS_BY_GROUP)
 @pytest.mark.parametrize("with_length", [False, True])
 def test_dedup_matches_python_sets(device, G, with_length, method):
     indices, kv_rows = overlapping_indices(tokens=203, topk=64, seed=G)
@@ -115,6 +118,8 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 2, num_kv_rows=2**30, method="bitonic")
     with pytest.raises(ValueError, match="method='tree' needs"):
         union_dedup(indices, 4, num_kv_rows=2**29, method="tree")
+    with pytest.raises(ValueError, match="method='anchor' needs G = 2"):
+        union_dedup(indices, 4, num_kv_rows=8, method="anchor")
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import choose_build
@@ -141,6 +146,31 @@ def test_merge_keys_at_the_int16_boundary(device, G, extra_row):
         for g, owners in enumerate(python_union(indices, G, kv_rows, None)):
             n = int(sets.lengths[g])
             assert dict(zip(sets.rows[g, :n].tolist(), sets.bits[g, :n].tolist())) == owners, f"{method} group {g}"
+
+
+@pytest.mark.parametrize("extra_row", [0, 1])
+def test_anchor_build_at_the_int16_boundary_and_across_blocks(device, monkeypatch, extra_row):
+    """The anchor keys are the rows themselves: 32767 rows still sort as int16, one more as int32.
+    Top rows sit next to the int16 empty key; 4-row blocks make the anchor count and the append
+    position carry across blocks in both passes."""
+    from glmcheck.kernels import union as union_mod
+    monkeypatch.setattr(union_mod, "ANCHOR_BLOCK", 4)
+    kv_rows = 32767 + extra_row
+    assert union_mod.merge_key_dtype(1, kv_rows) == (torch.int32 if extra_row else torch.int16)
+    g = torch.Generator().manual_seed(extra_row)
+    top = torch.arange(kv_rows - 12, kv_rows, dtype=torch.int32)
+    indices = torch.stack([top[torch.randperm(12, generator=g)] for _ in range(5)])
+    indices[1, :5] = torch.tensor([-1, kv_rows, 5, kv_rows - 20, 0], dtype=torch.int32)
+    indices[2, 3] = kv_rows + 7
+    topk_length = torch.tensor([12, 11, 9, 12, 12], dtype=torch.int32)
+    for length in (None, topk_length):
+        sets = union_dedup(indices.to(device), 2, None if length is None else length.to(device),
+                           num_kv_rows=kv_rows, method="anchor")
+        for pair, owners in enumerate(python_union(indices, 2, kv_rows, length)):
+            n = int(sets.lengths[pair])
+            got_rows = sets.rows[pair, :n].tolist()
+            assert len(got_rows) == len(set(got_rows)), f"pair {pair}: a row emitted twice"
+            assert dict(zip(got_rows, sets.bits[pair, :n].tolist())) == owners, f"pair {pair}"
 
 
 @pytest.mark.parametrize("G", [2, 8])

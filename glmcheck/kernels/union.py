@@ -18,6 +18,7 @@ import torch
 import triton
 
 from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_hash import union_hash_kernel
@@ -38,12 +39,13 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "tree", "bitonic", "search", "hash")
+BUILD_METHODS = ("auto", "merge", "tree", "anchor", "bitonic", "search", "hash")
 HASH_PROGRAMS_PER_SM = 4  # persistent programs of the hash build (each owns one table)
 HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
+ANCHOR_BLOCK = 1024  # partner rows searched per step of the anchor build
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
@@ -86,7 +88,10 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     and num_kv_rows * G <= 2**31 - 1; the keys are int16 when num_kv_rows * G <= 32767, which
     sorts in 0.70x the time); "tree" (G = 4, 8) runs "merge" at G = 2, then merges neighbouring
     sorted unions pairwise (G = 2 -> 4 -> 8) by binary-search ranks, with no further sort (rows
-    come out ascending, as from "merge"); "auto" takes "merge" for G = 2 and "tree" for G = 4 and
+    come out ascending, as from "merge"); "anchor" (G = 2 only) sorts only the first token of each
+    pair and binary-searches the second token's rows in it (`union_anchor.py`: half the sort work
+    of "merge"; rows come out as the first token's ascending rows, then the second's new ones);
+    "auto" takes "merge" for G = 2 and "tree" for G = 4 and
     8 where they are legal, else "search". Measured on the H200 at 8192 tokens, topk 2048, int32
     keys (GPU run 8): G=2 merge 0.63 ms vs search 0.86; G=4 tree 0.76 vs search 1.10 vs merge
     1.40; G=8 tree 0.84 vs merge 1.44. All give the same set of rows and bits. "bitonic" is
@@ -106,6 +111,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
     merge_legal = merge_is_legal(G, num_kv_rows)
+    if method == "anchor" and G != 2:
+        raise ValueError(f"method='anchor' needs G = 2, got G={G}")
     if method in ("merge", "tree", "bitonic") and not merge_legal:
         raise ValueError(f"method={method!r} needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
                          f"got G={G}, num_kv_rows={num_kv_rows}")
@@ -124,6 +131,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     elif method == "tree" and G > 2:
         _build_by_tree(indices, topk_length, num_kv_rows, sets)
+    elif method == "anchor":
+        _build_by_anchor(indices, topk_length, num_kv_rows, sets)
     else:
         _build_by_merge(indices, topk_length, num_kv_rows, sets, in_kernel_sort=method == "bitonic")
     return sets
@@ -227,6 +236,34 @@ def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
         sorted_keys, sets.rows, sets.bits, sets.lengths,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
         G=G, LOG2_G=G.bit_length() - 1, BLOCK=MERGE_BLOCK, EMPTY=empty_key, num_warps=BUILD_WARPS,
+    )
+
+
+def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
+                     num_kv_rows: int | None, sets: UnionSets) -> None:
+    """G = 2: sort each pair's first token's rows (int16 keys while every row fits below the
+    int16 empty key), then the anchor kernel (`union_anchor.py`) fills `sets`."""
+    num_pairs, topk = sets.lengths.shape[0], indices.shape[1]
+    span = INT32_MAX if num_kv_rows is None else num_kv_rows
+    key_dtype = merge_key_dtype(1, span)
+    empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
+    anchors = indices[0:2 * num_pairs:2]
+    anchor_lengths = None if topk_length is None else topk_length[0:2 * num_pairs:2].contiguous()
+    keys = torch.empty((num_pairs, topk), dtype=key_dtype, device=indices.device)
+    block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
+    union_keys_kernel[(num_pairs, triton.cdiv(topk, block))](
+        anchors, anchors if anchor_lengths is None else anchor_lengths, keys, span, topk,
+        anchors.stride(0), anchors.stride(1),
+        G=1, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
+    )
+    sorted_keys = torch.sort(keys, dim=1).values
+    union_anchor_kernel[(num_pairs,)](
+        sorted_keys, indices, indices if topk_length is None else topk_length,
+        sets.rows, sets.bits, sets.lengths,
+        span, topk, sorted_keys.stride(0), indices.stride(0), indices.stride(1),
+        sets.rows.stride(0), sets.bits.stride(0),
+        HAS_LENGTH=topk_length is not None, BLOCK=min(ANCHOR_BLOCK, triton.next_power_of_2(topk)),
+        SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))), EMPTY=empty_key, num_warps=BUILD_WARPS,
     )
 
 
