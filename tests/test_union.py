@@ -123,9 +123,11 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import choose_build
-    assert [choose_build(g, 2048, True) for g in (2, 4, 8)] == ["merge", "tree", "tree"]
-    assert choose_build(2, 2048, False) == "search"
-    sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto falls back to the search build
+    assert [choose_build(g, 2048, True) for g in (2, 4, 8)] == ["anchor", "tree", "tree"]
+    assert [choose_build(g, 2048, False) for g in (2, 4)] == ["anchor", "search"]
+    sets = union_dedup(indices, 4, num_kv_rows=2**30)  # auto falls back to the search build
+    assert sets.lengths.tolist() == [4] and sets.bits[:, :4].eq(15).all()
+    sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto: the anchor build, int32 keys
     assert sets.lengths.tolist() == [4, 4, 4] and sets.bits[:, :4].eq(3).all()
 
 
@@ -203,15 +205,18 @@ def _inputs(tokens, heads, topk, seed, d_v=64, d_tail=16, **kw):
     return q, kv, indices, (d_v + d_tail) ** -0.5, d_v
 
 
-def _spy_union_launches(monkeypatch) -> list[int]:
+def _spy_union_launches(monkeypatch, kinds: list[str] | None = None) -> list[int]:
+    """Record G of every union attention launch (Triton tile or warp-specialised tile); `kinds`,
+    when given, records which of the two ran ("triton" / "ws")."""
     calls: list[int] = []
-    real = prefill.launch_union_attention
+    for name, kind in (("launch_union_attention", "triton"), ("launch_union_attention_ws", "ws")):
+        def spy(args, sets, *rest, _real=getattr(prefill, name), _kind=kind):
+            calls.append(sets.group)
+            if kinds is not None:
+                kinds.append(_kind)
+            return _real(args, sets, *rest)
 
-    def spy(args, sets, *rest):
-        calls.append(sets.group)
-        return real(args, sets, *rest)
-
-    monkeypatch.setattr(prefill, "launch_union_attention", spy)
+        monkeypatch.setattr(prefill, name, spy)
     return calls
 
 
@@ -286,6 +291,23 @@ def test_bad_dedup_group_raises(device):
         union_dedup(indices.long(), 2)
 
 
+def test_ws_tile_refuses_what_it_cannot_run(device):
+    from glmcheck.kernels.union_ws_launch import check_ws_args, ws_supports
+    from glmcheck.kernels.validate import PrefillArgs
+    q = torch.zeros((16, 8, 576), dtype=torch.bfloat16, device=device)
+    kv = torch.zeros((32, 576), dtype=torch.bfloat16, device=device)
+    indices = torch.zeros((16, 8), dtype=torch.int32, device=device)
+    args = PrefillArgs(q, kv, indices, None, 0.1, 512)
+    check_ws_args(args, 8)
+    with pytest.raises(ValueError, match="G\\*H = 64"):
+        check_ws_args(args, 4)
+    with pytest.raises(ValueError, match="d_v = 512"):
+        check_ws_args(PrefillArgs(q, kv, indices, None, 0.1, 256), 8)
+    with pytest.raises(ValueError, match="16-byte boundaries"):
+        check_ws_args(PrefillArgs(q, kv.view(-1)[4:4 + 31 * 576].view(31, 576), indices, None, 0.1, 512), 8)
+    assert ws_supports(args, 8) == (device.type == "cuda" and torch.cuda.get_device_capability() == (9, 0))
+
+
 # ---- real shapes on the GPU -------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -323,3 +345,36 @@ def test_gpu_graph_capture_runs_per_token(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, G", [(8, 8), (16, 4), (32, 2)])
+def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):
+    """G*H = 64 on an H100/H200 runs the warp-specialised tile: every output written, within the
+    reference gate, as close to the Triton tile as two summation orders allow, deterministic.
+    Ragged topk_length, -1 and out-of-range slots, a tail of T mod G tokens."""
+    from glmcheck.kernels.union_ws_launch import ws_available
+    device = torch.device("cuda")
+    if not ws_available(device):
+        pytest.skip("the warp-specialised tile needs an sm_90 GPU and Gluon")
+    tokens, topk = 1027, 512
+    indices, kv_rows = overlapping_indices(tokens, topk, seed=heads, kv_rows=3000)
+    q, kv = random_qkv(tokens, heads, kv_rows, 512, 64, torch.Generator().manual_seed(heads), device)
+    indices = indices.to(device)
+    topk_length = torch.randint(0, topk + 1, (tokens,), generator=torch.Generator().manual_seed(1),
+                                dtype=torch.int32).to(device)
+    kinds: list[str] = []
+    _spy_union_launches(monkeypatch, kinds)
+    out = poisoned_out(tokens, heads, 512, device)
+    sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, out=out, union=G)
+    assert kinds == ["ws"]
+    assert not out.isnan().any(), "the warp-specialised tile left outputs unwritten"
+    ref = sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length)
+    assert_close_to_reference(out, ref)
+    monkeypatch.setattr(prefill, "USE_WS_TILE", False)
+    triton_tile = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G)
+    assert kinds == ["ws", "triton"]
+    assert metrics.rel_l2(out, triton_tile) <= UNION_VS_PER_TOKEN_REL_L2
+    monkeypatch.setattr(prefill, "USE_WS_TILE", True)
+    again = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G)
+    assert torch.equal(out, again)

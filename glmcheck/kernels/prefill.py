@@ -22,11 +22,13 @@ from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import (launch_union_attention, log_fallback_once, union_dedup,
                                     union_is_legal)
+from glmcheck.kernels.union_ws_launch import launch_union_attention_ws, ws_supports
 from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
 LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
+USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
 
 
 def head_tile(num_heads: int) -> int:
@@ -115,11 +117,14 @@ def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: 
 def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
                first: tiles.Tile | None) -> None:
     sets = union_dedup(args.indices, group, args.topk_length, num_kv_rows=args.num_kv_rows)
-    first = first or tiles.table_tile("union", group * args.num_heads, args.q.device)
-    key = tiles.memo_key("union", args.num_heads, group, args.q.device)
     scale = args.sm_scale * LOG2E
-    tiles.launch_with_step_down(
-        key, first, lambda tile: launch_union_attention(args, sets, out, tile, kv_int64, scale))
+    if USE_WS_TILE and first is None and ws_supports(args, group):
+        launch_union_attention_ws(args, sets, out, scale, kv_int64)
+    else:
+        first = first or tiles.table_tile("union", group * args.num_heads, args.q.device)
+        key = tiles.memo_key("union", args.num_heads, group, args.q.device)
+        tiles.launch_with_step_down(
+            key, first, lambda tile: launch_union_attention(args, sets, out, tile, kv_int64, scale))
     done = sets.lengths.shape[0] * group
     if done < args.num_tokens:  # tail tokens (T mod G) take the per-token path
         tail = slice(done, args.num_tokens)
@@ -140,10 +145,12 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     only when the G*H query tile is a power of two in [16, 64]; otherwise, with
     `deterministic=True` (batch-invariant results), or while the current CUDA stream is
     capturing a graph, the per-token path runs instead. Tail tokens (T mod G) always take the
-    per-token path. `check_inputs=True` also checks contents (a host sync): q and kv finite, no
+    per-token path. Where G*H = 64 on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union
+    attention runs the warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
+    `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
     kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
-    of choosing by size; `_tile` overrides the tuned tile. Both are for tests.
+    of choosing by size; `_tile` overrides the tuned tile (and picks the Triton union tile). Both are for tests.
     Deterministic: the same inputs (and union) give bitwise identical outputs.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)

@@ -45,7 +45,7 @@ HASH_BLOCK = 1024
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
-ANCHOR_BLOCK = 1024  # partner rows searched per step of the anchor build
+ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200 run 9: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
@@ -91,9 +91,9 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     come out ascending, as from "merge"); "anchor" (G = 2 only) sorts only the first token of each
     pair and binary-searches the second token's rows in it (`union_anchor.py`: half the sort work
     of "merge"; rows come out as the first token's ascending rows, then the second's new ones);
-    "auto" takes "merge" for G = 2 and "tree" for G = 4 and
-    8 where they are legal, else "search". Measured on the H200 at 8192 tokens, topk 2048, int32
-    keys (GPU run 8): G=2 merge 0.63 ms vs search 0.86; G=4 tree 0.76 vs search 1.10 vs merge
+    "auto" takes "anchor" for G = 2, "tree" for G = 4 and 8 where it is legal, else "search".
+    Measured on the H200 at 8192 tokens, topk 2048: G=2 anchor 0.34 ms vs merge 0.49 (int16 keys,
+    GPU run 9); int32 keys (GPU run 8): G=2 merge 0.63 ms vs search 0.86; G=4 tree 0.76 vs search 1.10 vs merge
     1.40; G=8 tree 0.84 vs merge 1.44. All give the same set of rows and bits. "bitonic" is
     "merge" with each group's keys sorted in registers by one program (tl.sort) instead of
     torch.sort; H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the fastest. "hash" needs no sort:
@@ -148,9 +148,9 @@ def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> Uni
 
 def choose_build(G: int, topk: int, merge_legal: bool) -> str:
     """The build method "auto" runs (see `union_dedup`); `topk` is kept for future per-shape choices."""
-    if not merge_legal:
-        return "search"
-    return "merge" if G == 2 else "tree"
+    if G == 2:
+        return "anchor"
+    return "tree" if merge_legal else "search"
 
 
 def merge_key_dtype(G: int, num_kv_rows: int) -> torch.dtype:

@@ -1,0 +1,84 @@
+"""Launcher of the warp-specialised 64-row union tile (`union_ws.py`; Hopper + Gluon only).
+
+`sparse_mla_prefill` takes it for the union attention wherever `ws_supports` says yes (G*H = 64
+on an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail, 16-byte aligned rows); everywhere else
+the Triton union kernel runs. `scripts/ws_probe.py` checks it against the fp32 reference and the
+Triton kernel and times both (H200 run 9, 1 x 8192: 1.011 vs 1.448 ms at H = 8, G = 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.union import UnionSets
+from glmcheck.kernels.validate import PrefillArgs
+
+
+@dataclass(frozen=True)
+class WsConfig:
+    """block_n KV rows per stage, `stages` stages in shared memory, producer warps and registers."""
+
+    block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
+    stages: int = 2
+    producer_warps: int = 4
+    producer_regs: int = 56
+
+
+def ws_available(device: torch.device) -> bool:
+    """True on an sm_90 CUDA device (not the interpreter) whose triton has Gluon."""
+    if device.type != "cuda" or interpreter_active() or torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def ws_supports(args: PrefillArgs, group: int) -> bool:
+    """The warp-specialised tile runs this union call: the device has it and the inputs fit it."""
+    if not ws_available(args.q.device):
+        return False
+    try:
+        check_ws_args(args, group)
+    except ValueError:
+        return False
+    return True
+
+
+def check_ws_args(args: PrefillArgs, group: int) -> None:
+    """ValueError naming what the warp-specialised tile does not take."""
+    if group * args.num_heads != 64:
+        raise ValueError(f"the warp-specialised tile needs G*H = 64, got G={group}, H={args.num_heads}")
+    if args.d_v != 512 or args.d_tail != 64:
+        raise ValueError(f"the warp-specialised tile needs d_v = 512 and a 64-wide rope tail, "
+                         f"got d_v={args.d_v}, tail={args.d_tail}")
+    if args.kv.stride(1) != 1 or args.q.stride(2) != 1:
+        raise ValueError("q and kv must be contiguous along the feature dimension")
+    if args.kv.data_ptr() % 16 or args.kv.stride(0) % 8:  # cp.async copies 16-byte pieces of each row
+        raise ValueError(f"kv rows must start on 16-byte boundaries, got data_ptr % 16 = "
+                         f"{args.kv.data_ptr() % 16} and row stride {args.kv.stride(0)} elements")
+    if args.q.dtype != torch.bfloat16 or args.kv.dtype != torch.bfloat16:
+        raise ValueError(f"q and kv must be bfloat16, got {args.q.dtype} and {args.kv.dtype}")
+
+
+def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
+                              kv_int64: bool, config: WsConfig = WsConfig()):
+    """Union attention for the first len(sets.lengths) * G tokens with the Gluon kernel."""
+    from glmcheck.kernels.union_ws import CONSUMER_WARPS, sparse_mla_union_ws_kernel
+
+    check_ws_args(args, sets.group)
+    q, kv = args.q, args.kv
+    return sparse_mla_union_ws_kernel[(sets.lengths.shape[0],)](
+        q, kv, sets.rows, sets.bits, sets.lengths, out,
+        q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
+        sets.rows.stride(0), sets.bits.stride(0),
+        out.stride(0), out.stride(1), out.stride(2),
+        qk_scale_log2,
+        H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
+        BLOCK_N=config.block_n, NUM_STAGES=config.stages, PRODUCER_WARPS=config.producer_warps,
+        PRODUCER_REGS=config.producer_regs, KV_INT64=kv_int64, num_warps=CONSUMER_WARPS.value,
+    )

@@ -1,0 +1,83 @@
+"""Compile the warp-specialised union kernel for sm_90a without a GPU and print its resources.
+
+Usage (any machine with triton >= 3.6, no GPU or torch needed):
+    python scripts/ws_compile.py [--block-n 64] [--stages 2] [--heads 8] [--producer-warps 4] [--ptx out.ptx]
+Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+
+KERNEL_FILE = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels" / "union_ws.py"
+
+
+def load_kernel_module():
+    """The kernel file alone (the glmcheck package needs torch; this script does not)."""
+    spec = importlib.util.spec_from_file_location("union_ws", KERNEL_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resource_usage(cubin: bytes) -> str:
+    """REG / STACK / SHARED of the cubin, as cuobjdump (shipped with triton) reports them."""
+    tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
+        handle.write(cubin)
+        handle.flush()
+        text = subprocess.run([str(tool), "--dump-resource-usage", handle.name], capture_output=True,
+                              text=True, check=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    return f"REG {found[1]} STACK {found[2]} LOCAL {found[4]}" if found else text.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--block-n", type=int, default=64)
+    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--producer-warps", type=int, default=4)
+    parser.add_argument("--producer-regs", type=int, default=56)
+    parser.add_argument("--ptx", help="also write the PTX here")
+    ns = parser.parse_args()
+    ws = load_kernel_module()
+    signature = {
+        "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
+        "out_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
+        "stride_kvs": "i32", "stride_rg": "i32", "stride_bg": "i32", "stride_ot": "i32", "stride_oh": "i32",
+        "stride_od": "constexpr", "qk_scale_log2": "fp32",
+        "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
+        "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
+        "KV_INT64": "constexpr",
+    }
+    constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": ws.BLOCK_M.value // ns.heads, "D_V": 512,
+                  "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
+                  "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs, "KV_INT64": False}
+    # What the JIT infers at a real launch: 16-byte aligned pointers, strides that are multiples of 16.
+    aligned = [i for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or
+               (kind == "i32" and name.startswith("stride"))]
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    src = GluonASTSource(ws.sparse_mla_union_ws_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": ws.CONSUMER_WARPS.value})
+    ptx = kernel.asm["ptx"]
+    print(f"block_n={ns.block_n} stages={ns.stages} heads={ns.heads}: {resource_usage(kernel.asm['cubin'])}, "
+          f"shared {kernel.metadata.shared} B, "
+          f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, cp.async {len(re.findall(r'cp.async.cg|cp.async.ca', ptx))}, "
+          f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")
+    if ns.ptx:
+        pathlib.Path(ns.ptx).write_text(ptx)
+
+
+if __name__ == "__main__":
+    main()
