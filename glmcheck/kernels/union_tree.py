@@ -43,7 +43,7 @@ def _merge_side(own_rows, own_bits, own_count, other_rows, other_bits, other_cou
         shared = in_range & (tl.load(other_rows + rank, mask=in_range, other=-1) == row)
         flag = shared.to(tl.int32)
         position = index + rank - (shared_before + tl.cumsum(flag, axis=0) - flag)
-        keep = live & (position < width_out)
+        keep = live & (position >= 0) & (position < width_out)  # in bounds even for inputs that break the contract
         if KEEP_SHARED:
             other = tl.load(other_bits + rank, mask=shared, other=0).to(tl.int32) << OTHER_SHIFT
             bits = bits | other

@@ -274,9 +274,12 @@ SUITE: tuple[Check, ...] = (
     Check("per_token_out_of_range", "per-token, slots >= S or < -1 equal -1 slots (fp64 + bitwise)",
           check_per_token_out_of_range),
     Check("per_token_large_kv", "per-token, S*d_qk = 81920 >= 2**16, vs fp64", check_per_token_large_kv),
+    # The build is checked before the attention that consumes it: a broken build can leave rows
+    # unwritten, and attention gathering such rows would crash (on a GPU: an illegal address that
+    # ends the process's CUDA context) instead of failing a check.
+    Check("union_dedup", "union build vs Python sets: rows and ownership bits", check_union_dedup),
     Check("union_g2", "union G=2, odd T, overlapping selections, vs fp64", union_check(2)),
     Check("union_g4", "union G=4, odd T, overlapping selections, vs fp64", union_check(4)),
-    Check("union_dedup", "union build vs Python sets: rows and ownership bits", check_union_dedup),
     Check("determinism", "two runs bitwise equal (per-token and union)", check_determinism),
 )
 
