@@ -20,7 +20,7 @@ from glmcheck.selftest.suite import SUITE
 REQUIRED = {"ownership_ignored", "tail_dropped", "search_off_by_one", "duplicate_row", "rope_tail_dropped",
             "softmax_scale_no_log2e", "empty_slot_as_row0", "topk_length_ignored", "int32_offset_wrap",
             "merge_bits_short", "merge_copies_emitted", "hash_table_not_cleared", "bitonic_unsorted",
-            "tree_bits_lost"}
+            "tree_bits_lost", "anchor_shared_bits_lost"}
 
 
 def kernel_digest() -> str:
