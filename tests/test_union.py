@@ -305,7 +305,18 @@ def test_ws_tile_refuses_what_it_cannot_run(device):
         check_ws_args(PrefillArgs(q, kv, indices, None, 0.1, 256), 8)
     with pytest.raises(ValueError, match="16-byte boundaries"):
         check_ws_args(PrefillArgs(q, kv.view(-1)[4:4 + 31 * 576].view(31, 576), indices, None, 0.1, 512), 8)
-    assert ws_supports(args, 8) == (device.type == "cuda" and torch.cuda.get_device_capability() == (9, 0))
+    import triton
+    from glmcheck.kernels.union_ws_launch import gluon_version_supported
+    expected = device.type == "cuda" and torch.cuda.get_device_capability() == (9, 0) \
+        and gluon_version_supported(triton.__version__)
+    assert ws_supports(args, 8) == expected
+
+
+def test_ws_tile_only_on_tested_triton_versions():
+    from glmcheck.kernels.union_ws_launch import gluon_version_supported
+    assert gluon_version_supported("3.6.0") and gluon_version_supported("3.6.1")
+    assert not gluon_version_supported("3.9.0") and not gluon_version_supported("3.5.1")
+    assert not gluon_version_supported("4.6.0")
 
 
 # ---- real shapes on the GPU -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Gluon kernel (Hopper only, experimental): the 64-row union tile with warp specialisation.
+"""Gluon kernel (Hopper only): the 64-row union tile with warp specialisation.
 
 Same contract and result as `union_attention.sparse_mla_union_kernel` at G*H = 64 (one group of
 G adjacent tokens per program, token-major query rows, ownership bits mask foreign rows), but the
@@ -13,8 +13,9 @@ work is split between warps that run side by side (docs/performance.md, note 19)
 So the next blocks' gathers are in flight while this block's MMAs and softmax run, which the
 compiled Triton loop cannot do (note 16: it waits for every copy at the top of each iteration).
 
-Needs triton.experimental.gluon (triton >= 3.6) and an sm_90 GPU; the CPU interpreter does not run
-Gluon. Launcher: `glmcheck.kernels.union_ws_launch`.
+Needs triton.experimental.gluon as in triton 3.6 (3.9 renamed the cp.async copy; the launcher
+runs this kernel only on tested triton versions) and an sm_90 GPU; the CPU interpreter does not
+run Gluon. Launcher: `glmcheck.kernels.union_ws_launch`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import UnionSets
@@ -27,9 +28,22 @@ class WsConfig:
     producer_regs: int = 56
 
 
+# Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy this kernel
+# uses), so the tile runs only on the triton minor versions it was compiled and tested with;
+# any other version gets the Triton tile.
+GLUON_TESTED_VERSIONS = ("3.6",)
+
+
+def gluon_version_supported(version: str) -> bool:
+    """True when triton `version` (e.g. "3.6.0") is a minor release the Gluon tile was tested on."""
+    return ".".join(version.split(".")[:2]) in GLUON_TESTED_VERSIONS
+
+
 def ws_available(device: torch.device) -> bool:
-    """True on an sm_90 CUDA device (not the interpreter) whose triton has Gluon."""
+    """True on an sm_90 CUDA device (not the interpreter) with a tested triton that has Gluon."""
     if device.type != "cuda" or interpreter_active() or torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    if not gluon_version_supported(triton.__version__):
         return False
     try:
         import triton.experimental.gluon  # noqa: F401
