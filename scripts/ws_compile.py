@@ -1,6 +1,6 @@
 """Compile the warp-specialised union kernel for sm_90a without a GPU and print its resources.
 
-Usage (any machine with triton >= 3.6, no GPU or torch needed):
+Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/ws_compile.py [--block-n 64] [--stages 2] [--heads 8] [--producer-warps 4] [--ptx out.ptx]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
