@@ -319,6 +319,23 @@ def test_ws_tile_only_on_tested_triton_versions():
     assert not gluon_version_supported("4.6.0")
 
 
+def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
+    """The whole rule, past the device check (faked: an sm_90 CUDA device, no interpreter)."""
+    import triton
+    from glmcheck.kernels import union_ws_launch
+    monkeypatch.setattr(union_ws_launch, "interpreter_active", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert union_ws_launch.ws_available(cuda)
+    monkeypatch.setattr(triton, "__version__", "3.9.0")
+    assert not union_ws_launch.ws_available(cuda)
+    monkeypatch.setattr(triton, "__version__", "3.6.0")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    assert not union_ws_launch.ws_available(cuda)
+    assert not union_ws_launch.ws_available(torch.device("cpu"))
+
+
 # ---- real shapes on the GPU -------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -46,7 +46,7 @@ def ws_available(device: torch.device) -> bool:
     if not gluon_version_supported(triton.__version__):
         return False
     try:
-        import triton.experimental.gluon  # noqa: F401
+        import triton.experimental.gluon as _gluon  # noqa: F401  (binds no local `triton`)
     except ImportError:
         return False
     return True
