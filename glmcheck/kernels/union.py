@@ -207,6 +207,24 @@ def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
     )
 
 
+def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
+                 G: int) -> tuple[torch.Tensor, int]:
+    """Keys row*G + (t mod G) of the valid slots of `indices` [T, topk] (T a multiple of G; any
+    row stride), the empty key elsewhere, sorted per run of G tokens: ([T/G, G*topk] int16 where
+    every key fits below INT16_MAX, else int32; the empty key)."""
+    tokens, topk = indices.shape
+    key_dtype = merge_key_dtype(G, num_kv_rows)
+    empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
+    keys = torch.empty((tokens, topk), dtype=key_dtype, device=indices.device)
+    block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
+    union_keys_kernel[(tokens, triton.cdiv(topk, block))](
+        indices, indices if topk_length is None else topk_length, keys, num_kv_rows, topk,
+        indices.stride(0), indices.stride(1),
+        G=G, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
+    )
+    return torch.sort(keys.view(tokens // G, G * topk), dim=1).values, empty_key
+
+
 def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
                     num_kv_rows: int, sets: UnionSets, in_kernel_sort: bool = False) -> None:
     """Keys row*G + token per slot, one sort per group of G*topk keys (torch.sort of int16 or
@@ -223,15 +241,7 @@ def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
             WIDTH_PAD=triton.next_power_of_2(G * topk), num_warps=BITONIC_WARPS,
         )
     else:
-        key_dtype = merge_key_dtype(G, num_kv_rows)
-        empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
-        keys = torch.empty((num_groups * G, topk), dtype=key_dtype, device=indices.device)
-        block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
-        union_keys_kernel[(num_groups * G, triton.cdiv(topk, block))](
-            indices, length_arg, keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
-            G=G, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
-        )
-        sorted_keys = torch.sort(keys.view(num_groups, G * topk), dim=1).values
+        sorted_keys, empty_key = _sorted_keys(indices[:num_groups * G], topk_length, num_kv_rows, G)
     union_merge_kernel[(num_groups,)](
         sorted_keys, sets.rows, sets.bits, sets.lengths,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
@@ -245,18 +255,8 @@ def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
     int16 empty key), then the anchor kernel (`union_anchor.py`) fills `sets`."""
     num_pairs, topk = sets.lengths.shape[0], indices.shape[1]
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
-    key_dtype = merge_key_dtype(1, span)
-    empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
-    anchors = indices[0:2 * num_pairs:2]
     anchor_lengths = None if topk_length is None else topk_length[0:2 * num_pairs:2].contiguous()
-    keys = torch.empty((num_pairs, topk), dtype=key_dtype, device=indices.device)
-    block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
-    union_keys_kernel[(num_pairs, triton.cdiv(topk, block))](
-        anchors, anchors if anchor_lengths is None else anchor_lengths, keys, span, topk,
-        anchors.stride(0), anchors.stride(1),
-        G=1, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
-    )
-    sorted_keys = torch.sort(keys, dim=1).values
+    sorted_keys, empty_key = _sorted_keys(indices[0:2 * num_pairs:2], anchor_lengths, span, 1)
     union_anchor_kernel[(num_pairs,)](
         sorted_keys, indices, indices if topk_length is None else topk_length,
         sets.rows, sets.bits, sets.lengths,
