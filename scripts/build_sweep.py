@@ -103,7 +103,7 @@ def time_build(indices: torch.Tensor, group: int, kv_rows: int, baseline: union_
 def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
     """Whole union path (build + attention + tail) per build method, gated against fp32 first.
     Returns the fastest build per heads and G: {"8": {"2": "merge", ...}, ...}."""
-    real = prefill.union_dedup
+    real = prefill.build_union_sets
     best: dict[str, dict[str, str]] = {}
     for heads, group in ((8, 2), (8, 4), (8, 8), (16, 2), (16, 4)):
         x = make_inputs(BenchPoint(1, seq_len, heads), seed=7)
@@ -117,7 +117,7 @@ def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
             if (method == "search" and group == 8) or (method == "tree" and group == 2) or \
                     (method == "anchor" and group != 2):
                 continue
-            prefill.union_dedup = functools.partial(real, method=method)
+            prefill.build_union_sets = functools.partial(real, method=method)
             out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
             run(out=out)
             rel = metrics.rel_l2(out, ref)
@@ -127,7 +127,7 @@ def sweep_union_paths(seq_len: int) -> dict[str, dict[str, str]]:
                   flush=True)
             if ms == ms:
                 times[method] = ms
-        prefill.union_dedup = real
+        prefill.build_union_sets = real
         best.setdefault(str(heads), {})[str(group)] = min(times, key=times.get)
     return best
 

@@ -89,6 +89,53 @@ def test_sorted_output_builds_equal_merge_build_on_odd_widths(device, method, G,
             assert torch.equal(merged.bits[g, :n], other.bits[g, :n])
 
 
+@pytest.mark.parametrize("method, G", BUILDS_BY_GROUP)
+def test_every_build_writes_every_length(device, monkeypatch, method, G):
+    """Length buffers are not zero-filled (a launch fewer each): every build kernel must write
+    the length of every group, so buffers poisoned with -7 must come back equal to Python's sets."""
+    import glmcheck.kernels.union as union_mod
+
+    made = union_mod._empty_sets
+
+    def poisoned_sets(*args, **kwargs):
+        sets = made(*args, **kwargs)
+        sets.lengths.fill_(-7)
+        return sets
+
+    monkeypatch.setattr(union_mod, "_empty_sets", poisoned_sets)
+    indices, kv_rows = overlapping_indices(tokens=4 * G + 3, topk=32, seed=30 + G)
+    sets = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method=method)
+    expected = python_union(indices, G, kv_rows, None)
+    assert sets.lengths.tolist() == [len(owners) for owners in expected]
+    empty = union_dedup(indices[:G - 1].to(device), G, num_kv_rows=kv_rows, method=method)
+    assert empty.lengths.numel() == 0
+    no_slots = union_dedup(indices[:, :0].to(device), G, num_kv_rows=kv_rows, method=method)
+    assert no_slots.lengths.tolist() == [0] * ((4 * G + 3) // G)
+
+
+@pytest.mark.parametrize("two_levels", [True, False])
+@pytest.mark.parametrize("with_length", [False, True])
+def test_tree_g8_one_launch_equals_two(device, monkeypatch, two_levels, with_length):
+    """G = 8: the 2 -> 4 -> 8 merges in one launch (default) or in two give Python's sets, with
+    16-row blocks so both levels' lists span several blocks."""
+    import glmcheck.kernels.union as union_mod
+
+    monkeypatch.setattr(union_mod, "TREE_TWO_LEVELS", two_levels)
+    monkeypatch.setattr(union_mod, "TREE_BLOCK", 16)
+    indices, kv_rows = overlapping_indices(tokens=43, topk=48, seed=17)
+    topk_length = None
+    if with_length:
+        topk_length = torch.randint(0, 49, (43,), generator=torch.Generator().manual_seed(5), dtype=torch.int32)
+    sets = union_dedup(indices.to(device), 8, None if topk_length is None else topk_length.to(device),
+                       num_kv_rows=kv_rows, method="tree")
+    expected = python_union(indices, 8, kv_rows, topk_length)
+    rows, bits, lengths = sets.rows.cpu(), sets.bits.cpu(), sets.lengths.cpu()
+    for g, owners in enumerate(expected):
+        n = int(lengths[g])
+        assert rows[g, :n].tolist() == sorted(owners), f"group {g}: rows not the ascending union"
+        assert dict(zip(rows[g, :n].tolist(), bits[g, :n].tolist())) == owners, f"group {g}: bits differ"
+
+
 @pytest.mark.parametrize("G", [4, 8])
 def test_tree_build_carries_shared_counts_across_blocks(device, monkeypatch, G):
     """16-row blocks: every list spans several blocks, so a row's position depends on the shared
@@ -306,6 +353,7 @@ def test_ws_tile_refuses_what_it_cannot_run(device):
     with pytest.raises(ValueError, match="16-byte boundaries"):
         check_ws_args(PrefillArgs(q, kv.view(-1)[4:4 + 31 * 576].view(31, 576), indices, None, 0.1, 512), 8)
     import triton
+
     from glmcheck.kernels.union_ws_launch import gluon_version_supported
     expected = device.type == "cuda" and torch.cuda.get_device_capability() == (9, 0) \
         and gluon_version_supported(triton.__version__)
@@ -322,9 +370,11 @@ def test_ws_tile_only_on_tested_triton_versions():
 def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
     """The whole rule, past the device check (faked: an sm_90 CUDA device, no interpreter)."""
     import triton
+
     from glmcheck.kernels import union_ws_launch
     monkeypatch.setattr(union_ws_launch, "interpreter_active", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    union_ws_launch.device_capability.cache_clear()
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(triton, "__version__", "3.6.0")
     assert union_ws_launch.ws_available(cuda)
@@ -332,7 +382,9 @@ def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
     assert not union_ws_launch.ws_available(cuda)
     monkeypatch.setattr(triton, "__version__", "3.6.0")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    union_ws_launch.device_capability.cache_clear()
     assert not union_ws_launch.ws_available(cuda)
+    union_ws_launch.device_capability.cache_clear()  # no faked capability left behind
     assert not union_ws_launch.ws_available(torch.device("cpu"))
 
 

@@ -20,10 +20,19 @@ import triton
 from glmcheck.kernels import tiles
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.runtime import interpreter_active
-from glmcheck.kernels.union import (launch_union_attention, log_fallback_once, union_dedup,
-                                    union_is_legal)
+from glmcheck.kernels.union import (
+    build_union_sets,
+    launch_union_attention,
+    log_fallback_once,
+    union_is_legal,
+)
 from glmcheck.kernels.union_ws_launch import launch_union_attention_ws, ws_supports
-from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
+from glmcheck.kernels.validate import (
+    PrefillArgs,
+    check_contents,
+    check_out,
+    check_prefill_args,
+)
 
 LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
@@ -116,7 +125,7 @@ def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: 
 
 def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
                first: tiles.Tile | None) -> None:
-    sets = union_dedup(args.indices, group, args.topk_length, num_kv_rows=args.num_kv_rows)
+    sets = build_union_sets(args.indices, group, args.topk_length, args.num_kv_rows)
     scale = args.sm_scale * LOG2E
     if USE_WS_TILE and first is None and ws_supports(args, group):
         launch_union_attention_ws(args, sets, out, scale, kv_int64)

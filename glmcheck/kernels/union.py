@@ -22,8 +22,15 @@ from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_hash import union_hash_kernel
-from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel, union_sorted_keys_kernel
-from glmcheck.kernels.union_tree import union_pair_merge_kernel
+from glmcheck.kernels.union_merge import (
+    union_keys_kernel,
+    union_merge_kernel,
+    union_sorted_keys_kernel,
+)
+from glmcheck.kernels.union_tree import (
+    union_pair_merge_kernel,
+    union_two_level_merge_kernel,
+)
 from glmcheck.kernels.validate import (
     PrefillArgs,
     check_indices,
@@ -47,6 +54,7 @@ MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 w
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
 ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200 run 9: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
+TREE_TWO_LEVELS = True  # G = 8: the 2 -> 4 -> 8 merges in one launch (one host launch fewer)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
 
@@ -118,13 +126,22 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
                          f"got G={G}, num_kv_rows={num_kv_rows}")
     if check_inputs:
         check_no_duplicates(indices, INT32_MAX if num_kv_rows is None else num_kv_rows, topk_length)
+    return build_union_sets(indices, G, topk_length, num_kv_rows, method)
+
+
+def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None,
+                     num_kv_rows: int | None, method: str = "auto") -> UnionSets:
+    """`union_dedup` without its argument checks, for callers that already validated them
+    (the prefill path: fewer host operations per call). indices [T, topk] int32, topk_length
+    [T] int32 or None, both on one device; `method` legal for G and num_kv_rows."""
     num_groups = indices.shape[0] // G
     topk = indices.shape[1]
     sets = _empty_sets(num_groups, G, topk, indices.device)
     if num_groups == 0 or topk == 0:
+        sets.lengths.zero_()
         return sets
     if method == "auto":
-        method = choose_build(G, topk, merge_legal)
+        method = choose_build(G, topk, merge_is_legal(G, num_kv_rows))
     if method == "hash":
         _build_by_hash(indices, topk_length, num_kv_rows, sets)
     elif method == "search":
@@ -139,10 +156,11 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
 
 
 def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> UnionSets:
-    """Output buffers for `num_groups` groups of G tokens (lengths zeroed)."""
+    """Output buffers for `num_groups` groups of G tokens. Lengths are left unset: every build
+    kernel writes the length of every group it is launched for (a fill launch fewer per buffer)."""
     rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
     bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
-    lengths = torch.zeros((num_groups,), dtype=torch.int32, device=device)
+    lengths = torch.empty((num_groups,), dtype=torch.int32, device=device)
     return UnionSets(rows, bits, lengths, G)
 
 
@@ -178,7 +196,7 @@ def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
     union_build_kernel[(num_groups,)](
         sorted_rows, counts, sets.rows, sets.bits, sets.lengths,
         sorted_rows.stride(0), sets.rows.stride(0), sets.bits.stride(0),
-        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))),
+        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=_search_steps(topk),
         num_warps=BUILD_WARPS,
     )
 
@@ -263,18 +281,31 @@ def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
         span, topk, sorted_keys.stride(0), indices.stride(0), indices.stride(1),
         sets.rows.stride(0), sets.bits.stride(0),
         HAS_LENGTH=topk_length is not None, BLOCK=min(ANCHOR_BLOCK, triton.next_power_of_2(topk)),
-        SEARCH_STEPS=max(1, math.ceil(math.log2(topk + 1))), EMPTY=empty_key, num_warps=BUILD_WARPS,
+        SEARCH_STEPS=_search_steps(topk), EMPTY=empty_key, num_warps=BUILD_WARPS,
     )
 
 
 def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
                    num_kv_rows: int, sets: UnionSets) -> None:
     """Merge build at G = 2, then pairwise merges of neighbouring unions up to sets.group
-    (`union_tree.py`); the intermediate levels live only inside this call."""
+    (`union_tree.py`; G = 8 runs both levels in one launch while TREE_TWO_LEVELS); the
+    intermediate levels live only inside this call."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     tokens = num_groups * G
     level = _empty_sets(tokens // 2, 2, topk, indices.device)
     _build_by_merge(indices[:tokens], None if topk_length is None else topk_length[:tokens], num_kv_rows, level)
+    if G == 8 and TREE_TWO_LEVELS:
+        mid = _empty_sets(tokens // 4, 4, topk, indices.device)
+        width_in, width_mid = level.rows.shape[1], mid.rows.shape[1]
+        union_two_level_merge_kernel[(num_groups,)](
+            level.rows, level.bits, level.lengths, mid.rows, mid.bits, mid.lengths,
+            sets.rows, sets.bits, sets.lengths, width_mid, sets.rows.shape[1],
+            level.rows.stride(0), level.bits.stride(0), mid.rows.stride(0), mid.bits.stride(0),
+            sets.rows.stride(0), sets.bits.stride(0),
+            HALF=2, BLOCK_IN=_tree_block(width_in), STEPS_IN=_search_steps(width_in),
+            BLOCK_MID=_tree_block(width_mid), STEPS_MID=_search_steps(width_mid), num_warps=BUILD_WARPS,
+        )
+        return
     while level.group < G:
         half = level.group
         merged = sets if 2 * half == G else _empty_sets(level.lengths.shape[0] // 2, 2 * half, topk, indices.device)
@@ -283,10 +314,19 @@ def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
             level.rows, level.bits, level.lengths, merged.rows, merged.bits, merged.lengths,
             merged.rows.shape[1], level.rows.stride(0), level.bits.stride(0),
             merged.rows.stride(0), merged.bits.stride(0),
-            HALF=half, BLOCK=min(TREE_BLOCK, triton.next_power_of_2(width_in)),
-            SEARCH_STEPS=max(1, math.ceil(math.log2(width_in + 1))), num_warps=BUILD_WARPS,
+            HALF=half, BLOCK=_tree_block(width_in), SEARCH_STEPS=_search_steps(width_in), num_warps=BUILD_WARPS,
         )
         level = merged
+
+
+def _tree_block(width_in: int) -> int:
+    """Rows per step of a tree merge whose input groups are `width_in` wide."""
+    return min(TREE_BLOCK, triton.next_power_of_2(width_in))
+
+
+def _search_steps(width: int) -> int:
+    """Binary-search steps that resolve a lower_bound over `width` sorted rows."""
+    return max(1, math.ceil(math.log2(width + 1)))
 
 
 def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,

@@ -8,6 +8,7 @@ Triton kernel and times both (H200 run 9, 1 x 8192: 1.011 vs 1.448 ms at H = 8, 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -39,9 +40,16 @@ def gluon_version_supported(version: str) -> bool:
     return ".".join(version.split(".")[:2]) in GLUON_TESTED_VERSIONS
 
 
+@functools.cache
+def device_capability(device: torch.device) -> tuple[int, int]:
+    """(major, minor) compute capability of a CUDA device, looked up once per device (it cannot
+    change within a process; the prefill path asks on every call)."""
+    return torch.cuda.get_device_capability(device)
+
+
 def ws_available(device: torch.device) -> bool:
     """True on an sm_90 CUDA device (not the interpreter) with a tested triton that has Gluon."""
-    if device.type != "cuda" or interpreter_active() or torch.cuda.get_device_capability(device) != (9, 0):
+    if device.type != "cuda" or interpreter_active() or device_capability(device) != (9, 0):
         return False
     if not gluon_version_supported(triton.__version__):
         return False
