@@ -133,13 +133,65 @@ def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) ->
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+TIMINGS = ("eager", "graph")
+
+
+def capture_graph(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], object], torch.Tensor]:
+    """Capture fn() in a CUDA graph (after one warm call on a side stream, so compilation and
+    allocator setup stay outside); returns (graph.replay, the output tensor the replays write)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = fn()
+    return graph.replay, output
+
+
+def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
+                timing: str, capture: Callable) -> tuple[Callable[[], object] | None, str]:
+    """The call to time for a spec that passed its eager gate, or (None, why) when its graph
+    replay cannot be captured or fails the same gate (the replay's output is poisoned first)."""
+    run = lambda: spec.run(inputs, out)
+    if timing == "eager":
+        return run, ""
+    replay, output, failure = _try_capture(capture, run)
+    if replay is None:
+        return None, failure
+    output.fill_(float("nan"))
+    replay()
+    rel = metrics.rel_l2(output, reference)
+    if not rel <= spec.gate_rel_l2:
+        return None, f"graph replay gate failed: rel-L2 {rel:.3e}"
+    return replay, "CUDA graph replay"
+
+
+def _try_capture(capture: Callable, fn: Callable[[], torch.Tensor]):
+    """(replay, output, "") from capture(fn), or (None, None, why) when capturing fails (e.g. a
+    backend that syncs with the host)."""
+    try:
+        replay, output = capture(fn)
+    except RuntimeError as err:
+        return None, None, f"graph capture failed: {err}"
+    return replay, output, ""
+
+
 def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: bool = False,
               topk: int | None = None, device: str = "cuda", mode: str = "calibrated",
-              indices: torch.Tensor | None = None, timer: Callable[..., float] = None) -> list[BenchResult]:
+              indices: torch.Tensor | None = None, timer: Callable[..., float] | None = None,
+              timing: str = "eager", capture: Callable = capture_graph) -> list[BenchResult]:
     """Gate then time every spec at one point; the union build is timed alone as well.
 
-    `timer(fn, rep_ms=...)` defaults to `time_ms` (GPU); tests pass their own.
+    `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
+    point whose host work outlasts its GPU work measures the host); "graph" captures each call
+    in a CUDA graph and times its replay (the GPU's time alone; every backend alike), after the
+    replay's output passed the same gate. `timer(fn, rep_ms=...)` defaults to `time_ms` (GPU) and
+    `capture(fn) -> (replay, output)` to `capture_graph`; tests pass their own.
     """
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     timer = timer or time_ms
     inputs = make_inputs(point, topk=topk, seed=seed, device=device, mode=mode, indices=indices)
     reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V,
@@ -153,10 +205,13 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         if not rel <= spec.gate_rel_l2:  # NaN fails too
             results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
             continue
-        results.append(BenchResult(point, spec.name, timer(lambda: spec.run(inputs, out), rep_ms=rep), rel))
+        call, note = _timed_call(spec, inputs, out, reference, timing, capture)
+        results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
     for group in (2, 4, 8):
-        ms = timer(lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]), rep_ms=rep)
-        results.append(BenchResult(point, f"build{group}", ms, None, "union build alone"))
+        build = lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]).rows
+        call, _, failure = (build, None, "") if timing == "eager" else _try_capture(capture, build)
+        results.append(BenchResult(point, f"build{group}", None if call is None else timer(call, rep_ms=rep),
+                                   None, failure or "union build alone"))
     return results
 
 

@@ -2,6 +2,7 @@
 
 Usage (H200): PYTHONPATH=. python3 scripts/small_point_probe.py [--profile]
 Prints the host (enqueue) microseconds per call of the union 8 path and its parts as well.
+With --launch it only times one Triton launch three ways (JIT dispatch, compiled runner, raw launcher).
 Times union 8 at 1x2048, H = 8 three ways on the bench's own inputs (seed 0 and 3): the bench's
 call (sparse_mla_prefill), the union path without the public wrapper (prefill._run_union), and
 the build alone, each twice (100 and 40 ms of repetitions). With --profile it then prints where
@@ -58,7 +59,6 @@ def host_us(fn: Callable[[], object], calls: int = 200, batch: int = 10) -> floa
 def host_breakdown() -> None:
     """Host microseconds per call of the union 8 path at 1x2048, H = 8, its parts and some
     primitives; twice, interleaved, since this host's speed changes over time (note 25)."""
-    from glmcheck.kernels.prefill import stream_is_capturing
     from glmcheck.kernels.union_ws_launch import device_capability
     from glmcheck.kernels.validate import check_prefill_args
 
@@ -70,7 +70,6 @@ def host_breakdown() -> None:
     public = lambda G: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=G)
     parts = {
         "sparse_mla_prefill union=8": lambda: public(8),
-        "sparse_mla_prefill union=8, tree levels in two launches": lambda: with_two_launches(lambda: public(8)),
         "sparse_mla_prefill union=2": lambda: public(2),
         "sparse_mla_prefill per-token": lambda: public(0),
         "build_union_sets G=8 (tree)": lambda: union.build_union_sets(x.indices, 8, None, x.kv.shape[0]),
@@ -82,7 +81,6 @@ def host_breakdown() -> None:
         "torch.empty": lambda: torch.empty(1024, dtype=torch.int32, device=x.q.device),
         "torch.zeros": lambda: torch.zeros(1024, dtype=torch.int32, device=x.q.device),
         "check_prefill_args": lambda: check_prefill_args(x.q, x.kv, x.indices, x.sm_scale, D_V, None),
-        "stream_is_capturing": lambda: stream_is_capturing(x.q.device),
         "device_capability (cached)": lambda: device_capability(x.q.device),
         "torch.cuda.get_device_capability": lambda: torch.cuda.get_device_capability(x.q.device),
     }
@@ -94,36 +92,43 @@ def host_breakdown() -> None:
             print(f"host round {round_index} {name}: {host_us(fn):.1f} us/call", flush=True)
 
 
-def with_two_launches(fn: Callable[[], object]) -> object:
-    """fn() with the G = 8 tree merges in two launches (the layout before TREE_TWO_LEVELS)."""
-    union.TREE_TWO_LEVELS = False
-    try:
-        return fn()
-    finally:
-        union.TREE_TWO_LEVELS = True
+def launch_paths() -> None:
+    """Host microseconds of one Triton launch (the union key pass at 1x2048) three ways: the JIT
+    dispatch (kernel[grid](...)), the compiled kernel's runner (compiled[grid](*all_args)), and
+    its raw launcher (compiled.run(...)); each checked to write the same keys."""
+    from glmcheck.kernels.union_merge import union_keys_kernel
 
-
-def gpu_time_two_levels() -> None:
-    """GPU time of the union 8 path and its build, tree merges in one launch vs two (1x2048, 1x8192)."""
-    for tokens in (2048, 8192):
-        x = make_inputs(BenchPoint(1, tokens, 8), seed=0)
-        out = poisoned_out(tokens, 8, D_V, "cuda")
-        ref = sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, union=8)
-        path = lambda: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=8)
-        build = lambda: union.build_union_sets(x.indices, 8, None, x.kv.shape[0])
-        one = union.build_union_sets(x.indices, 8, None, x.kv.shape[0])
-        two = with_two_launches(build)
-        same = torch.equal(one.lengths, two.lengths) and all(
-            torch.equal(one.rows[g, :n], two.rows[g, :n]) and torch.equal(one.bits[g, :n], two.bits[g, :n])
-            for g, n in enumerate(one.lengths.tolist()))
-        path()
-        print(f"1x{tokens} union 8: sets equal {same}, outputs bitwise equal {torch.equal(out, ref)}", flush=True)
-        for _ in range(2):
-            print(f"  one launch: path {time_ms(path):.3f} ms, build {time_ms(build):.3f}; two launches: path "
-                  f"{with_two_launches(lambda: time_ms(path)):.3f}, build {with_two_launches(lambda: time_ms(build)):.3f}",
-                  flush=True)
+    x = make_inputs(BenchPoint(1, 2048, 8), seed=0)
+    tokens, topk = x.indices.shape
+    grid = (tokens, 2)
+    args = (x.indices, x.indices, None, x.kv.shape[0], topk, x.indices.stride(0), x.indices.stride(1))
+    consts = {"G": 2, "HAS_LENGTH": False, "BLOCK": 1024, "EMPTY": 32767}
+    outputs = [torch.full((tokens, topk), -3, dtype=torch.int16, device="cuda") for _ in range(3)]
+    with_out = lambda keys: args[:2] + (keys,) + args[3:]
+    compiled = union_keys_kernel[grid](*with_out(outputs[0]), **consts)
+    runner = compiled[grid]
+    stream = torch.cuda.current_stream().cuda_stream
+    full = lambda keys: with_out(keys) + tuple(consts.values())
+    paths = {
+        "jit dispatch kernel[grid](...)": lambda keys: union_keys_kernel[grid](*with_out(keys), **consts),
+        "compiled[grid](*args)": lambda keys: runner(*full(keys)),
+        "compiled.run(...)": lambda keys: compiled.run(grid[0], grid[1], 1, stream, compiled.function,
+                                                      compiled.packed_metadata, None, None, None, *full(keys)),
+    }
+    for (name, launch), keys in zip(paths.items(), outputs):
+        try:
+            launch(keys)
+            torch.cuda.synchronize()
+            same = torch.equal(keys, outputs[0])
+            print(f"launch {name}: {host_us(lambda: launch(keys)):.1f} us/call, keys equal {same}", flush=True)
+        except Exception as err:  # an experiment: print and go on
+            print(f"launch {name}: failed: {type(err).__name__}: {err}", flush=True)
+    print(f"torch.Tensor.add_ (one elementwise launch): {host_us(lambda: outputs[0].add_(0)):.1f} us/call", flush=True)
 
 def main() -> None:
+    if "--launch" in sys.argv:
+        launch_paths()
+        return
     for seed in (0, 3):
         x = make_inputs(BenchPoint(1, 2048, 8), seed=seed)
         out = poisoned_out(2048, 8, D_V, "cuda")
@@ -140,7 +145,6 @@ def main() -> None:
         print(f"  union lengths: mean {lengths.mean():.0f}, max {lengths.max():.0f}", flush=True)
     torch.cuda.synchronize()
     host_breakdown()
-    gpu_time_two_levels()
     if "--profile" in sys.argv:
         profile_host_time()
 

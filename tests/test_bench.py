@@ -44,3 +44,59 @@ def test_bench_refuses_on_cpu(capsys):
         pytest.skip("this machine has a GPU")
     assert cli.main(["bench", "--quick"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def fake_capture(fn):
+    """Stands in for a CUDA graph on the CPU: the captured call's output, and a replay that runs
+    the call again (so a backend returning a fresh tensor each call leaves that output unwritten,
+    as a graph whose replay writes somewhere else would)."""
+    output = fn()
+    return fn, output
+
+
+def fresh_tensor_backend(x, out):
+    """Correct values, but a new tensor per call: the captured output is never rewritten."""
+    return sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V)
+
+
+def capture_refused(fn):
+    raise RuntimeError("operation not permitted when stream is capturing")
+
+
+def test_graph_timing_gates_each_replay_before_timing():
+    timed: list = []
+    specs = [s for s in default_specs(flashmla=False) if s.name in ("per-token", "union2")]
+    specs.append(BenchSpec("planted:fresh-output", fresh_tensor_backend))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = run_point(BenchPoint(1, 24, 8), specs, topk=16, device=device, timer=fake_timer(timed),
+                        timing="graph", capture=fake_capture)
+    by_name = {r.backend: r for r in results}
+    assert by_name["per-token"].ms == 1.0 and by_name["per-token"].note == "CUDA graph replay"
+    assert by_name["union2"].ms == 1.0
+    planted = by_name["planted:fresh-output"]
+    assert planted.ms is None and planted.note.startswith("graph replay gate failed"), planted.note
+    assert len(timed) == 5, "the backend whose replay failed its gate must never reach the timer"
+    refused = run_point(BenchPoint(1, 24, 8), specs[:1], topk=16, device=device, timer=fake_timer([]),
+                        timing="graph", capture=capture_refused)
+    assert refused[0].ms is None and "graph capture failed" in refused[0].note
+
+
+def test_bad_timing_and_graph_with_model_are_refused(capsys):
+    with pytest.raises(ValueError, match="timing must be one of"):
+        run_point(BenchPoint(1, 24, 8), [], topk=16, device="cpu", timing="graphs")
+    assert cli.main(["bench", "--model", "tiny", "--timing", "graph"]) == 2
+    assert "--timing graph applies to the kernel bench" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_graph_timing_every_backend():
+    """On the GPU every backend of the table (FlashMLA when present) is captured, its replay
+    gated and timed."""
+    from glmcheck.backends import flashmla_available
+
+    specs = [s for s in default_specs(flashmla_available()[0]) if s.name != "torch_bf16"]
+    results = run_point(BenchPoint(1, 1024, 8), specs, quick=True, timing="graph")
+    for r in results:
+        assert r.ms is not None and r.ms > 0, f"{r.backend}: {r.note}"
+        if not r.backend.startswith("build"):
+            assert r.note == "CUDA graph replay"

@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from glmcheck.backends import flashmla_available
-from glmcheck.bench import (INDEX_MODES, REFERENCE_POINTS, BenchPoint, default_specs, render_table,
+from glmcheck.bench import (INDEX_MODES, REFERENCE_POINTS, TIMINGS, BenchPoint, default_specs, render_table,
                             run_point)
 from glmcheck.environment import environment_metadata
 from glmcheck.records import default_run_dir, write_record
@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
     p.add_argument("--indices", default=None, help="captured index trace (glmcheck capture-indices) to use")
     p.add_argument("--trace-layer", type=int, default=None, help="layer of the trace (default: the first)")
     p.add_argument("--index-mode", default="calibrated", choices=list(INDEX_MODES))
+    p.add_argument("--timing", default="eager", choices=list(TIMINGS),
+                   help="eager: time the Python call (host launch cost included; a small point can "
+                        "measure the host); graph: time each call's CUDA-graph replay (GPU time alone, "
+                        "every backend alike; the replay passes the same gate first)")
     p.add_argument("--model", default=None, help="model-level prefill latency for this preset")
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--experts", type=int, default=None)
@@ -60,6 +64,8 @@ def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    if ns.model and ns.timing != "eager":
+        raise ValueError(f"--timing {ns.timing} applies to the kernel bench; --model times whole prefills eagerly")
     _require_gpu()
     if ns.model:
         return _handle_model(ns)
@@ -74,12 +80,15 @@ def handle(ns: argparse.Namespace) -> int:
     results = []
     for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
         chosen = specs if point.heads == 8 else [s for s in specs if s.name != "torch_bf16"]
-        results += run_point(point, chosen, quick=ns.quick, mode=ns.index_mode, indices=indices)
+        results += run_point(point, chosen, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing)
     table = render_table(results)
     print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
+    print(f"timing: {ns.timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if ns.timing == "graph"
+                                    else " (the Python call, host launch cost included)"))
     print(table)
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
     summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
+               "timing": ns.timing,
                "indices": ns.indices, "rows": rows, "table": table}
     directory = Path(ns.out) if ns.out else default_run_dir("bench")
     write_record(directory, summary, pd.DataFrame(rows))

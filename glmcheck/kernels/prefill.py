@@ -93,11 +93,6 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor
     )
 
 
-def stream_is_capturing(device: torch.device) -> bool:
-    """True while the current CUDA stream of `device` is capturing a graph."""
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
     """The union group G to run, or 0 for the per-token path (illegal requests fall back)."""
     if isinstance(union, bool) or not isinstance(union, int) or union < 0:
@@ -106,8 +101,6 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
         return 0
     if deterministic:
         return 0  # batch-invariant results: a token's output must not depend on its group
-    if stream_is_capturing(args.q.device):
-        return 0
     if not union_is_legal(args.num_heads, union):
         log_fallback_once(args.num_heads, union, "G*H must be a power of two in [16, 64]")
         return 0
@@ -151,10 +144,10 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
 
     `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one
     deduplicated gather (same values as the per-token path up to summation order). It runs
-    only when the G*H query tile is a power of two in [16, 64]; otherwise, with
-    `deterministic=True` (batch-invariant results), or while the current CUDA stream is
-    capturing a graph, the per-token path runs instead. Tail tokens (T mod G) always take the
-    per-token path. Where G*H = 64 on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union
+    only when the G*H query tile is a power of two in [16, 64]; otherwise, or with
+    `deterministic=True` (batch-invariant results), the per-token path runs instead. Tail tokens
+    (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
+    graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64 on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union
     attention runs the warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
     `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or

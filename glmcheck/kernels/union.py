@@ -27,10 +27,7 @@ from glmcheck.kernels.union_merge import (
     union_merge_kernel,
     union_sorted_keys_kernel,
 )
-from glmcheck.kernels.union_tree import (
-    union_pair_merge_kernel,
-    union_two_level_merge_kernel,
-)
+from glmcheck.kernels.union_tree import union_pair_merge_kernel
 from glmcheck.kernels.validate import (
     PrefillArgs,
     check_indices,
@@ -54,7 +51,6 @@ MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 w
 BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
 ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200 run 9: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
-TREE_TWO_LEVELS = True  # G = 8: the 2 -> 4 -> 8 merges in one launch (one host launch fewer)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
 
@@ -288,24 +284,11 @@ def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
 def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
                    num_kv_rows: int, sets: UnionSets) -> None:
     """Merge build at G = 2, then pairwise merges of neighbouring unions up to sets.group
-    (`union_tree.py`; G = 8 runs both levels in one launch while TREE_TWO_LEVELS); the
-    intermediate levels live only inside this call."""
+    (`union_tree.py`); the intermediate levels live only inside this call."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     tokens = num_groups * G
     level = _empty_sets(tokens // 2, 2, topk, indices.device)
     _build_by_merge(indices[:tokens], None if topk_length is None else topk_length[:tokens], num_kv_rows, level)
-    if G == 8 and TREE_TWO_LEVELS:
-        mid = _empty_sets(tokens // 4, 4, topk, indices.device)
-        width_in, width_mid = level.rows.shape[1], mid.rows.shape[1]
-        union_two_level_merge_kernel[(num_groups,)](
-            level.rows, level.bits, level.lengths, mid.rows, mid.bits, mid.lengths,
-            sets.rows, sets.bits, sets.lengths, width_mid, sets.rows.shape[1],
-            level.rows.stride(0), level.bits.stride(0), mid.rows.stride(0), mid.bits.stride(0),
-            sets.rows.stride(0), sets.bits.stride(0),
-            HALF=2, BLOCK_IN=_tree_block(width_in), STEPS_IN=_search_steps(width_in),
-            BLOCK_MID=_tree_block(width_mid), STEPS_MID=_search_steps(width_mid), num_warps=BUILD_WARPS,
-        )
-        return
     while level.group < G:
         half = level.group
         merged = sets if 2 * half == G else _empty_sets(level.lengths.shape[0] // 2, 2 * half, topk, indices.device)

@@ -9,9 +9,8 @@ both lists sorted and duplicate-free, a row of A lands at
 
 and a row of B that A does not hold at j + lower_bound_A(b_j) - (rows of B before j that A
 holds); a row both hold is written once, from A, with bits A | B << HALF. The output is again
-ascending and duplicate-free, so levels repeat: G = 2 -> 4 -> 8 (for G = 8 both levels run in one
-launch, `union_two_level_merge_kernel`: one launch fewer on the host). Cost per level: one search
-per row, O(n log n); nothing depends on the KV span S.
+ascending and duplicate-free, so levels repeat: G = 2 -> 4 -> 8. Cost per level: one search per
+row, O(n log n); nothing depends on the KV span S.
 
 Launchers live in `glmcheck.kernels.union`; this file holds device code only.
 """
@@ -57,21 +56,6 @@ def _merge_side(own_rows, own_bits, own_count, other_rows, other_bits, other_cou
 
 
 @triton.jit
-def _merge_groups(rows_in, bits_in, len_in, a, b, out_rows, out_bits, len_out_ptr, width_out,
-                  stride_ri, stride_bi, HALF: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr):
-    """Merge input groups a and b (HALF tokens each) into out_rows/out_bits; store the length."""
-    count_a = tl.load(len_in + a)
-    count_b = tl.load(len_in + b)
-    shared = _merge_side(rows_in + a * stride_ri, bits_in + a * stride_bi, count_a,
-                         rows_in + b * stride_ri, bits_in + b * stride_bi, count_b,
-                         out_rows, out_bits, width_out, 0, HALF, True, BLOCK, SEARCH_STEPS)
-    _merge_side(rows_in + b * stride_ri, bits_in + b * stride_bi, count_b,
-                rows_in + a * stride_ri, bits_in + a * stride_bi, count_a,
-                out_rows, out_bits, width_out, HALF, 0, False, BLOCK, SEARCH_STEPS)
-    tl.store(len_out_ptr, count_a + count_b - shared)
-
-
-@triton.jit
 def union_pair_merge_kernel(
     rows_in, bits_in, len_in, rows_out, bits_out, len_out,
     width_out, stride_ri, stride_bi, stride_ro, stride_bo,
@@ -80,29 +64,15 @@ def union_pair_merge_kernel(
     """Grid (num_groups_out,). Input groups 2g and 2g+1 (HALF tokens each, rows ascending and
     distinct, bits uint8) -> output group g (2*HALF tokens): rows ascending, len_out[g] = n."""
     group = tl.program_id(0).to(tl.int64)
-    _merge_groups(rows_in, bits_in, len_in, 2 * group, 2 * group + 1,
-                  rows_out + group * stride_ro, bits_out + group * stride_bo, len_out + group, width_out,
-                  stride_ri, stride_bi, HALF, BLOCK, SEARCH_STEPS)
-
-
-@triton.jit
-def union_two_level_merge_kernel(
-    rows_in, bits_in, len_in, rows_mid, bits_mid, len_mid, rows_out, bits_out, len_out,
-    width_mid, width_out, stride_ri, stride_bi, stride_rm, stride_bm, stride_ro, stride_bo,
-    HALF: tl.constexpr, BLOCK_IN: tl.constexpr, STEPS_IN: tl.constexpr,
-    BLOCK_MID: tl.constexpr, STEPS_MID: tl.constexpr,
-):
-    """Grid (num_groups_out,). Two tree levels in one launch: input groups 4g..4g+3 (HALF tokens
-    each) -> middle groups 2g, 2g+1 (scratch, 2*HALF tokens) -> output group g (4*HALF tokens).
-    Same contract as two union_pair_merge_kernel launches; a CTA barrier publishes the middle
-    level's global stores to the threads that read them."""
-    group = tl.program_id(0).to(tl.int64)
-    for half_index in tl.static_range(2):
-        mid = 2 * group + half_index
-        _merge_groups(rows_in, bits_in, len_in, 2 * mid, 2 * mid + 1,
-                      rows_mid + mid * stride_rm, bits_mid + mid * stride_bm, len_mid + mid, width_mid,
-                      stride_ri, stride_bi, HALF, BLOCK_IN, STEPS_IN)
-    tl.debug_barrier()
-    _merge_groups(rows_mid, bits_mid, len_mid, 2 * group, 2 * group + 1,
-                  rows_out + group * stride_ro, bits_out + group * stride_bo, len_out + group, width_out,
-                  stride_rm, stride_bm, 2 * HALF, BLOCK_MID, STEPS_MID)
+    a, b = 2 * group, 2 * group + 1
+    count_a = tl.load(len_in + a)
+    count_b = tl.load(len_in + b)
+    out_rows = rows_out + group * stride_ro
+    out_bits = bits_out + group * stride_bo
+    shared = _merge_side(rows_in + a * stride_ri, bits_in + a * stride_bi, count_a,
+                         rows_in + b * stride_ri, bits_in + b * stride_bi, count_b,
+                         out_rows, out_bits, width_out, 0, HALF, True, BLOCK, SEARCH_STEPS)
+    _merge_side(rows_in + b * stride_ri, bits_in + b * stride_bi, count_b,
+                rows_in + a * stride_ri, bits_in + a * stride_bi, count_a,
+                out_rows, out_bits, width_out, HALF, 0, False, BLOCK, SEARCH_STEPS)
+    tl.store(len_out + group, count_a + count_b - shared)
