@@ -38,6 +38,8 @@ LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
 USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
+END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
+KERNEL_FINDS_BOUND = True  # without topk_length: False runs effective_lengths on the host side instead (A/B)
 
 
 def head_tile(num_heads: int) -> int:
@@ -72,14 +74,16 @@ def _check_device(q: torch.Tensor) -> None:
                          f"tensors through Triton's interpreter), got {q.device}")
 
 
-def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor,
+def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,
                      tile: tiles.Tile, kv_int64: bool):
-    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle."""
+    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle.
+    `lengths` [T] int32 bounds each token's slots; None lets the kernel find the bound itself
+    (one past the last slot holding a row in [0, S), as `effective_lengths` would)."""
     q, kv, idx = args.q, args.kv, args.indices
     block_h = head_tile(args.num_heads)
     grid = (args.num_tokens, triton.cdiv(args.num_heads, block_h))
     return sparse_mla_token_kernel[grid](
-        q, kv, idx, lengths, out,
+        q, kv, idx, idx if lengths is None else lengths, out,
         args.num_kv_rows, args.num_heads, args.topk,
         q.stride(0), q.stride(1), q.stride(2),
         kv.stride(0), kv.stride(1),
@@ -89,6 +93,7 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_H=block_h, BLOCK_N=tile.block_n,
         KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        HAS_LENGTH=lengths is not None, END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 
@@ -110,7 +115,10 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
 
 
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
-    lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    if args.topk_length is not None or not KERNEL_FINDS_BOUND:
+        lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    else:
+        lengths = None
     first = first or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
     key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
     tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
