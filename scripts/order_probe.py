@@ -5,9 +5,11 @@ At the five H = 8 reference points (and 1x8192 at H = 16) it checks that the per
 the 64-row union path (union 8 at H = 8, union 4 at H = 16) give bitwise equal outputs with the
 attention kernels' programs in token order and in reverse (longest prefill rows first), then
 times both orders' CUDA-graph replays in alternating rounds (GPU time only; do_bench median).
-Predicted: the last wave of programs holds the longest tokens in token order, so an SM can idle
-for up to one program (~60-80 us at 2048 rows); longest-first should save about that at every
-point: ~5 % at 1x2048, ~1-2 % at 1x8192.
+Predicted: in token order the last programs hold the longest tokens. A per-token program of
+2048 rows lasts ~135 us (0.25 ns per row over 132 SMs, two programs per SM), so SMs finish up to
+that far apart and idle meanwhile; longest-first leaves the short programs for the end. Saving:
+up to ~half a long program per SM, i.e. ~5-10 % at 1x2048, ~3 % at 1x4096, ~1-2 % at 1x8192,
+2x4096 and 4x2048 (enough for per-token to pass FlashMLA+len where it is 1-3 % behind).
 """
 
 from __future__ import annotations
