@@ -21,7 +21,7 @@ from triton.compiler import ASTSource
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ws_compile import resource_usage  # noqa: E402
+from ws_compile import resource_usage
 
 
 def load(name: str):
@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--stages", type=int, default=3)
     parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--longest-first", action="store_true")
     ns = parser.parse_args()
     load("device_helpers")
     kernel = load("per_token").sparse_mla_token_kernel
@@ -50,7 +51,8 @@ def main() -> None:
                       "out_ptr": "*bf16", "qk_scale_log2": "fp32"})
     constexprs = {"stride_qd": 1, "stride_kvd": 1, "stride_ik": 1, "stride_od": 1, "D_V": 512, "D_TAIL": 64,
                   "TAIL_PAD": 64, "BLOCK_H": max(16, ns.heads), "BLOCK_N": ns.block_n, "KV_INT64": False,
-                  "UPCAST": False, "END_BLOCK": 1024}
+                  "UPCAST": False, "END_BLOCK": 1024,
+                  "LONGEST_FIRST": ns.longest_first}
     for has_length in (True, False):
         constexprs["HAS_LENGTH"] = has_length
         for name in constexprs:

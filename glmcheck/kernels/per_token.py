@@ -33,6 +33,7 @@ def sparse_mla_token_kernel(
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     KV_INT64: tl.constexpr, UPCAST: tl.constexpr, HAS_LENGTH: tl.constexpr, END_BLOCK: tl.constexpr,
+    LONGEST_FIRST: tl.constexpr = False,
 ):
     """out[t, h] = softmax over valid selected rows s of (q[t, h] . kv[s]) * scale, times kv[s, :D_V].
 
@@ -42,8 +43,11 @@ def sparse_mla_token_kernel(
     and its row lies in [0, num_kv_rows). `qk_scale_log2` is
     sm_scale * log2(e) (the softmax runs in base 2). UPCAST is set in the CPU interpreter only,
     where bf16 arithmetic is not supported: tiles are upcast to fp32 after loading.
+    LONGEST_FIRST maps program p to token T-1-p (same outputs, another schedule).
     """
     token = tl.program_id(0).to(tl.int64)
+    if LONGEST_FIRST:  # prefill lengths grow with t: the last tokens start first, the short ones fill the tail
+        token = tl.num_programs(0).to(tl.int64) - 1 - token
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = offs_h < num_heads
     offs_d = tl.arange(0, D_V)

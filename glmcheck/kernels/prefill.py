@@ -19,7 +19,7 @@ import triton
 
 from glmcheck.kernels import tiles
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union import (
     build_union_sets,
     launch_union_attention,
@@ -92,7 +92,7 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
         args.sm_scale * LOG2E,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_H=block_h, BLOCK_N=tile.block_n,
-        KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
         HAS_LENGTH=lengths is not None, END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
@@ -325,7 +325,7 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
         qk_scale_log2,
         H=args.num_heads, G=sets.group,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 
