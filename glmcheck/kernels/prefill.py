@@ -155,8 +155,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     only when the G*H query tile is a power of two in [16, 64]; otherwise, or with
     `deterministic=True` (batch-invariant results), the per-token path runs instead. Tail tokens
     (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
-    graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64 on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union
-    attention runs the warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
+    graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64
+    on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union attention runs the
+    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
     `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
     kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
