@@ -24,6 +24,7 @@ from glmcheck.kernels.union import (
     build_union_sets,
     launch_union_attention,
     log_fallback_once,
+    token_row_sets,
     union_is_legal,
 )
 from glmcheck.kernels.union_ws_launch import launch_union_attention_ws, ws_supports
@@ -115,6 +116,10 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
 
 
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
+    if USE_WS_TILE and first is None and ws_supports(args, 1):  # H = 64: the heads fill the 64-row tile
+        sets = token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
+        return
     if args.topk_length is not None or not KERNEL_FINDS_BOUND:
         lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
     else:
@@ -157,7 +162,8 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
     graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64
     on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union attention runs the
-    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
+    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile. With 64 heads the
+    per-token path runs that Gluon tile too, on each token's own rows (G = 1).
     `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
     kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead

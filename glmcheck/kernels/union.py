@@ -18,6 +18,7 @@ import torch
 import triton
 
 from glmcheck.kernels.runtime import interpreter_active, schedule
+from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
@@ -310,6 +311,23 @@ def _tree_block(width_in: int) -> int:
 def _search_steps(width: int) -> int:
     """Binary-search steps that resolve a lower_bound over `width` sorted rows."""
     return max(1, math.ceil(math.log2(width + 1)))
+
+
+def token_row_sets(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int) -> UnionSets:
+    """Each token's valid rows compacted, as sets of one token (group 1, ownership bit 1): what
+    the 64-row union tiles read when the heads alone fill their query rows (H = 64).
+    indices [T, topk] int32, topk_length [T] int32 or None (checked by the caller)."""
+    tokens, topk = indices.shape
+    sets = _empty_sets(tokens, 1, topk, indices.device)
+    if tokens == 0 or topk == 0:
+        sets.lengths.zero_()
+        return sets
+    compact_token_rows_kernel[(tokens,)](
+        indices, indices if topk_length is None else topk_length, sets.rows, sets.bits, sets.lengths,
+        num_kv_rows, topk, indices.stride(0), indices.stride(1), sets.rows.stride(0), sets.bits.stride(0),
+        HAS_LENGTH=topk_length is not None, BLOCK=min(KEYS_BLOCK, triton.next_power_of_2(topk)),
+    )
+    return sets
 
 
 def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,
