@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from glmcheck.bench import D_V, BenchPoint, make_inputs, time_ms
+from glmcheck.bench import D_V, BenchPoint, capture_graph, make_inputs, time_ms
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels import prefill
 from glmcheck.kernels.validate import PrefillArgs
@@ -33,18 +33,16 @@ def probe(label: str, heads: int, group: int) -> None:
     union_work(args, group, eager_out)
     eager = time_ms(lambda: union_work(args, group, eager_out))
     graph_out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        union_work(args, group, graph_out)  # warm: compiled, allocator pools primed
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def run_into_graph_out() -> torch.Tensor:
         union_work(args, group, graph_out)
-    graph.replay()
+        return graph_out
+
+    replay_fn, _ = capture_graph(run_into_graph_out)
+    replay_fn()
     torch.cuda.synchronize()
     same = torch.equal(graph_out, eager_out)
-    replay = time_ms(graph.replay)
+    replay = time_ms(replay_fn)
     print(f"{label} H={heads} G={group}: eager {eager:.3f} ms, graph replay {replay:.3f} ms "
           f"(eager/graph {eager / replay:.2f}); outputs equal: {same}", flush=True)
 
