@@ -49,6 +49,7 @@ def main() -> None:
     parser.add_argument("--producer-warps", type=int, default=4)
     parser.add_argument("--producer-regs", type=int, default=56)
     parser.add_argument("--ptx", help="also write the PTX here")
+    parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     ns = parser.parse_args()
     ws = load_kernel_module()
     signature = {
@@ -58,11 +59,12 @@ def main() -> None:
         "stride_od": "constexpr", "qk_scale_log2": "fp32",
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
-        "KV_INT64": "constexpr",
+        "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": ws.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
-                  "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs, "KV_INT64": False}
+                  "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs, "KV_INT64": False,
+                  "LONGEST_FIRST": ns.longest_first}
     # What the JIT infers at a real launch: 16-byte aligned pointers, strides that are multiples of 16.
     aligned = [i for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or
                (kind == "i32" and name.startswith("stride"))]

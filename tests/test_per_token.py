@@ -158,3 +158,33 @@ def test_gpu_int64_addressing_over_2_31_elements():
     sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, out=out)
     ref = sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512)
     assert_close_to_reference(out, ref)
+
+
+@pytest.mark.parametrize("end_block", [16, 1024])
+def test_kernel_found_loop_bound_equals_the_host_one(device, monkeypatch, end_block):
+    """Without topk_length the kernel finds each token's loop bound itself (one past the last
+    slot holding a row in [0, S)). Rows whose last valid slot is the first, the last, one before
+    a run of -1 or of out-of-range rows, or none at all: bitwise the same as passing the host's
+    effective_lengths, and close to fp64. 16-slot steps make the search span several steps."""
+    from glmcheck.kernels import prefill
+
+    monkeypatch.setattr(prefill, "END_BLOCK", end_block)
+    tokens, topk, kv_rows = 6, 40, 64
+    g = torch.Generator().manual_seed(9)
+    indices = torch.randperm(kv_rows, generator=g)[:topk].repeat(tokens, 1).to(torch.int32)
+    indices[0, 1:] = -1                      # only slot 0 valid
+    indices[1, 17] = -1                      # a hole; the last slot stays valid
+    indices[2, 25:] = -1                     # ends at slot 24
+    indices[3, 30:] = kv_rows + 5            # out-of-range tail
+    indices[4, :] = -1                       # no valid slot
+    indices[5, 39] = kv_rows                 # last slot just out of range
+    q, kv = random_qkv(tokens, 8, kv_rows, 64, 16, g, device)
+    indices = indices.to(device)
+    found = sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64, out=poisoned_out(tokens, 8, 64, device))
+    lengths = prefill.effective_lengths(indices, None, kv_rows)
+    assert lengths.tolist() == [1, 40, 25, 30, 0, 39]
+    given = sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64, topk_length=lengths)
+    assert torch.equal(found, given)
+    monkeypatch.setattr(prefill, "KERNEL_FINDS_BOUND", False)  # the host-side bound (the A/B switch)
+    assert torch.equal(found, sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64))
+    assert_close_to_reference(found, sparse_mla_reference(q, kv, indices, 80 ** -0.5, 64))

@@ -1,5 +1,5 @@
-"""Device helpers shared by the kernels: bf16 rounding, one online-softmax step, and the compacting
-append, slot loading and sorted-list search of the union builds."""
+"""Device helpers shared by the kernels: bf16 rounding, one online-softmax step, a token's loop
+bound, and the compacting append, slot loading and sorted-list search of the union builds."""
 
 from __future__ import annotations
 
@@ -22,6 +22,20 @@ def round_to_bf16(x, UPCAST: tl.constexpr):
         return rounded.to(tl.float32, bitcast=True)
     else:
         return x.to(tl.bfloat16)
+
+
+@triton.jit
+def valid_slot_end(idx_row, stride_ik, topk, num_kv_rows, BLOCK: tl.constexpr):
+    """1 + the last slot of one token's index row that holds a row in [0, num_kv_rows), or 0 when
+    none does: the loop bound `effective_lengths` computes on the host side, from one pass over
+    the row (BLOCK slots per step), inside the kernel that then reads the same slots again."""
+    end = tl.zeros([], dtype=tl.int32)
+    for start in range(0, topk, BLOCK):
+        slots = start + tl.arange(0, BLOCK)
+        rows = tl.load(idx_row + slots * stride_ik, mask=slots < topk, other=-1)
+        in_span = (rows >= 0) & (rows < num_kv_rows)
+        end = tl.maximum(end, tl.max(tl.where(in_span, slots + 1, 0), axis=0))
+    return end
 
 
 @triton.jit

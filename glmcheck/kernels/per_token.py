@@ -13,7 +13,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import gather_kv_rows, online_softmax_step, round_to_bf16
+from glmcheck.kernels.device_helpers import (
+    gather_kv_rows,
+    online_softmax_step,
+    round_to_bf16,
+    valid_slot_end,
+)
 
 
 @triton.jit
@@ -27,16 +32,22 @@ def sparse_mla_token_kernel(
     qk_scale_log2,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
+    KV_INT64: tl.constexpr, UPCAST: tl.constexpr, HAS_LENGTH: tl.constexpr, END_BLOCK: tl.constexpr,
+    LONGEST_FIRST: tl.constexpr = False,
 ):
     """out[t, h] = softmax over valid selected rows s of (q[t, h] . kv[s]) * scale, times kv[s, :D_V].
 
-    Grid: (T, cdiv(H, BLOCK_H)). `len_ptr[t]` bounds the slots read for token t; a slot is valid
-    when it is below that bound and its row lies in [0, num_kv_rows). `qk_scale_log2` is
+    Grid: (T, cdiv(H, BLOCK_H)). With HAS_LENGTH `len_ptr[t]` bounds the slots read for token t;
+    without it (len_ptr unread) the kernel finds the bound itself: one past the last slot holding a
+    row in [0, num_kv_rows), END_BLOCK slots per step. A slot is valid when it is below the bound
+    and its row lies in [0, num_kv_rows). `qk_scale_log2` is
     sm_scale * log2(e) (the softmax runs in base 2). UPCAST is set in the CPU interpreter only,
     where bf16 arithmetic is not supported: tiles are upcast to fp32 after loading.
+    LONGEST_FIRST maps program p to token T-1-p (same outputs, another schedule).
     """
     token = tl.program_id(0).to(tl.int64)
+    if LONGEST_FIRST:  # prefill lengths grow with t: the last tokens start first, the short ones fill the tail
+        token = tl.num_programs(0).to(tl.int64) - 1 - token
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = offs_h < num_heads
     offs_d = tl.arange(0, D_V)
@@ -51,13 +62,16 @@ def sparse_mla_token_kernel(
         q_main = q_main.to(tl.float32)
         q_tail = q_tail.to(tl.float32)
 
-    length = tl.load(len_ptr + token)
-    length = tl.minimum(tl.maximum(length, 0), topk)
+    idx_row = idx_ptr + token * stride_it
+    if HAS_LENGTH:
+        length = tl.load(len_ptr + token)
+        length = tl.minimum(tl.maximum(length, 0), topk)
+    else:
+        length = valid_slot_end(idx_row, stride_ik, topk, num_kv_rows, END_BLOCK)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, D_V], dtype=tl.float32)
-    idx_row = idx_ptr + token * stride_it
     for start in range(0, length, BLOCK_N):
         offs_n = start + tl.arange(0, BLOCK_N)
         in_len = offs_n < length

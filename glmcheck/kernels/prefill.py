@@ -19,11 +19,12 @@ import triton
 
 from glmcheck.kernels import tiles
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union import (
     build_union_sets,
     launch_union_attention,
     log_fallback_once,
+    token_row_sets,
     union_is_legal,
 )
 from glmcheck.kernels.union_ws_launch import launch_union_attention_ws, ws_supports
@@ -38,6 +39,8 @@ LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
 USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
+END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
+KERNEL_FINDS_BOUND = True  # without topk_length: False runs effective_lengths on the host side instead (A/B)
 
 
 def head_tile(num_heads: int) -> int:
@@ -72,14 +75,16 @@ def _check_device(q: torch.Tensor) -> None:
                          f"tensors through Triton's interpreter), got {q.device}")
 
 
-def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor,
+def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,
                      tile: tiles.Tile, kv_int64: bool):
-    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle."""
+    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle.
+    `lengths` [T] int32 bounds each token's slots; None lets the kernel find the bound itself
+    (one past the last slot holding a row in [0, S), as `effective_lengths` would)."""
     q, kv, idx = args.q, args.kv, args.indices
     block_h = head_tile(args.num_heads)
     grid = (args.num_tokens, triton.cdiv(args.num_heads, block_h))
     return sparse_mla_token_kernel[grid](
-        q, kv, idx, lengths, out,
+        q, kv, idx, idx if lengths is None else lengths, out,
         args.num_kv_rows, args.num_heads, args.topk,
         q.stride(0), q.stride(1), q.stride(2),
         kv.stride(0), kv.stride(1),
@@ -88,7 +93,8 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor, out: torch.Tensor
         args.sm_scale * LOG2E,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_H=block_h, BLOCK_N=tile.block_n,
-        KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
+        HAS_LENGTH=lengths is not None, END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 
@@ -110,7 +116,14 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
 
 
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
-    lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    if USE_WS_TILE and first is None and ws_supports(args, 1):  # H = 64: the heads fill the 64-row tile
+        sets = token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
+        return
+    if args.topk_length is not None or not KERNEL_FINDS_BOUND:
+        lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
+    else:
+        lengths = None
     first = first or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
     key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
     tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
@@ -149,7 +162,8 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
     graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64
     on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union attention runs the
-    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile.
+    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile. With 64 heads the
+    per-token path runs that Gluon tile too, on each token's own rows (G = 1).
     `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
     kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead

@@ -22,3 +22,9 @@ def ensure_interpreter_without_cuda() -> None:
 def interpreter_active() -> bool:
     """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# Branch experiment (exp/longest-first, untimed): the attention kernels map program p to token
+# (or union group) N-1-p, so the longest prefill rows start first and the short ones fill the
+# last wave. Outputs are identical either way; scripts/order_probe.py times both.
+schedule = {"longest_first": True}

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, schedule
+from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
@@ -312,6 +313,23 @@ def _search_steps(width: int) -> int:
     return max(1, math.ceil(math.log2(width + 1)))
 
 
+def token_row_sets(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int) -> UnionSets:
+    """Each token's valid rows compacted, as sets of one token (group 1, ownership bit 1): what
+    the 64-row union tiles read when the heads alone fill their query rows (H = 64).
+    indices [T, topk] int32, topk_length [T] int32 or None (checked by the caller)."""
+    tokens, topk = indices.shape
+    sets = _empty_sets(tokens, 1, topk, indices.device)
+    if tokens == 0 or topk == 0:
+        sets.lengths.zero_()
+        return sets
+    compact_token_rows_kernel[(tokens,)](
+        indices, indices if topk_length is None else topk_length, sets.rows, sets.bits, sets.lengths,
+        num_kv_rows, topk, indices.stride(0), indices.stride(1), sets.rows.stride(0), sets.bits.stride(0),
+        HAS_LENGTH=topk_length is not None, BLOCK=min(KEYS_BLOCK, triton.next_power_of_2(topk)),
+    )
+    return sets
+
+
 def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, tile,
                            kv_int64: bool, qk_scale_log2: float):
     """Launch the union attention for the first len(sets.lengths) * G tokens."""
@@ -325,7 +343,7 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
         qk_scale_log2,
         H=args.num_heads, G=sets.group,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 

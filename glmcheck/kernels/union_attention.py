@@ -36,7 +36,7 @@ def sparse_mla_union_kernel(
     qk_scale_log2,
     H: tl.constexpr, G: tl.constexpr,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr, LONGEST_FIRST: tl.constexpr = False,
 ):
     """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
 
@@ -46,6 +46,8 @@ def sparse_mla_union_kernel(
     """
     BLOCK_M: tl.constexpr = G * H
     group = tl.program_id(0).to(tl.int64)
+    if LONGEST_FIRST:  # later groups hold longer prefixes: start them first
+        group = tl.num_programs(0).to(tl.int64) - 1 - group
     offs_m = tl.arange(0, BLOCK_M)
     member = offs_m // H
     token = group * G + member

@@ -61,11 +61,20 @@ def _gather_block(kv_ptr, rows_ptr, start, length, stride_kvs, main_buf, tail_bu
 
 
 @gluon.jit
+def _group_index(LONGEST_FIRST: gl.constexpr):
+    """This program's union group; LONGEST_FIRST maps program p to group num_programs-1-p."""
+    group = gl.program_id(0).to(gl.int64)
+    if LONGEST_FIRST:
+        group = gl.num_programs(0).to(gl.int64) - 1 - group
+    return group
+
+
+@gluon.jit
 def _producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
               D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-              WARPS: gl.constexpr, KV_INT64: gl.constexpr):
+              WARPS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr):
     """Worker partition: fill the stages in order, NUM_STAGES blocks ahead of the consumers."""
-    group = gl.program_id(0).to(gl.int64)
+    group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
     num_blocks = gl.cdiv(length, BLOCK_N)
@@ -83,12 +92,12 @@ def _producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_
 def _consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
               qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars,
               H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr):
+              NUM_STAGES: gl.constexpr, LONGEST_FIRST: gl.constexpr):
     """Default partition (8 warps): attention over the stages the producer fills; writes out."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout([3, 0], [4, 2], [16, BLOCK_N // 2, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout([3, 0], [4, 2], [16, D_V // 2, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(0, o_layout, 2)
-    group = gl.program_id(0).to(gl.int64)
+    group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_bits = bits_ptr + group * stride_bg
     member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
@@ -141,7 +150,7 @@ def sparse_mla_union_ws_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-    PRODUCER_REGS: gl.constexpr, KV_INT64: gl.constexpr,
+    PRODUCER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=CONSUMER_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S))."""
@@ -154,7 +163,7 @@ def sparse_mla_union_ws_kernel(
 
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows), by the consumer warps.
     load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [CONSUMER_WARPS, 1], [1, 0])
-    group = gl.program_id(0).to(gl.int64)
+    group = _group_index(LONGEST_FIRST)
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, load_layout))
     q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
     offs_d = gl.arange(0, D_V, gl.SliceLayout(0, load_layout))
@@ -174,7 +183,8 @@ def sparse_mla_union_ws_kernel(
 
     gl.warp_specialize([
         (_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                     qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, H, G, D_V, BLOCK_N, NUM_STAGES)),
+                     qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, H, G, D_V, BLOCK_N, NUM_STAGES,
+                     LONGEST_FIRST)),
         (_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
-                     D_V, D_TAIL, BLOCK_N, NUM_STAGES, PRODUCER_WARPS, KV_INT64)),
+                     D_V, D_TAIL, BLOCK_N, NUM_STAGES, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])

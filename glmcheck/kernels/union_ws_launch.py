@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
 
@@ -102,5 +102,6 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
         qk_scale_log2,
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, NUM_STAGES=config.stages, PRODUCER_WARPS=config.producer_warps,
-        PRODUCER_REGS=config.producer_regs, KV_INT64=kv_int64, num_warps=CONSUMER_WARPS.value,
+        PRODUCER_REGS=config.producer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
+        num_warps=CONSUMER_WARPS.value,
     )

@@ -1,0 +1,34 @@
+"""Triton kernel: each token's valid selected rows, compacted: a "union" of one token.
+
+It lets the warp-specialised 64-row union tile (`union_ws.py`) run the per-token path where the
+heads alone fill its 64 query rows (H = 64, G = 1): rows[t, :n] are the slots of token t that hold
+a row in [0, num_kv_rows) below topk_length[t], in slot order; bits[t, :n] = 1; lengths[t] = n.
+
+Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from glmcheck.kernels.device_helpers import append_rows, load_group_slots
+
+
+@triton.jit
+def compact_token_rows_kernel(
+    idx_ptr, length_ptr, rows_ptr, bits_ptr, len_ptr,
+    num_kv_rows, topk, stride_it, stride_is, stride_r, stride_b,
+    HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Grid (T,). Token t's valid rows -> rows[t, :n] (slot order), bits[t, :n] = 1, len[t] = n."""
+    token = tl.program_id(0).to(tl.int64)
+    lanes = tl.arange(0, BLOCK)
+    ones = tl.full([BLOCK], 1, dtype=tl.int32)
+    emitted = tl.zeros([], dtype=tl.int32)
+    for start in range(0, topk, BLOCK):
+        row, _, valid = load_group_slots(idx_ptr, length_ptr, token, start + lanes, topk, topk, num_kv_rows,
+                                         stride_it, stride_is, 1, HAS_LENGTH)
+        emitted = append_rows(rows_ptr + token * stride_r, bits_ptr + token * stride_b, emitted, valid, row,
+                              ones, topk)
+    tl.store(len_ptr + token, emitted)
