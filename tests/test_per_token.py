@@ -188,3 +188,22 @@ def test_kernel_found_loop_bound_equals_the_host_one(device, monkeypatch, end_bl
     monkeypatch.setattr(prefill, "KERNEL_FINDS_BOUND", False)  # the host-side bound (the A/B switch)
     assert torch.equal(found, sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64))
     assert_close_to_reference(found, sparse_mla_reference(q, kv, indices, 80 ** -0.5, 64))
+
+
+@pytest.mark.parametrize("heads, with_length, kernel_bound",
+                         [(8, False, True), (16, False, True), (32, False, False), (8, True, False)])
+def test_loop_bound_source_by_tile(device, monkeypatch, heads, with_length, kernel_bound):
+    """The kernel finds its own bound only on 16-row tiles without topk_length (H200 run 11: the
+    32-row tile spills and runs 10 % slower with it); otherwise it is handed lengths, and both
+    give the fp64 reference's answer."""
+    from glmcheck.kernels import prefill
+
+    handed = []
+    launch = prefill.launch_per_token
+    monkeypatch.setattr(prefill, "launch_per_token",
+                        lambda args, lengths, *rest: handed.append(lengths) or launch(args, lengths, *rest))
+    inp = random_inputs(5, heads, 48, 24, 32, 16, seed=3, device=device, empty_fraction=0.2)
+    length = torch.full((5,), 20, dtype=torch.int32, device=device) if with_length else None
+    out = run_kernel(inp, device, topk_length=length)
+    assert handed and all((lengths is None) == kernel_bound for lengths in handed)
+    assert_close_to_reference(out, reference(inp, topk_length=length))

@@ -41,6 +41,10 @@ INT32_LIMIT = 2**31
 USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
 END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
 KERNEL_FINDS_BOUND = True  # without topk_length: False runs effective_lengths on the host side instead (A/B)
+# The in-kernel bound pays only where the per-token tile has register room. H200 run 11, 1x8192
+# (scripts/token_tile_probe.py): 16-row tile 3.58 -> 3.25 ms with it; the 32-row tile, already at
+# 255 registers with a 64-byte stack (96 with the bound), 4.88 -> 5.38 ms, so it keeps the host's.
+KERNEL_BOUND_MAX_ROWS = 16
 
 
 def head_tile(num_heads: int) -> int:
@@ -115,15 +119,20 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
     return union
 
 
+def kernel_finds_bound(args: PrefillArgs) -> bool:
+    """True when the per-token kernel should find each token's loop bound itself (no topk_length
+    and a query tile of at most KERNEL_BOUND_MAX_ROWS rows); else the host computes the lengths."""
+    return (args.topk_length is None and KERNEL_FINDS_BOUND
+            and head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS)
+
+
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
     if USE_WS_TILE and first is None and ws_supports(args, 1):  # H = 64: the heads fill the 64-row tile
         sets = token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
         return
-    if args.topk_length is not None or not KERNEL_FINDS_BOUND:
-        lengths = effective_lengths(args.indices, args.topk_length, args.num_kv_rows)
-    else:
-        lengths = None
+    lengths = None if kernel_finds_bound(args) else effective_lengths(args.indices, args.topk_length,
+                                                                       args.num_kv_rows)
     first = first or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
     key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
     tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
