@@ -1,5 +1,5 @@
 """Longest-first schedule vs token order, and (per-token) the loop bound found by the kernel vs
-the host's effective_lengths (branch exp/per-token-candidates; GPU, about two minutes).
+the host's effective_lengths (GPU, about two minutes; H200 run 11: docs/performance.md notes 36-37).
 
 Usage (H200): PYTHONPATH=. python3 scripts/order_probe.py [--rounds 3]
 At the five H = 8 reference points (and 1x8192 at H = 16) it checks that the per-token path and
