@@ -242,7 +242,7 @@ def render_table(results: list[BenchResult]) -> str:
     table = BenchTable(results)
     headers = ["point"] + [f"{b} ms" for b in backends]
     rows = []
-    best_vs_flash: list[float] = []
+    best_vs_flash: dict[int, list[float]] = {}  # heads -> one ratio per point
     for p in points:
         row = [p.label]
         for b in backends:
@@ -263,7 +263,7 @@ def render_table(results: list[BenchResult]) -> str:
         best = [table.ms(p, b) for b in exact if table.ms(p, b) is not None]
         peers = [table.ms(p, b) for b in ("flashmla+len", "flashmla") if table.ms(p, b) is not None]
         if best and peers:
-            best_vs_flash.append(min(peers) / min(best))
+            best_vs_flash.setdefault(p.heads, []).append(min(peers) / min(best))
             row.append(f"{min(peers) / min(best):.2f}x")
         else:
             row.append("-")
@@ -272,6 +272,16 @@ def render_table(results: list[BenchResult]) -> str:
     ratio_headers.append("best exact vs best FlashMLA")
     out.append(markdown_table(ratio_headers, ratio_rows))
     if best_vs_flash:
-        out.append(f"geomean speed-up of the best exact path over the faster FlashMLA form: "
-                   f"{geomean(best_vs_flash):.2f}x over {len(best_vs_flash)} points")
+        out.append(geomean_line(best_vs_flash))
     return "\n\n".join(out)
+
+
+def geomean_line(ratios_by_heads: dict[int, list[float]]) -> str:
+    """One line: the geomean of the best exact path's speed-up per head count, then over all points."""
+    def cell(ratios: list[float]) -> str:
+        return f"{geomean(ratios):.2f}x over {len(ratios)} point{'s' if len(ratios) != 1 else ''}"
+
+    parts = [f"H={heads} {cell(ratios)}" for heads, ratios in ratios_by_heads.items()]
+    if len(ratios_by_heads) > 1:
+        parts.append(f"all {cell([r for ratios in ratios_by_heads.values() for r in ratios])}")
+    return "geomean speed-up of the best exact path over the faster FlashMLA form: " + "; ".join(parts)

@@ -100,3 +100,19 @@ def test_gpu_graph_timing_every_backend():
         assert r.ms is not None and r.ms > 0, f"{r.backend}: {r.note}"
         if not r.backend.startswith("build"):
             assert r.note == "CUDA graph replay"
+
+
+def test_geomean_is_reported_per_head_count():
+    """The table's summary gives the H = 8 reference points their own geomean (the issue's target),
+    apart from the extra head counts, and then the geomean over every point."""
+    from glmcheck.bench import BenchResult
+
+    def point_results(point, ours, flash_len, flash):
+        return [BenchResult(point, "per-token", ours, 1e-3, ""), BenchResult(point, "flashmla+len", flash_len, 1e-3, ""),
+                BenchResult(point, "flashmla", flash, 1e-3, "")]
+
+    results = (point_results(BenchPoint(1, 2048, 8), 1.0, 2.0, 3.0)       # 2x over the faster peer
+               + point_results(BenchPoint(1, 4096, 8), 1.0, 9.0, 8.0)     # 8x
+               + point_results(BenchPoint(1, 8192, 64), 2.0, 1.0, None))  # 0.5x; flashmla missing
+    line = render_table(results).splitlines()[-1]
+    assert line.endswith("H=8 4.00x over 2 points; H=64 0.50x over 1 point; all 2.00x over 3 points")
