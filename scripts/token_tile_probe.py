@@ -6,6 +6,8 @@ the kernel finds its own loop bound. Compiled for sm_90a, its table tile 64/4/2 
 255 registers with a 64-byte stack and the in-kernel bound raises that to 96 bytes, while 64/8/2
 needs 211 registers and no stack (`scripts/token_compile.py --heads 32`). Predicted: 64/8/2
 with the kernel bound at or below run 10's 4.95 ms; H = 16 (213 registers, no stack) unchanged.
+Measured (run 11, docs/performance.md note 39): wrong; 64/8/2 7.1-7.4 ms, 64/4/2 best with the
+host's lengths (4.88 ms), so only 16-row tiles find their own bound.
 Every variant's CUDA-graph replay is gated against the fp32 reference (output poisoned first),
 the two bound sources are compared bitwise per tile, and the timings alternate over rounds.
 """
