@@ -12,8 +12,8 @@ the fp32 reference (rel-L2 gate); only a backend that passes is timed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -208,7 +208,7 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         call, note = _timed_call(spec, inputs, out, reference, timing, capture)
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
     for group in (2, 4, 8):
-        build = lambda: union_dedup(inputs.indices, group, num_kv_rows=inputs.kv.shape[0]).rows
+        build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows
         call, _, failure = (build, None, "") if timing == "eager" else _try_capture(capture, build)
         results.append(BenchResult(point, f"build{group}", None if call is None else timer(call, rep_ms=rep),
                                    None, failure or "union build alone"))

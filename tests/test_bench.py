@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from glmcheck import cli
-from glmcheck.bench import BenchPoint, BenchSpec, D_V, default_specs, render_table, run_point
+from glmcheck.bench import (
+    D_V,
+    BenchPoint,
+    BenchSpec,
+    default_specs,
+    render_table,
+    run_point,
+)
 from glmcheck.kernels import sparse_mla_prefill
 
 
