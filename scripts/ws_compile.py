@@ -1,7 +1,8 @@
 """Compile the warp-specialised union kernel for sm_90a without a GPU and print its resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/ws_compile.py [--block-n 64] [--stages 2] [--heads 8] [--producer-warps 4] [--ptx out.ptx]
+    python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
+        [--producer-warps 4] [--ptx out.ptx]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
 
@@ -12,46 +13,68 @@ import importlib.util
 import pathlib
 import re
 import subprocess
+import sys
 import tempfile
+import types
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
-KERNEL_FILE = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels" / "union_ws.py"
+KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels"
+TILE_FILES = {"split": "union_ws", "pingpong": "union_pingpong"}
 
 
-def load_kernel_module():
-    """The kernel file alone (the glmcheck package needs torch; this script does not)."""
-    spec = importlib.util.spec_from_file_location("union_ws", KERNEL_FILE)
+def load_kernel_module(name: str):
+    """One kernel file, as glmcheck.kernels.<name>, without running the packages' __init__ (the
+    glmcheck package needs torch; this script does not). Empty stand-in packages take their place."""
+    for package in ("glmcheck", "glmcheck.kernels"):
+        if package not in sys.modules:
+            stub = types.ModuleType(package)
+            stub.__path__ = []
+            sys.modules[package] = stub
+    qualified = f"glmcheck.kernels.{name}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    spec = importlib.util.spec_from_file_location(qualified, KERNELS_DIR / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module
     spec.loader.exec_module(module)
     return module
 
 
-def resource_usage(cubin: bytes) -> str:
-    """REG / STACK / SHARED of the cubin, as cuobjdump (shipped with triton) reports them."""
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """cuobjdump (shipped with triton) `flag` output for a cubin."""
     tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as handle:
         handle.write(cubin)
         handle.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", handle.name], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run([str(tool), flag, handle.name], capture_output=True, text=True, check=True).stdout
+
+
+def resource_usage(cubin: bytes) -> str:
+    """REG / STACK / SHARED of the cubin, as cuobjdump reports them."""
+    text = cuobjdump(cubin, "--dump-resource-usage")
     found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
     return f"REG {found[1]} STACK {found[2]} LOCAL {found[4]}" if found else text.strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--tile", choices=sorted(TILE_FILES), default="split",
+                        help="split: union_ws (warpgroups split the columns); pingpong: union_pingpong")
     parser.add_argument("--block-n", type=int, default=64)
-    parser.add_argument("--stages", type=int, default=2)
+    parser.add_argument("--stages", type=int, default=2, help="split tile only (ping-pong has two)")
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--producer-warps", type=int, default=4)
     parser.add_argument("--producer-regs", type=int, default=56)
+    parser.add_argument("--consumer-regs", type=int, default=232, help="ping-pong tile only: the odd warpgroup's")
     parser.add_argument("--ptx", help="also write the PTX here")
+    parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     ns = parser.parse_args()
-    ws = load_kernel_module()
+    load_kernel_module("union_ws")  # the ping-pong file imports helpers from it
+    module = load_kernel_module(TILE_FILES[ns.tile])
     signature = {
         "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
         "out_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
@@ -59,26 +82,33 @@ def main() -> None:
         "stride_od": "constexpr", "qk_scale_log2": "fp32",
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
-        "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
+        "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
     }
-    constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": ws.BLOCK_M.value // ns.heads, "D_V": 512,
+    constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
-                  "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs, "KV_INT64": False,
-                  "LONGEST_FIRST": ns.longest_first}
+                  "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
+                  "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first}
+    if ns.tile == "split":
+        kernel_fn, num_warps, dropped = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value, "CONSUMER_REGS"
+    else:
+        kernel_fn, num_warps, dropped = (module.sparse_mla_union_pingpong_kernel, module.WARPGROUP_WARPS.value,
+                                         "NUM_STAGES")
+    del signature[dropped], constexprs[dropped]
     # What the JIT infers at a real launch: 16-byte aligned pointers, strides that are multiples of 16.
     aligned = [i for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or
                (kind == "i32" and name.startswith("stride"))]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-    src = GluonASTSource(ws.sparse_mla_union_ws_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": ws.CONSUMER_WARPS.value})
+    src = GluonASTSource(kernel_fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     ptx = kernel.asm["ptx"]
-    print(f"block_n={ns.block_n} stages={ns.stages} heads={ns.heads}: {resource_usage(kernel.asm['cubin'])}, "
+    print(f"{ns.tile} block_n={ns.block_n} heads={ns.heads}: {resource_usage(kernel.asm['cubin'])}, "
           f"shared {kernel.metadata.shared} B, "
           f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, cp.async {len(re.findall(r'cp.async.cg|cp.async.ca', ptx))}, "
           f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")
     if ns.ptx:
         pathlib.Path(ns.ptx).write_text(ptx)
+    if ns.sass:
+        pathlib.Path(ns.sass).write_text(cuobjdump(kernel.asm["cubin"], "-sass"))
 
 
 if __name__ == "__main__":

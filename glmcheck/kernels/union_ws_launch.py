@@ -18,15 +18,29 @@ from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
 
+TILES = ("split", "pingpong")
+
 
 @dataclass(frozen=True)
 class WsConfig:
-    """block_n KV rows per stage, `stages` stages in shared memory, producer warps and registers."""
+    """block_n KV rows per stage, `stages` stages in shared memory, producer warps and registers;
+    `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on every block, each
+    with half the columns) or "pingpong" (union_pingpong: the warpgroups take alternate blocks;
+    block_n 64 and 2 stages only, the odd warpgroup gets consumer_regs registers)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
     producer_warps: int = 4
     producer_regs: int = 56
+    tile: str = "split"
+    consumer_regs: int = 232
+
+    def __post_init__(self) -> None:
+        if self.tile not in TILES:
+            raise ValueError(f"tile must be one of {TILES}, got {self.tile!r}")
+        if self.tile == "pingpong" and (self.block_n, self.stages) != (64, 2):
+            raise ValueError(f"the ping-pong tile takes block_n = 64 and stages = 2, "
+                             f"got block_n={self.block_n}, stages={self.stages}")
 
 
 # Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy this kernel
@@ -90,9 +104,11 @@ def check_ws_args(args: PrefillArgs, group: int) -> None:
 def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
                               kv_int64: bool, config: WsConfig = WsConfig()):
     """Union attention for the first len(sets.lengths) * G tokens with the Gluon kernel."""
+    check_ws_args(args, sets.group)
+    if config.tile == "pingpong":
+        return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64, config)
     from glmcheck.kernels.union_ws import CONSUMER_WARPS, sparse_mla_union_ws_kernel
 
-    check_ws_args(args, sets.group)
     q, kv = args.q, args.kv
     return sparse_mla_union_ws_kernel[(sets.lengths.shape[0],)](
         q, kv, sets.rows, sets.bits, sets.lengths, out,
@@ -104,4 +120,26 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
         BLOCK_N=config.block_n, NUM_STAGES=config.stages, PRODUCER_WARPS=config.producer_warps,
         PRODUCER_REGS=config.producer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
         num_warps=CONSUMER_WARPS.value,
+    )
+
+
+def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
+                    kv_int64: bool, config: WsConfig):
+    """The ping-pong tile (`union_pingpong.py`) on checked arguments."""
+    from glmcheck.kernels.union_pingpong import (
+        WARPGROUP_WARPS,
+        sparse_mla_union_pingpong_kernel,
+    )
+
+    q, kv = args.q, args.kv
+    return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
+        q, kv, sets.rows, sets.bits, sets.lengths, out,
+        q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
+        sets.rows.stride(0), sets.bits.stride(0),
+        out.stride(0), out.stride(1), out.stride(2),
+        qk_scale_log2,
+        H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
+        BLOCK_N=config.block_n, PRODUCER_WARPS=config.producer_warps, PRODUCER_REGS=config.producer_regs,
+        CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
+        num_warps=WARPGROUP_WARPS.value,
     )
