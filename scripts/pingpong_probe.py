@@ -43,7 +43,7 @@ def cut_sets(sets: UnionSets) -> UnionSets:
     return UnionSets(rows=sets.rows, bits=sets.bits, lengths=torch.minimum(sets.lengths, cut), group=sets.group)
 
 
-def probe(seq_len: int, heads: int) -> bool:
+def probe(seq_len: int, heads: int, variants: list[WsConfig]) -> bool:
     """Gate both tiles, then time them; False when a gate fails."""
     group = 64 // heads
     x = make_inputs(BenchPoint(1, seq_len, heads), seed=13)
@@ -85,18 +85,38 @@ def probe(seq_len: int, heads: int) -> bool:
     cells = [f"{tile} {ms:.3f} ms ({ms * 1e6 / rows:.3f} ns/row)" for tile, ms in times.items()]
     print(f"{label}, {rows} rows: " + "; ".join(cells) + f"; pingpong {times['split'] / times['pingpong']:.2f}x split",
           flush=True)
+    for variant in variants:
+        out = run_tile(args, sets, scale, kv_int64, variant)[:tokens]
+        rel = metrics.rel_l2(out, reference)
+        if variant.knockout == 0 and not rel <= GATE_REL_L2:
+            print(f"  {variant}: gate failed (rel-L2 {rel:.3e})", flush=True)
+            continue
+        ms = time_ms(lambda v=variant, o=out: launch_union_attention_ws(args, sets, o, scale, kv_int64, v))
+        kind = "knock-out, not attention" if variant.knockout else f"rel-L2 {rel:.2e}"
+        print(f"  {variant}: {ms:.3f} ms ({ms * 1e6 / rows:.3f} ns/row; {kind})", flush=True)
     return True
+
+
+def parse_variant(text: str) -> WsConfig:
+    """"key=int,key=int" -> a ping-pong WsConfig with those fields."""
+    fields = {key: int(value) for key, value in (item.split("=") for item in text.split(","))}
+    if "odd_overlap" in fields:
+        fields["odd_overlap"] = bool(fields["odd_overlap"])
+    return WsConfig(tile="pingpong", **fields)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--heads", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--variant", action="append", default=[],
+                        help="extra ping-pong configs to time, e.g. consumer_regs=232,odd_overlap=0 (repeatable)")
     ns = parser.parse_args()
+    variants = [parse_variant(text) for text in ns.variant]
     ok = True
     for seq_len in ns.seq_len:
         for heads in ns.heads:
-            ok = probe(seq_len, heads) and ok
+            ok = probe(seq_len, heads, variants) and ok
     return 0 if ok else 1
 
 

@@ -119,7 +119,7 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, gr
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr):
+                   LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr):
     """Default partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -166,7 +166,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr):
+                  LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -189,14 +189,20 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-        # The peer's block first (its P is taken against peer_max); it runs under this softmax.
-        acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc,
-                            is_async=True)
-        scores = warpgroup_mma_wait(1, deps=(scores,))
+        if ODD_OVERLAP:
+            # The peer's block first (its P is taken against peer_max); it runs under this softmax.
+            acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc,
+                                is_async=True)
+            scores = warpgroup_mma_wait(1, deps=(scores,))
+        else:
+            scores = warpgroup_mma_wait(0, deps=(scores,))
         logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(peer_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
         _publish(new_max, p, max_bufs.index(1), own_tail, pub_bars.index(1))
+        if not ODD_OVERLAP:
+            acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc,
+                                is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
@@ -213,8 +219,8 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, WARPS: gl.constexpr,
-                   KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr):
-    """Worker partition: gather block b into stage b % 2, over an even number of blocks."""
+                   KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr, KNOCKOUT: gl.constexpr):
+    """Default partition: gather block b into stage b % 2, over an even number of blocks."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
@@ -222,8 +228,9 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
         stage = block % 2
         # A fresh barrier counts as having completed the phase before phase 0: the first waits pass.
         mbarrier.wait(empty_bars.index(stage), ((block // 2) & 1) ^ 1)
-        _gather_block(kv_ptr, union_rows, block * BLOCK_N, length, stride_kvs,
-                      main_bufs.index(stage), tail_bufs.index(stage), D_V, D_TAIL, BLOCK_N, WARPS, KV_INT64)
+        if KNOCKOUT != 1:  # diagnostic: 1 copies nothing (output not attention)
+            _gather_block(kv_ptr, union_rows, block * BLOCK_N, length, stride_kvs,
+                          main_bufs.index(stage), tail_bufs.index(stage), D_V, D_TAIL, BLOCK_N, WARPS, KV_INT64)
         async_copy.mbarrier_arrive(full_bars.index(stage), increment_count=False)
 
 
@@ -237,6 +244,7 @@ def sparse_mla_union_pingpong_kernel(
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
     BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
+    ODD_OVERLAP: gl.constexpr = True, KNOCKOUT: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S))."""
@@ -281,13 +289,15 @@ def sparse_mla_union_pingpong_kernel(
     gl.thread_barrier()  # every thread's part of Q has landed
     fence_async_shared()  # Q and the barriers, for the async proxy (wgmma, cp.async arrivals)
 
+    # The producer is the default partition (the launch's warps), the two consumer warpgroups are
+    # workers with CONSUMER_REGS registers each: as the default partition, the even warpgroup spilled.
     gl.warp_specialize([
+        (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
+                          empty_bars, D_V, D_TAIL, BLOCK_N, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST, KNOCKOUT)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST)),
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST)),
-        (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_V, D_TAIL, BLOCK_N, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST)),
-    ], [WARPGROUP_WARPS, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP)),
+    ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -33,7 +33,9 @@ class WsConfig:
     producer_warps: int = 4
     producer_regs: int = 56
     tile: str = "split"
-    consumer_regs: int = 232
+    consumer_regs: int = 224
+    odd_overlap: bool = True  # ping-pong: the odd warpgroup's peer MMA runs under its softmax
+    knockout: int = 0  # ping-pong diagnostic: 1 = the producer copies nothing (output not attention)
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -141,5 +143,5 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, PRODUCER_WARPS=config.producer_warps, PRODUCER_REGS=config.producer_regs,
         CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
-        num_warps=WARPGROUP_WARPS.value,
+        ODD_OVERLAP=config.odd_overlap, KNOCKOUT=config.knockout, num_warps=WARPGROUP_WARPS.value,
     )
