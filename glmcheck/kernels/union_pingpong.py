@@ -55,9 +55,13 @@ ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
 
 
 @gluon.jit
-def _issue_scores(q_main, q_tail, main_buf, tail_buf, s_layout: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Start S = Q K^T for the block in one stage (async; wait with warpgroup_mma_wait)."""
+def _issue_scores(q_main, q_tail, main_buf, tail_buf, s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+                  KNOCKOUT: gl.constexpr):
+    """Start S = Q K^T for the block in one stage (async; wait with warpgroup_mma_wait).
+    KNOCKOUT 4 (diagnostic): the rope-tail product only."""
     zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    if KNOCKOUT == 4:
+        return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), zero, use_acc=False, is_async=True)
     scores = warpgroup_mma(q_main, main_buf.permute((1, 0)), zero, use_acc=False, is_async=True)
     return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), scores, is_async=True)
 
@@ -70,6 +74,14 @@ def _owned(union_bits, block, length, H: gl.constexpr, BLOCK_N: gl.constexpr, s_
     bits = gl.load(union_bits + offs_n, mask=live, other=0).to(gl.int32)
     member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
     return (((bits[None, :] >> member[:, None]) & 1) != 0) & live[None, :]
+
+
+@gluon.jit
+def _loop_zero(pair):
+    """0, computed from the loop counter: shared-memory addresses built from it stay inside the
+    loop. With constant stage indices the compiler hoisted every wgmma descriptor of S = Q K^T out
+    of the loop, which spilled (ws_compile.py: 584 bytes of stack, against none with this)."""
+    return gl.minimum(pair, 0)
 
 
 @gluon.jit
@@ -119,7 +131,8 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, gr
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr):
+                   LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
+                   KNOCKOUT: gl.constexpr):
     """Default partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -131,31 +144,40 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
-    own_main = main_bufs.index(0)
-    own_tail = tail_bufs.index(0)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
+        own_stage = _loop_zero(pair)
+        peer_stage = own_stage + 1
+        own_main = main_bufs.index(own_stage)
+        own_tail = tail_bufs.index(own_stage)
         mbarrier.wait(full_bars.index(0), phase)
         fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
-        scores = _issue_scores(q_main, q_tail, own_main, own_tail, s_layout, BLOCK_N)
+        scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
+                               s_layout, BLOCK_N, KNOCKOUT)
         owned = _owned(union_bits, 2 * pair, length, H, BLOCK_N, s_layout)
         scores = warpgroup_mma_wait(0, deps=(scores,))
         logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(run_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
+        if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
+            new_max = run_max
+            p = scores
         _publish(new_max, p, max_bufs.index(0), own_tail, pub_bars.index(0))
         acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
-        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(0, D_HALF, dim=1),
-                            acc, is_async=True)
+        if KNOCKOUT != 3:  # diagnostic: no O += P V
+            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(0, D_HALF, dim=1),
+                                acc, is_async=True)
         mbarrier.wait(pub_bars.index(1), phase)
         peer_max = max_bufs.index(1).load(row_layout)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         run_max = peer_max
-        acc = warpgroup_mma(tail_bufs.index(1), main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
+        if KNOCKOUT != 3:  # diagnostic: no O += P V
+            acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(0, D_HALF, dim=1), acc,
+                                is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
@@ -166,7 +188,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr):
+                  LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
+                   KNOCKOUT: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -178,38 +201,49 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
-    own_main = main_bufs.index(1)
-    own_tail = tail_bufs.index(1)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
+        peer_stage = _loop_zero(pair)
+        own_stage = peer_stage + 1
+        own_main = main_bufs.index(own_stage)
+        own_tail = tail_bufs.index(own_stage)
         mbarrier.wait(full_bars.index(1), phase)
         fence_async_shared()
-        scores = _issue_scores(q_main, q_tail, own_main, own_tail, s_layout, BLOCK_N)
+        scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
+                               s_layout, BLOCK_N, KNOCKOUT)
         owned = _owned(union_bits, 2 * pair + 1, length, H, BLOCK_N, s_layout)
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         if ODD_OVERLAP:
             # The peer's block first (its P is taken against peer_max); it runs under this softmax.
-            acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc,
-                                is_async=True)
+            if KNOCKOUT != 3:  # diagnostic: no O += P V
+                acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
+                                    acc,
+                                    is_async=True)
             scores = warpgroup_mma_wait(1, deps=(scores,))
         else:
             scores = warpgroup_mma_wait(0, deps=(scores,))
         logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(peer_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
+        if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
+            new_max = peer_max
+            p = scores
         _publish(new_max, p, max_bufs.index(1), own_tail, pub_bars.index(1))
         if not ODD_OVERLAP:
-            acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc,
-                                is_async=True)
+            if KNOCKOUT != 3:  # diagnostic: no O += P V
+                acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
+                                    acc,
+                                    is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
-        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(D_HALF, D_HALF, dim=1),
-                            acc, is_async=True)
+        if KNOCKOUT != 3:  # diagnostic: no O += P V
+            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(D_HALF, D_HALF, dim=1),
+                                acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
@@ -228,7 +262,7 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
         stage = block % 2
         # A fresh barrier counts as having completed the phase before phase 0: the first waits pass.
         mbarrier.wait(empty_bars.index(stage), ((block // 2) & 1) ^ 1)
-        if KNOCKOUT != 1:  # diagnostic: 1 copies nothing (output not attention)
+        if KNOCKOUT == 0:  # diagnostic: 1-4 copy nothing (outputs not attention)
             _gather_block(kv_ptr, union_rows, block * BLOCK_N, length, stride_kvs,
                           main_bufs.index(stage), tail_bufs.index(stage), D_V, D_TAIL, BLOCK_N, WARPS, KV_INT64)
         async_copy.mbarrier_arrive(full_bars.index(stage), increment_count=False)
@@ -267,10 +301,11 @@ def sparse_mla_union_pingpong_kernel(
     q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
     offs_d = gl.arange(0, D_V, gl.SliceLayout(0, load_layout))
     offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, load_layout))
-    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], q_main_layout)
-    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL], q_tail_layout)
-    async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
-    async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
+    # [1, ...]: the consumers index them with a zero computed in their loop (see _loop_zero)
+    q_main = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_V], q_main_layout)
+    q_tail = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_TAIL], q_tail_layout)
+    async_copy.async_copy_global_to_shared(q_main.index(0), q_row + offs_d[None, :] * stride_qd)
+    async_copy.async_copy_global_to_shared(q_tail.index(0), q_row + (D_V + offs_r)[None, :] * stride_qd)
     async_copy.commit_group()
     main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V], kv_main_layout)
     tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
@@ -296,8 +331,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_V, D_TAIL, BLOCK_N, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST, KNOCKOUT)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP)),
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP)),
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
