@@ -76,6 +76,23 @@ def _owned(union_bits, block, length, H: gl.constexpr, BLOCK_N: gl.constexpr, s_
     return (((bits[None, :] >> member[:, None]) & 1) != 0) & live[None, :]
 
 
+TRACE_PAIRS = gl.constexpr(16)  # diagnostic trace: the first pairs of each program
+TRACE_EVENTS = gl.constexpr(6)  # full, scores, published, peer seen, first PV done, pair done
+
+
+@gluon.jit
+def _stamp(trace_ptr, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE: gl.constexpr):
+    """Diagnostic: %clock64 into trace[program, warpgroup, pair, event] (int64) for the first
+    TRACE_PAIRS pairs; nothing without TRACE."""
+    if TRACE:
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        offs = gl.arange(0, 1, layout)
+        trace_ptr += (gl.program_id(0).to(gl.int64) * 2 + warpgroup) * TRACE_PAIRS * TRACE_EVENTS
+        now = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [offs], dtype=gl.int64, is_pure=False,
+                                        pack=1)
+        gl.store(trace_ptr + pair * TRACE_EVENTS + event + offs, now, mask=(offs + pair) < TRACE_PAIRS)
+
+
 @gluon.jit
 def _loop_zero(pair):
     """0, computed from the loop counter: shared-memory addresses built from it stay inside the
@@ -132,7 +149,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                    qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
                    LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
-                   KNOCKOUT: gl.constexpr):
+                   KNOCKOUT: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Default partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -151,11 +168,13 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         own_main = main_bufs.index(own_stage)
         own_tail = tail_bufs.index(own_stage)
         mbarrier.wait(full_bars.index(0), phase)
+        _stamp(trace_ptr, 0, pair, 0, TRACE)
         fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
         scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
                                s_layout, BLOCK_N, KNOCKOUT)
         owned = _owned(union_bits, 2 * pair, length, H, BLOCK_N, s_layout)
         scores = warpgroup_mma_wait(0, deps=(scores,))
+        _stamp(trace_ptr, 0, pair, 1, TRACE)
         logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(run_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
@@ -163,6 +182,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
             new_max = run_max
             p = scores
         _publish(new_max, p, max_bufs.index(0), own_tail, pub_bars.index(0))
+        _stamp(trace_ptr, 0, pair, 2, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
@@ -171,8 +191,10 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                                 acc, is_async=True)
         mbarrier.wait(pub_bars.index(1), phase)
         peer_max = max_bufs.index(1).load(row_layout)
+        _stamp(trace_ptr, 0, pair, 3, TRACE)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
+        _stamp(trace_ptr, 0, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         run_max = peer_max
         if KNOCKOUT != 3:  # diagnostic: no O += P V
@@ -180,6 +202,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                                 is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
+        _stamp(trace_ptr, 0, pair, 5, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
 
@@ -189,7 +212,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                   qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
-                   KNOCKOUT: gl.constexpr):
+                   KNOCKOUT: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -208,12 +231,14 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         own_main = main_bufs.index(own_stage)
         own_tail = tail_bufs.index(own_stage)
         mbarrier.wait(full_bars.index(1), phase)
+        _stamp(trace_ptr, 1, pair, 0, TRACE)
         fence_async_shared()
         scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
                                s_layout, BLOCK_N, KNOCKOUT)
         owned = _owned(union_bits, 2 * pair + 1, length, H, BLOCK_N, s_layout)
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
+        _stamp(trace_ptr, 1, pair, 3, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         if ODD_OVERLAP:
             # The peer's block first (its P is taken against peer_max); it runs under this softmax.
@@ -224,6 +249,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             scores = warpgroup_mma_wait(1, deps=(scores,))
         else:
             scores = warpgroup_mma_wait(0, deps=(scores,))
+        _stamp(trace_ptr, 1, pair, 1, TRACE)
         logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(peer_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
@@ -231,6 +257,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             new_max = peer_max
             p = scores
         _publish(new_max, p, max_bufs.index(1), own_tail, pub_bars.index(1))
+        _stamp(trace_ptr, 1, pair, 2, TRACE)
         if not ODD_OVERLAP:
             if KNOCKOUT != 3:  # diagnostic: no O += P V
                 acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
@@ -238,6 +265,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                                     is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
+        _stamp(trace_ptr, 1, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
@@ -246,6 +274,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                                 acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
+        _stamp(trace_ptr, 1, pair, 5, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
 
@@ -278,7 +307,7 @@ def sparse_mla_union_pingpong_kernel(
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
     BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    ODD_OVERLAP: gl.constexpr = True, KNOCKOUT: gl.constexpr = 0,
+    ODD_OVERLAP: gl.constexpr = True, KNOCKOUT: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S))."""
@@ -331,8 +360,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_V, D_TAIL, BLOCK_N, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST, KNOCKOUT)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT)),
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT)),
+                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -126,8 +126,9 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
 
 
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
-                    kv_int64: bool, config: WsConfig):
-    """The ping-pong tile (`union_pingpong.py`) on checked arguments."""
+                    kv_int64: bool, config: WsConfig, trace: torch.Tensor | None = None):
+    """The ping-pong tile (`union_pingpong.py`) on checked arguments. `trace` (diagnostic): int64
+    [num_groups, 2, TRACE_PAIRS, TRACE_EVENTS] that receives %clock64 stamps (scripts/pingpong_trace.py)."""
     from glmcheck.kernels.union_pingpong import (
         WARPGROUP_WARPS,
         sparse_mla_union_pingpong_kernel,
@@ -143,5 +144,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, PRODUCER_WARPS=config.producer_warps, PRODUCER_REGS=config.producer_regs,
         CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
-        ODD_OVERLAP=config.odd_overlap, KNOCKOUT=config.knockout, num_warps=WARPGROUP_WARPS.value,
+        ODD_OVERLAP=config.odd_overlap, KNOCKOUT=config.knockout, trace_ptr=trace, TRACE=trace is not None,
+        num_warps=WARPGROUP_WARPS.value,
     )

@@ -1,0 +1,98 @@
+"""Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
+branch exp/pingpong; GPU, seconds).
+
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64] [--knockout 0]
+The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
+(knock-outs are not attention and skip it). Each consumer warpgroup stamps six events per pair
+(first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
+3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
+over programs and the steady pairs (not the first or last two) of each gap, in SM cycles.
+The even warpgroup runs 0 1 2 3 4 5 in that order; the odd one 0 3 1 2 4 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from glmcheck import metrics
+from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs
+from glmcheck.inputs import poisoned_out
+from glmcheck.kernels.prefill import LOG2E, needs_int64_rows
+from glmcheck.kernels.union import token_row_sets, union_dedup
+from glmcheck.kernels.union_pingpong import TRACE_EVENTS as _EVENTS
+from glmcheck.kernels.union_pingpong import TRACE_PAIRS as _PAIRS
+from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
+from glmcheck.kernels.validate import PrefillArgs
+from glmcheck.reference import sparse_mla_reference
+
+TRACE_PAIRS, TRACE_EVENTS = _PAIRS.value, _EVENTS.value  # gl.constexpr -> int
+EVEN_GAPS = {"full -> S ready": (0, 1), "S ready -> published": (1, 2), "published -> peer max seen": (2, 3),
+             "peer seen -> own PV done": (3, 4), "own PV done -> peer PV done": (4, 5)}
+ODD_GAPS = {"full -> peer max seen": (0, 3), "peer seen -> S ready": (3, 1), "S ready -> published": (1, 2),
+            "published -> peer PV done": (2, 4), "peer PV done -> own PV done": (4, 5)}
+
+
+def median(values: torch.Tensor) -> float:
+    return float(values.double().median()) if values.numel() else float("nan")
+
+
+def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> None:
+    """trace [groups, 2, TRACE_PAIRS, TRACE_EVENTS] int64 clock stamps."""
+    pairs = (lengths.long() + 2 * block_n - 1) // (2 * block_n)
+    steady = torch.arange(TRACE_PAIRS, device=trace.device)[None, :]
+    keep = (steady >= 2) & (steady < pairs[:, None] - 2)  # [groups, TRACE_PAIRS]
+    print(f"steady pairs traced: {int(keep.sum())} over {int(keep.any(1).sum())} programs", flush=True)
+    for warpgroup, gaps in ((0, EVEN_GAPS), (1, ODD_GAPS)):
+        stamps = trace[:, warpgroup]
+        cells = [f"{name} {median((stamps[..., b] - stamps[..., a])[keep]):.0f}" for name, (a, b) in gaps.items()]
+        period = (stamps[:, 1:, 0] - stamps[:, :-1, 0])[keep[:, :-1]]
+        cells.append(f"pair period {median(period):.0f}")
+        print(f"  {'even' if warpgroup == 0 else 'odd'}: " + "; ".join(cells), flush=True)
+    even, odd = trace[:, 0], trace[:, 1]
+    handoffs = {"even published -> odd sees it": (odd[..., 3] - even[..., 2]),
+                "odd published -> even sees it": (even[..., 3] - odd[..., 2]),
+                "even full -> odd full": (odd[..., 0] - even[..., 0])}
+    print("  handoffs: " + "; ".join(f"{name} {median(gap[keep]):.0f}" for name, gap in handoffs.items()),
+          flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--heads", type=int, nargs="+", default=[64])
+    parser.add_argument("--knockout", type=int, nargs="+", default=[0])
+    ns = parser.parse_args()
+    for heads in ns.heads:
+        group = 64 // heads
+        x = make_inputs(BenchPoint(1, ns.seq_len, heads), seed=17)
+        args = PrefillArgs(x.q, x.kv, x.indices, None, x.sm_scale, D_V)
+        kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk)
+        sets = (token_row_sets(x.indices, None, args.num_kv_rows) if group == 1
+                else union_dedup(x.indices, group, num_kv_rows=args.num_kv_rows))
+        tokens = sets.lengths.shape[0] * group
+        for knockout in ns.knockout:
+            trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
+            out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
+            config = WsConfig(tile="pingpong", knockout=knockout)
+            launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
+            trace.zero_()
+            launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)
+            torch.cuda.synchronize()
+            label = f"1x{ns.seq_len} H={heads} G={group} knockout={knockout}"
+            if knockout == 0:
+                reference = sparse_mla_reference(x.q[:tokens], x.kv, x.indices[:tokens], x.sm_scale, D_V,
+                                                 dtype=torch.float32)
+                rel = metrics.rel_l2(out[:tokens], reference)
+                if not rel <= GATE_REL_L2:
+                    print(f"{label}: gate failed (rel-L2 {rel:.3e})", flush=True)
+                    return 1
+                label += f" (rel-L2 {rel:.2e})"
+            print(label, flush=True)
+            report(trace, sets.lengths)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
