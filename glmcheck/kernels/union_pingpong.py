@@ -67,13 +67,19 @@ def _issue_scores(q_main, q_tail, main_buf, tail_buf, s_layout: gl.constexpr, BL
 
 
 @gluon.jit
-def _owned(union_bits, block, length, H: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """[64, BLOCK_N] mask: union row live (< length) and owned by the query row's token."""
+def _load_bits(union_bits, block, length, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`). Loaded a pair
+    ahead: a load used at once stalled the warpgroup for ~1700 cycles before its barrier wait."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-    live = offs_n < length
-    bits = gl.load(union_bits + offs_n, mask=live, other=0).to(gl.int32)
+    return gl.load(union_bits + offs_n, mask=offs_n < length, other=0)
+
+
+@gluon.jit
+def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
+    """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an
+    owner, and rows past the length have no bits, so this is also the live mask."""
     member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
-    return (((bits[None, :] >> member[:, None]) & 1) != 0) & live[None, :]
+    return ((bits.to(gl.int32)[None, :] >> member[:, None]) & 1) != 0
 
 
 TRACE_PAIRS = gl.constexpr(16)  # diagnostic trace: the first pairs of each program
@@ -161,6 +167,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    bits = _load_bits(union_bits, 0, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
         own_stage = _loop_zero(pair)
@@ -172,10 +179,9 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
         scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
                                s_layout, BLOCK_N, KNOCKOUT)
-        owned = _owned(union_bits, 2 * pair, length, H, BLOCK_N, s_layout)
         scores = warpgroup_mma_wait(0, deps=(scores,))
         _stamp(trace_ptr, 0, pair, 1, TRACE)
-        logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
+        logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(run_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
         if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
@@ -203,6 +209,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
         _stamp(trace_ptr, 0, pair, 5, TRACE)
+        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
 
@@ -224,6 +231,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    bits = _load_bits(union_bits, 1, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
         peer_stage = _loop_zero(pair)
@@ -235,7 +243,6 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         fence_async_shared()
         scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
                                s_layout, BLOCK_N, KNOCKOUT)
-        owned = _owned(union_bits, 2 * pair + 1, length, H, BLOCK_N, s_layout)
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
         _stamp(trace_ptr, 1, pair, 3, TRACE)
@@ -250,7 +257,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         else:
             scores = warpgroup_mma_wait(0, deps=(scores,))
         _stamp(trace_ptr, 1, pair, 1, TRACE)
-        logits = gl.where(owned, scores * qk_scale_log2, float("-inf"))
+        logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(peer_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
         if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
@@ -258,11 +265,9 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             p = scores
         _publish(new_max, p, max_bufs.index(1), own_tail, pub_bars.index(1))
         _stamp(trace_ptr, 1, pair, 2, TRACE)
-        if not ODD_OVERLAP:
-            if KNOCKOUT != 3:  # diagnostic: no O += P V
-                acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
-                                    acc,
-                                    is_async=True)
+        if not ODD_OVERLAP and KNOCKOUT != 3:  # (KNOCKOUT 3, diagnostic: no O += P V)
+            acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
+                                acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(0))
         _stamp(trace_ptr, 1, pair, 4, TRACE)
@@ -275,6 +280,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(empty_bars.index(1))
         _stamp(trace_ptr, 1, pair, 5, TRACE)
+        bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
 
