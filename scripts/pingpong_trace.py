@@ -1,9 +1,9 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64] [--knockout 0]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
-(knock-outs are not attention and skip it). Each consumer warpgroup stamps six events per pair
+Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
 over programs and the steady pairs (not the first or last two) of each gap, in SM cycles.
@@ -62,7 +62,6 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
-    parser.add_argument("--knockout", type=int, nargs="+", default=[0])
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -72,25 +71,23 @@ def main() -> int:
         sets = (token_row_sets(x.indices, None, args.num_kv_rows) if group == 1
                 else union_dedup(x.indices, group, num_kv_rows=args.num_kv_rows))
         tokens = sets.lengths.shape[0] * group
-        for knockout in ns.knockout:
-            trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
-            out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-            config = WsConfig(tile="pingpong", knockout=knockout)
-            launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
-            trace.zero_()
-            launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)
-            torch.cuda.synchronize()
-            label = f"1x{ns.seq_len} H={heads} G={group} knockout={knockout}"
-            if knockout == 0:
-                reference = sparse_mla_reference(x.q[:tokens], x.kv, x.indices[:tokens], x.sm_scale, D_V,
-                                                 dtype=torch.float32)
-                rel = metrics.rel_l2(out[:tokens], reference)
-                if not rel <= GATE_REL_L2:
-                    print(f"{label}: gate failed (rel-L2 {rel:.3e})", flush=True)
-                    return 1
-                label += f" (rel-L2 {rel:.2e})"
-            print(label, flush=True)
-            report(trace, sets.lengths)
+        trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
+        out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
+        config = WsConfig(tile="pingpong")
+        launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
+        trace.zero_()
+        launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)
+        torch.cuda.synchronize()
+        label = f"1x{ns.seq_len} H={heads} G={group}"
+        reference = sparse_mla_reference(x.q[:tokens], x.kv, x.indices[:tokens], x.sm_scale, D_V,
+                                         dtype=torch.float32)
+        rel = metrics.rel_l2(out[:tokens], reference)
+        if not rel <= GATE_REL_L2:
+            print(f"{label}: gate failed (rel-L2 {rel:.3e})", flush=True)
+            return 1
+        label += f" (rel-L2 {rel:.2e})"
+        print(label, flush=True)
+        report(trace, sets.lengths)
     return 0
 
 

@@ -69,8 +69,6 @@ def main() -> None:
     parser.add_argument("--producer-warps", type=int, default=4)
     parser.add_argument("--producer-regs", type=int, default=56)
     parser.add_argument("--consumer-regs", type=int, default=232, help="ping-pong tile only: the odd warpgroup's")
-    parser.add_argument("--no-odd-overlap", action="store_true", help="ping-pong: ODD_OVERLAP=False")
-    parser.add_argument("--knockout", type=int, default=0, help="ping-pong diagnostic KNOCKOUT (0 = the kernel)")
     parser.add_argument("--trace", action="store_true", help="ping-pong: TRACE=True (clock64 stamps)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
@@ -86,23 +84,21 @@ def main() -> None:
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
-        "ODD_OVERLAP": "constexpr", "KNOCKOUT": "constexpr", "trace_ptr": "*i64", "TRACE": "constexpr",
+        "trace_ptr": "*i64", "TRACE": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "ODD_OVERLAP": not ns.no_odd_overlap, "KNOCKOUT": ns.knockout,
                   "TRACE": ns.trace}
     if ns.tile == "split":
-        kernel_fn, num_warps, dropped = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value, "CONSUMER_REGS"
-        for name in ("ODD_OVERLAP", "KNOCKOUT", "TRACE"):
-            del signature[name], constexprs[name]
-        del signature["trace_ptr"]
+        kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
+        del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
+        del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
     else:
-        kernel_fn, num_warps, dropped = (module.sparse_mla_union_pingpong_kernel, module.WARPGROUP_WARPS.value,
-                                         "NUM_STAGES")
-    del signature[dropped], constexprs[dropped]
+        kernel_fn, num_warps = module.sparse_mla_union_pingpong_kernel, module.WARPGROUP_WARPS.value
+        for name in ("NUM_STAGES", "PRODUCER_WARPS", "PRODUCER_REGS"):
+            del signature[name], constexprs[name]
     # What the JIT infers at a real launch: 16-byte aligned pointers, strides that are multiples of 16.
     aligned = [i for i, (name, kind) in enumerate(signature.items()) if kind.startswith("*") or
                (kind == "i32" and name.startswith("stride"))]

@@ -7,19 +7,22 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     computes its own block's full S = Q K^T ([64, 64]: one 64-wide warpgroup MMA instead of two
     32-wide halves, which read Q from shared memory twice per column) and its softmax;
   * both own half of the output columns (fp32 accumulator [64, 256] each), so each block's P
-    goes to both: its owner keeps P in registers, and stores it (bf16) in the block's rope-tail
-    buffer, which nothing reads once S is done, for the other warpgroup's MMA;
+    goes to both: its owner keeps P in registers and stores it (bf16) for the other warpgroup's
+    MMA: the even one in its block's rope-tail buffer (nothing reads it once S is done), the odd
+    one in a buffer of its own;
   * one running row max M: block b's max is max(M after block b-1, rowmax S_b), so the
     warpgroups pass M through shared memory, one after the other. While one runs its softmax,
     the other's MMAs keep the tensor cores busy (ping-pong);
-  * the producer partition is `union_ws`'s: cp.async gathers of block b into stage b % 2, so
-    each warpgroup's blocks always land in the same stage. A block count that is odd gets one
-    more block that is all masked (no copies land; P = 0).
-Per block pair, with phase = pair % 2 on every barrier:
-  even: wait full[0]; S0; softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256];
-        wait pub[1]; O *= alpha; O += P1 V1[:, :256]; release stages 0 and 1 (empty, one arrive each)
-  odd:  wait full[1]; S1; wait pub[0]; O *= alpha; O += P0 V0[:, 256:] (async, under the softmax);
-        softmax with M0; publish M1, P1 (pub[1]); O *= alpha; O += P1 V1[:, 256:]; release both
+  * block b lands in stage b % 2, in two halves with a barrier pair each: L = columns [0, 256),
+    R = columns [256, 512) and the rope tail. L is read by the even warpgroup's O += P V, R by the
+    odd one's, so each half is refilled as soon as its one reader is done, and S starts on the
+    half that lands first. A block count that is odd gets one more block that is all masked.
+Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R):
+  even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]
+        (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
+  odd:  S1 on 1R; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for both (release 0R);
+        softmax with M0; publish M1, P1 (pub[1]); O *= alpha; O += P1 V1[:, 256:] (release 1R)
+  producer: 0L 0R 1R 1L, the order the halves are released in.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
@@ -38,11 +41,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from glmcheck.kernels.union_ws import _gather_block, _group_index
+from glmcheck.kernels.union_ws import _group_index
 
 BLOCK_M = gl.constexpr(64)  # query rows per program: one warpgroup MMA tile (G * H)
-WARPGROUP_WARPS = gl.constexpr(4)  # each consumer partition is one warpgroup (the launch's num_warps)
-
+WARPGROUP_WARPS = gl.constexpr(4)  # each partition is one warpgroup (the launch's num_warps)
+LEFT = gl.constexpr(0)  # half index: main columns [0, D_HALF)
+RIGHT = gl.constexpr(1)  # half index: main columns [D_HALF, D_V) and the rope tail
 
 # One consumer warpgroup's register layouts, for the only shape this tile takes (the kernel asserts
 # BLOCK_N = 64 and D_V = 512): S [64, 64], O [64, 256] (its half of the columns), P as the A operand
@@ -52,18 +56,35 @@ S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16]))
 O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 256, 16]))
 P_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, O_LAYOUT, 2))
 ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
+MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [WARPGROUP_WARPS, 1], [1, 0]))
+TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
 
 
 @gluon.jit
-def _issue_scores(q_main, q_tail, main_buf, tail_buf, s_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-                  KNOCKOUT: gl.constexpr):
-    """Start S = Q K^T for the block in one stage (async; wait with warpgroup_mma_wait).
-    KNOCKOUT 4 (diagnostic): the rope-tail product only."""
-    zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    if KNOCKOUT == 4:
-        return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), zero, use_acc=False, is_async=True)
-    scores = warpgroup_mma(q_main, main_buf.permute((1, 0)), zero, use_acc=False, is_async=True)
-    return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), scores, is_async=True)
+def _half(pair_stage: gl.constexpr, half: gl.constexpr):
+    """Index of a stage half in the barrier arrays [4, 1]."""
+    return pair_stage * 2 + half
+
+
+@gluon.jit
+def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
+    mbarrier.wait(full_bars.index(stage * 2 + half), phase)
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+
+
+@gluon.jit
+def _scores_left(q_main, main_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, :256] K[:, :256]^T, async."""
+    return warpgroup_mma(q_main.slice(0, D_HALF, dim=1), main_buf.slice(0, D_HALF, dim=1).permute((1, 0)), acc,
+                         use_acc=use_acc, is_async=True)
+
+
+@gluon.jit
+def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, 256:512] K[:, 256:512]^T + Q_tail K_tail^T, async."""
+    acc = warpgroup_mma(q_main.slice(D_HALF, D_HALF, dim=1), main_buf.slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
+                        acc, use_acc=use_acc, is_async=True)
+    return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), acc, is_async=True)
 
 
 @gluon.jit
@@ -97,14 +118,6 @@ def _stamp(trace_ptr, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE:
         now = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [offs], dtype=gl.int64, is_pure=False,
                                         pack=1)
         gl.store(trace_ptr + pair * TRACE_EVENTS + event + offs, now, mask=(offs + pair) < TRACE_PAIRS)
-
-
-@gluon.jit
-def _loop_zero(pair):
-    """0, computed from the loop counter: shared-memory addresses built from it stay inside the
-    loop. With constant stage indices the compiler hoisted every wgmma descriptor of S = Q K^T out
-    of the loop, which spilled (ws_compile.py: 584 bytes of stack, against none with this)."""
-    return gl.minimum(pair, 0)
 
 
 @gluon.jit
@@ -152,14 +165,12 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, gr
 
 @gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                   qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                   sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
-                   KNOCKOUT: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
-    """Default partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
+                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
+                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+                   trace_ptr, TRACE: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
-    p_layout: gl.constexpr = P_LAYOUT
     row_layout: gl.constexpr = ROW_LAYOUT
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
@@ -167,47 +178,40 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    own_main = main_bufs.index(0)
+    own_tail = tail_bufs.index(0)
     bits = _load_bits(union_bits, 0, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        own_stage = _loop_zero(pair)
-        peer_stage = own_stage + 1
-        own_main = main_bufs.index(own_stage)
-        own_tail = tail_bufs.index(own_stage)
-        mbarrier.wait(full_bars.index(0), phase)
+        _wait_half(full_bars, 0, LEFT, phase)
         _stamp(trace_ptr, 0, pair, 0, TRACE)
-        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
-        scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
-                               s_layout, BLOCK_N, KNOCKOUT)
+        scores = _scores_left(q_main, own_main, zero_s, False)
+        _wait_half(full_bars, 0, RIGHT, phase)
+        scores = _scores_right(q_main, q_tail, own_main, own_tail, scores, True)
         scores = warpgroup_mma_wait(0, deps=(scores,))
         _stamp(trace_ptr, 0, pair, 1, TRACE)
         logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(run_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
-        if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
-            new_max = run_max
-            p = scores
         _publish(new_max, p, max_bufs.index(0), own_tail, pub_bars.index(0))
         _stamp(trace_ptr, 0, pair, 2, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
-        if KNOCKOUT != 3:  # diagnostic: no O += P V
-            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(0, D_HALF, dim=1),
-                                acc, is_async=True)
+        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(0, D_HALF, dim=1), acc,
+                            is_async=True)
         mbarrier.wait(pub_bars.index(1), phase)
         peer_max = max_bufs.index(1).load(row_layout)
         _stamp(trace_ptr, 0, pair, 3, TRACE)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(0))
+        mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
         _stamp(trace_ptr, 0, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         run_max = peer_max
-        if KNOCKOUT != 3:  # diagnostic: no O += P V
-            acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(0, D_HALF, dim=1), acc,
-                                is_async=True)
+        acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(1))
+        mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
         _stamp(trace_ptr, 0, pair, 5, TRACE)
         bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
@@ -216,14 +220,12 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 
 @gluon.jit
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                  qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                  sum_bars, H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr, ODD_OVERLAP: gl.constexpr,
-                   KNOCKOUT: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                  qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
+                  sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+                  trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
-    p_layout: gl.constexpr = P_LAYOUT
     row_layout: gl.constexpr = ROW_LAYOUT
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
@@ -231,54 +233,39 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
     row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    own_main = main_bufs.index(1)
+    own_tail = tail_bufs.index(1)
     bits = _load_bits(union_bits, 1, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        peer_stage = _loop_zero(pair)
-        own_stage = peer_stage + 1
-        own_main = main_bufs.index(own_stage)
-        own_tail = tail_bufs.index(own_stage)
-        mbarrier.wait(full_bars.index(1), phase)
+        _wait_half(full_bars, 1, RIGHT, phase)
         _stamp(trace_ptr, 1, pair, 0, TRACE)
-        fence_async_shared()
-        scores = _issue_scores(q_main.index(_loop_zero(pair)), q_tail.index(_loop_zero(pair)), own_main, own_tail,
-                               s_layout, BLOCK_N, KNOCKOUT)
+        scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
         _stamp(trace_ptr, 1, pair, 3, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-        if ODD_OVERLAP:
-            # The peer's block first (its P is taken against peer_max); it runs under this softmax.
-            if KNOCKOUT != 3:  # diagnostic: no O += P V
-                acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
-                                    acc,
-                                    is_async=True)
-            scores = warpgroup_mma_wait(1, deps=(scores,))
-        else:
-            scores = warpgroup_mma_wait(0, deps=(scores,))
+        # The peer's block first (its P is taken against peer_max), queued before the left half of S.
+        acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+        _wait_half(full_bars, 1, LEFT, phase)
+        scores = _scores_left(q_main, own_main, scores, True)
+        acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
+        mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
         _stamp(trace_ptr, 1, pair, 1, TRACE)
         logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
         new_max = gl.maximum(peer_max, gl.max(logits, 1))
         p = gl.exp2(logits - _shift(new_max)[:, None])
-        if KNOCKOUT == 2:  # diagnostic: no softmax (P = S)
-            new_max = peer_max
-            p = scores
-        _publish(new_max, p, max_bufs.index(1), own_tail, pub_bars.index(1))
+        _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
         _stamp(trace_ptr, 1, pair, 2, TRACE)
-        if not ODD_OVERLAP and KNOCKOUT != 3:  # (KNOCKOUT 3, diagnostic: no O += P V)
-            acc = warpgroup_mma(tail_bufs.index(peer_stage), main_bufs.index(peer_stage).slice(D_HALF, D_HALF, dim=1),
-                                acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(0))
         _stamp(trace_ptr, 1, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
-        if KNOCKOUT != 3:  # diagnostic: no O += P V
-            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), p_layout), own_main.slice(D_HALF, D_HALF, dim=1),
-                                acc, is_async=True)
+        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(D_HALF, D_HALF, dim=1),
+                            acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(1))
+        mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
         _stamp(trace_ptr, 1, pair, 5, TRACE)
         bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
@@ -286,21 +273,57 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 
 
 @gluon.jit
+def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
+    """(element offsets of block's KV rows, live mask), both [BLOCK_N] in MAIN_GATHER's row slice."""
+    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
+    live = offs_n < length
+    rows = gl.load(rows_ptr + offs_n, mask=live, other=0)
+    if KV_INT64:
+        return rows.to(gl.int64) * stride_kvs, live
+    return rows * stride_kvs, live
+
+
+@gluon.jit
+def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, D_TAIL: gl.constexpr):
+    """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and the
+    rope tail (zeros for rows that are not live)."""
+    offs_d = half * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, MAIN_GATHER))
+    async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
+                                           kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
+    if half == RIGHT:
+        tail_off = gl.convert_layout(row_off, gl.SliceLayout(1, TAIL_GATHER))
+        tail_live = gl.convert_layout(live, gl.SliceLayout(1, TAIL_GATHER))
+        offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, TAIL_GATHER))
+        async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + tail_off[:, None] + offs_r[None, :],
+                                               mask=tail_live[:, None])
+
+
+@gluon.jit
+def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bars, stage: gl.constexpr,
+               half: gl.constexpr, phase, D_TAIL: gl.constexpr):
+    """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have
+    each thread's copies arrive on its full barrier when they land."""
+    mbarrier.wait(empty_bars.index(stage * 2 + half), phase ^ 1)
+    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL)
+    async_copy.mbarrier_arrive(full_bars.index(stage * 2 + half), increment_count=False)
+
+
+@gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
-                   D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, WARPS: gl.constexpr,
-                   KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr, KNOCKOUT: gl.constexpr):
-    """Default partition: gather block b into stage b % 2, over an even number of blocks."""
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
+                   LONGEST_FIRST: gl.constexpr):
+    """Default partition: per pair, halves 0L 0R 1R 1L (blocks 2 pair and 2 pair + 1)."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
-    for block in range(2 * gl.cdiv(length, 2 * BLOCK_N)):
-        stage = block % 2
-        # A fresh barrier counts as having completed the phase before phase 0: the first waits pass.
-        mbarrier.wait(empty_bars.index(stage), ((block // 2) & 1) ^ 1)
-        if KNOCKOUT == 0:  # diagnostic: 1-4 copy nothing (outputs not attention)
-            _gather_block(kv_ptr, union_rows, block * BLOCK_N, length, stride_kvs,
-                          main_bufs.index(stage), tail_bufs.index(stage), D_V, D_TAIL, BLOCK_N, WARPS, KV_INT64)
-        async_copy.mbarrier_arrive(full_bars.index(stage), increment_count=False)
+    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+        phase = pair & 1
+        even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
+        odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
+        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL)
+        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL)
+        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL)
+        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL)
 
 
 @gluon.jit
@@ -310,13 +333,13 @@ def sparse_mla_union_pingpong_kernel(
     stride_rg, stride_bg,
     stride_ot, stride_oh, stride_od,
     qk_scale_log2,
-    H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
-    BLOCK_N: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    ODD_OVERLAP: gl.constexpr = True, KNOCKOUT: gl.constexpr = 0, trace_ptr=None, TRACE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
-    along D). rows/bits/len from the union build (rows in [0, S))."""
+    along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
+    int64 [num_groups, 2, TRACE_PAIRS, TRACE_EVENTS]."""
     gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
     gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
     gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
@@ -328,46 +351,46 @@ def sparse_mla_union_pingpong_kernel(
     kv_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_TAIL], dtype)
     row_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
-    # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async from the even
-    # warpgroup: 144 registers per thread if staged through registers, which spilled.
-    load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [WARPGROUP_WARPS, 1], [1, 0])
+    # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
+    # per thread if staged through registers, which spilled.
     group = _group_index(LONGEST_FIRST)
-    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, load_layout))
+    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
     q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
-    offs_d = gl.arange(0, D_V, gl.SliceLayout(0, load_layout))
-    offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, load_layout))
-    # [1, ...]: the consumers index them with a zero computed in their loop (see _loop_zero)
-    q_main = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_V], q_main_layout)
-    q_tail = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_TAIL], q_tail_layout)
-    async_copy.async_copy_global_to_shared(q_main.index(0), q_row + offs_d[None, :] * stride_qd)
-    async_copy.async_copy_global_to_shared(q_tail.index(0), q_row + (D_V + offs_r)[None, :] * stride_qd)
+    offs_d = gl.arange(0, D_V, gl.SliceLayout(0, MAIN_GATHER))
+    offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
+    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], q_main_layout)
+    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL], q_tail_layout)
+    async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
+    async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
     async_copy.commit_group()
     main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V], kv_main_layout)
     tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
+    odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
     max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
     sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    full_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    full_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # [stage * 2 + half]
+    empty_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(4):
+        mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
+        mbarrier.init(empty_bars.index(i), count=1)  # each half has one last reader
     for i in gl.static_range(2):
-        mbarrier.init(full_bars.index(i), count=PRODUCER_WARPS * 32)
-        mbarrier.init(empty_bars.index(i), count=2)  # one arrive from each consumer warpgroup
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
     async_copy.wait_group(0)
     gl.thread_barrier()  # every thread's part of Q has landed
     fence_async_shared()  # Q and the barriers, for the async proxy (wgmma, cp.async arrivals)
 
-    # The producer is the default partition (the launch's warps), the two consumer warpgroups are
-    # workers with CONSUMER_REGS registers each: as the default partition, the even warpgroup spilled.
+    # The producer is the default partition (the launch's warps); the two consumer warpgroups are
+    # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_V, D_TAIL, BLOCK_N, PRODUCER_WARPS, KV_INT64, LONGEST_FIRST, KNOCKOUT)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                          qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT, trace_ptr, TRACE)),
+                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                          qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                          sum_bars, H, G, D_V, BLOCK_N, LONGEST_FIRST, ODD_OVERLAP, KNOCKOUT, trace_ptr, TRACE)),
+                         qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -26,16 +26,15 @@ class WsConfig:
     """block_n KV rows per stage, `stages` stages in shared memory, producer warps and registers;
     `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on every block, each
     with half the columns) or "pingpong" (union_pingpong: the warpgroups take alternate blocks;
-    block_n 64 and 2 stages only, the odd warpgroup gets consumer_regs registers)."""
+    block_n 64 and 2 stages only; its producer is one warpgroup, each consumer warpgroup gets
+    consumer_regs registers)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
     producer_warps: int = 4
     producer_regs: int = 56
     tile: str = "split"
-    consumer_regs: int = 224
-    odd_overlap: bool = True  # ping-pong: the odd warpgroup's peer MMA runs under its softmax
-    knockout: int = 0  # ping-pong diagnostic: 1 = the producer copies nothing (output not attention)
+    consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -142,8 +141,7 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         out.stride(0), out.stride(1), out.stride(2),
         qk_scale_log2,
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
-        BLOCK_N=config.block_n, PRODUCER_WARPS=config.producer_warps, PRODUCER_REGS=config.producer_regs,
-        CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
-        ODD_OVERLAP=config.odd_overlap, KNOCKOUT=config.knockout, trace_ptr=trace, TRACE=trace is not None,
+        BLOCK_N=config.block_n, CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64,
+        LONGEST_FIRST=schedule["longest_first"], trace_ptr=trace, TRACE=trace is not None,
         num_warps=WARPGROUP_WARPS.value,
     )
