@@ -1,4 +1,5 @@
-"""GPU probe of the warp-specialised 64-row union tile (`glmcheck/kernels/union_ws.py`).
+"""GPU probe of the split 64-row union tile (`glmcheck/kernels/union_ws.py`; the ping-pong tile
+that replaced it as the default has scripts/pingpong_probe.py).
 
 Usage (H200): PYTHONPATH=. python3 scripts/ws_probe.py [--seq-len 8192] [--configs 64/2,32/3,32/4]
 For each (H, G) with G*H = 64: the union sets are built once; the Gluon kernel writes a poisoned
@@ -31,7 +32,7 @@ def parse_configs(text: str) -> list[WsConfig]:
     configs = []
     for item in text.split(","):
         parts = [int(v) for v in item.split("/")]
-        configs.append(WsConfig(*parts))
+        configs.append(WsConfig(*parts, tile="split"))
     return configs
 
 
@@ -67,7 +68,8 @@ def probe(seq_len: int, heads: int, configs: list[WsConfig]) -> bool:
         rel = metrics.rel_l2(out[:tokens], ref)
         vs_triton = metrics.rel_l2(out[:tokens], triton_out[:tokens])
         good = nan == 0 and rel <= GATE_REL_L2 and vs_triton <= UNION_VS_UNION_REL_L2
-        ms = time_ms(lambda: launch_union_attention_ws(args, sets, out, scale, kv_int64, config)) if good else float("nan")
+        ms = (time_ms(lambda o=out, c=config: launch_union_attention_ws(args, sets, o, scale, kv_int64, c))
+              if good else float("nan"))
         rows = mean_len * sets.lengths.shape[0]
         print(f"  ws {config}: NaN {nan}, rel {rel:.3e}, vs triton {vs_triton:.2e} -> {ms:.3f} ms "
               f"({t_triton / ms:.2f}x triton; {ms * 1e6 / rows:.3f} ns per union row)", flush=True)

@@ -361,6 +361,18 @@ def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
     assert not union_ws_launch.ws_available(torch.device("cpu"))
 
 
+def test_ws_config_rejects_what_the_tiles_cannot_take():
+    from glmcheck.kernels.union_ws_launch import WsConfig
+    assert WsConfig().tile == "pingpong"
+    WsConfig(block_n=32, stages=3, tile="split")
+    with pytest.raises(ValueError, match="tile must be one of"):
+        WsConfig(tile="pingpang")
+    with pytest.raises(ValueError, match="block_n = 64 and stages = 2, got block_n=32"):
+        WsConfig(block_n=32)
+    with pytest.raises(ValueError, match="stages=3"):
+        WsConfig(stages=3, tile="pingpong")
+
+
 # ---- real shapes on the GPU -------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -441,3 +453,47 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):
     monkeypatch.setattr(prefill, "USE_WS_TILE", True)
     again = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G)
     assert torch.equal(out, again)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [8, 64])
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
+    """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
+    and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
+    within the reference gate where whole, within two summation orders of the split tile, and
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
+    from glmcheck.kernels.prefill import LOG2E
+    from glmcheck.kernels.union import UnionSets, token_row_sets
+    from glmcheck.kernels.union_ws_launch import (
+        WsConfig,
+        launch_union_attention_ws,
+        ws_available,
+    )
+    from glmcheck.kernels.validate import PrefillArgs
+    device = torch.device("cuda")
+    if not ws_available(device):
+        pytest.skip("the warp-specialised tiles need an sm_90 GPU and Gluon")
+    group, tokens, topk = 64 // heads, 1024, 512
+    indices = drifting_indices([tokens], topk, 0.10, seed=heads).to(device)
+    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(heads), device)
+    args = PrefillArgs(q, kv, indices, None, 576 ** -0.5, 512)
+    whole = (token_row_sets(indices, None, tokens) if group == 1
+             else union_dedup(indices, group, num_kv_rows=tokens))
+    cuts = torch.tensor([0, 1, 63, 64, 65, 127, 128, 129], dtype=torch.int32, device=device)
+    cut = UnionSets(whole.rows, whole.bits, torch.minimum(whole.lengths, cuts.repeat(whole.lengths.numel() // 8)),
+                    group)
+
+    def run(sets: UnionSets, tile: str) -> torch.Tensor:
+        out = poisoned_out(tokens, heads, 512, device)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
+        return out
+
+    pingpong, split = run(whole, "pingpong"), run(whole, "split")
+    assert not pingpong.isnan().any(), "the ping-pong tile left outputs unwritten"
+    assert_close_to_reference(pingpong, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))
+    assert metrics.rel_l2(pingpong, split) <= UNION_VS_PER_TOKEN_REL_L2
+    short_pingpong, short_split = run(cut, "pingpong"), run(cut, "split")
+    assert not short_pingpong.isnan().any()
+    assert metrics.rel_l2(short_pingpong, short_split) <= UNION_VS_PER_TOKEN_REL_L2
+    empty = (cut.lengths == 0).repeat_interleave(group)
+    assert empty.any() and (short_pingpong[empty] == 0).all(), "an empty group is not zero"
