@@ -1,6 +1,7 @@
-"""Host cost of one union-8 prefill call with each 64-row tile (diagnostic; GPU, seconds).
+"""Eager, graph and host cost of one union prefill call with each 64-row tile (diagnostic; GPU,
+seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/host_launch_probe.py [--seq-len 2048]
+Usage (H200): PYTHONPATH=. python3 scripts/host_launch_probe.py [--seq-len 2048] [--heads 8 --union 8]
 For each tile ("split", "pingpong"): the output is gated against the fp32 reference, then three
 times are printed: eager median (triton do_bench, the Python call included), CUDA-graph replay
 median (GPU time alone) and host microseconds per call (back-to-back calls, no synchronisation,
@@ -46,22 +47,25 @@ def host_us(fn, calls: int = 200) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--union", type=int, default=8, help="G, with G * heads = 64")
     ns = parser.parse_args()
-    x = make_inputs(BenchPoint(1, ns.seq_len, 8), seed=3)
+    x = make_inputs(BenchPoint(1, ns.seq_len, ns.heads), seed=3)
     reference = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
     out = torch.empty_like(x.q[..., :D_V])
     real = prefill.launch_union_attention_ws
     for tile in ("split", "pingpong"):
         prefill.launch_union_attention_ws = functools.partial(launch_union_attention_ws, config=WsConfig(tile=tile))
         try:
-            call = functools.partial(sparse_mla_prefill, x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=8)
+            call = functools.partial(sparse_mla_prefill, x.q, x.kv, x.indices, x.sm_scale, D_V, out=out,
+                                     union=ns.union)
             out.fill_(float("nan"))
             call()
             rel = metrics.rel_l2(out, reference)
             if not rel <= GATE_REL_L2:
                 print(f"{tile}: gate failed (rel-L2 {rel:.3e})", flush=True)
                 return 1
-            print(f"1x{ns.seq_len} H=8 union 8, {tile} tile: eager {time_ms(call):.3f} ms, graph {graph_ms(call):.3f} ms, "
+            print(f"1x{ns.seq_len} H={ns.heads} union {ns.union}, {tile} tile: eager {time_ms(call):.3f} ms, graph {graph_ms(call):.3f} ms, "
                   f"host {host_us(call):.0f} us/call (rel-L2 {rel:.2e})", flush=True)
         finally:
             prefill.launch_union_attention_ws = real
