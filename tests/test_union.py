@@ -361,16 +361,35 @@ def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
     assert not union_ws_launch.ws_available(torch.device("cpu"))
 
 
-def test_ws_config_rejects_what_the_tiles_cannot_take():
+def test_ws_config_picks_the_tile_by_group_and_rejects_what_the_tiles_cannot_take():
     from glmcheck.kernels.union_ws_launch import WsConfig
-    assert WsConfig().tile == "pingpong"
+    assert [WsConfig().tile_for(group) for group in (1, 2, 4, 8)] == ["pingpong", "split", "split", "pingpong"]
+    assert WsConfig(tile="split").tile_for(8) == "split" and WsConfig(tile="pingpong").tile_for(2) == "pingpong"
+    assert WsConfig(block_n=32, stages=3).tile_for(8) == "split", "auto took a shape the ping-pong tile lacks"
     WsConfig(block_n=32, stages=3, tile="split")
     with pytest.raises(ValueError, match="tile must be one of"):
         WsConfig(tile="pingpang")
     with pytest.raises(ValueError, match="block_n = 64 and stages = 2, got block_n=32"):
-        WsConfig(block_n=32)
+        WsConfig(block_n=32, tile="pingpong")
     with pytest.raises(ValueError, match="stages=3"):
         WsConfig(stages=3, tile="pingpong")
+
+
+def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
+    """launch_union_attention_ws hands each group size to the launcher WsConfig.tile_for names
+    (both launchers stubbed: the Gluon kernels need an sm_90 GPU)."""
+    from glmcheck.kernels import union_ws_launch
+    from glmcheck.kernels.union import UnionSets
+    ran: list[str] = []
+    monkeypatch.setattr(union_ws_launch, "check_ws_args", lambda args, group: None)
+    monkeypatch.setattr(union_ws_launch, "launch_pingpong", lambda *a: ran.append("pingpong"))
+    monkeypatch.setattr(union_ws_launch, "launch_split", lambda *a: ran.append("split"))
+    lengths = torch.zeros(1, dtype=torch.int32)
+    for group in (1, 2, 4, 8):
+        union_ws_launch.launch_union_attention_ws(None, UnionSets(lengths, lengths, lengths, group), None, 1.0, False)
+    union_ws_launch.launch_union_attention_ws(None, UnionSets(lengths, lengths, lengths, 8), None, 1.0, False,
+                                              union_ws_launch.WsConfig(tile="split"))
+    assert ran == ["pingpong", "split", "split", "pingpong", "split"]
 
 
 # ---- real shapes on the GPU -------------------------------------------------------------
@@ -424,7 +443,7 @@ def test_gpu_graph_capture_runs_the_requested_path(monkeypatch, heads, G):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads, G", [(8, 8), (16, 4), (32, 2)])
-def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):
+def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at G = 8, split at 4 and 2
     """G*H = 64 on an H100/H200 runs the warp-specialised tile: every output written, within the
     reference gate, as close to the Triton tile as two summation orders allow, deterministic.
     Ragged topk_length, -1 and out-of-range slots, a tail of T mod G tokens."""

@@ -1,5 +1,6 @@
 """Launchers of the warp-specialised 64-row union tiles (Hopper + Gluon only): the ping-pong tile
-(`union_pingpong.py`, the default) and the split tile (`union_ws.py`) it replaced.
+(`union_pingpong.py`) and the split tile (`union_ws.py`); `WsConfig.tile_for` picks one per
+union group.
 
 `sparse_mla_prefill` takes it for the union attention wherever `ws_supports` says yes (G*H = 64
 on an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail, 16-byte aligned rows); everywhere else
@@ -19,22 +20,27 @@ from glmcheck.kernels.runtime import interpreter_active, schedule
 from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
 
-TILES = ("split", "pingpong")
+TILES = ("auto", "split", "pingpong")
+# Groups whose 64-row tile is the ping-pong one under tile="auto" (H200 run 12, note 44): union 8
+# at H = 8 and per-token at H = 64 (G = 1) measured 1.03-1.07x faster in the bench. Union 4 at
+# H = 16 and union 2 at H = 32 measured slower in the bench (2.49 vs 2.35 ms and 3.80 vs 3.54)
+# although the kernel alone was not, so they keep the split tile.
+PINGPONG_GROUPS = (1, 8)
 
 
 @dataclass(frozen=True)
 class WsConfig:
     """block_n KV rows per stage, `stages` stages in shared memory, producer warps and registers
-    (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on every block, each
-    with half the columns) or "pingpong" (union_pingpong: the warpgroups take alternate blocks;
-    block_n 64 and 2 stages only; its producer is one warpgroup, each consumer warpgroup gets
-    consumer_regs registers)."""
+    (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
+    every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
+    alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
+    warpgroup gets consumer_regs registers) or "auto" (`tile_for`: by the union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
     producer_warps: int = 4
     producer_regs: int = 56
-    tile: str = "pingpong"  # H200 run 12: 0.99-1.06x as fast as the split tile (note 41)
+    tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
 
     def __post_init__(self) -> None:
@@ -43,6 +49,13 @@ class WsConfig:
         if self.tile == "pingpong" and (self.block_n, self.stages) != (64, 2):
             raise ValueError(f"the ping-pong tile takes block_n = 64 and stages = 2, "
                              f"got block_n={self.block_n}, stages={self.stages}")
+
+    def tile_for(self, group: int) -> str:
+        """The kernel this config runs for union groups of `group` tokens ("split" or "pingpong")."""
+        if self.tile != "auto":
+            return self.tile
+        pingpong_shape = (self.block_n, self.stages) == (64, 2)
+        return "pingpong" if pingpong_shape and group in PINGPONG_GROUPS else "split"
 
 
 # Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy this kernel
@@ -107,8 +120,14 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
                               kv_int64: bool, config: WsConfig = WsConfig()):
     """Union attention for the first len(sets.lengths) * G tokens with the Gluon kernel."""
     check_ws_args(args, sets.group)
-    if config.tile == "pingpong":
+    if config.tile_for(sets.group) == "pingpong":
         return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64, config)
+    return launch_split(args, sets, out, qk_scale_log2, kv_int64, config)
+
+
+def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
+                 kv_int64: bool, config: WsConfig):
+    """The split tile (`union_ws.py`) on checked arguments."""
     from glmcheck.kernels.union_ws import CONSUMER_WARPS, sparse_mla_union_ws_kernel
 
     q, kv = args.q, args.kv
