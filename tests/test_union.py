@@ -392,6 +392,30 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
     assert ran == ["pingpong", "split", "split", "pingpong", "split"]
 
 
+def test_gluon_tiles_take_the_shared_positional_arguments():
+    """Both Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order
+    (the kernels need an sm_90 GPU; their signatures and the argument tuple do not)."""
+    from glmcheck.kernels.union import UnionSets
+    from glmcheck.kernels.union_pingpong import sparse_mla_union_pingpong_kernel
+    from glmcheck.kernels.union_ws import sparse_mla_union_ws_kernel
+    from glmcheck.kernels.union_ws_launch import _shared_kernel_args
+    from glmcheck.kernels.validate import PrefillArgs
+    names = ["q_ptr", "kv_ptr", "rows_ptr", "bits_ptr", "len_ptr", "out_ptr", "stride_qt", "stride_qh",
+             "stride_qd", "stride_kvs", "stride_rg", "stride_bg", "stride_ot", "stride_oh", "stride_od",
+             "qk_scale_log2"]
+    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_ws_kernel):
+        assert kernel.arg_names[:16] == names
+    q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
+    sets = UnionSets(torch.zeros((1, 40), dtype=torch.int32), torch.zeros((1, 48), dtype=torch.uint8),
+                     torch.zeros(1, dtype=torch.int32), 8)
+    out = torch.zeros((8, 8, 512))
+    got = dict(zip(names, _shared_kernel_args(PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None,
+                                                          0.1, 512), sets, out, 0.25), strict=True))
+    assert got["q_ptr"] is q and got["kv_ptr"] is kv and got["out_ptr"] is out and got["len_ptr"] is sets.lengths
+    assert (got["stride_qt"], got["stride_qh"], got["stride_qd"], got["stride_kvs"]) == (8 * 576, 576, 1, 576)
+    assert (got["stride_rg"], got["stride_bg"], got["stride_oh"], got["qk_scale_log2"]) == (40, 48, 512, 0.25)
+
+
 # ---- real shapes on the GPU -------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -164,6 +164,29 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, gr
 
 
 @gluon.jit
+def _consumer_start(bits_ptr, len_ptr, stride_bg, first_block, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr):
+    """A consumer's (group, union length, its bits row, running max, row sums, O half, bits of its
+    first block)."""
+    group = _group_index(LONGEST_FIRST)
+    length = gl.load(len_ptr + group)
+    union_bits = bits_ptr + group * stride_bg
+    run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
+    row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
+    acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
+    bits = _load_bits(union_bits, first_block, length, BLOCK_N, S_LAYOUT)
+    return group, length, union_bits, run_max, row_sum, acc, bits
+
+
+@gluon.jit
+def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
+    """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken
+    against the new max (`_shift`)."""
+    logits = gl.where(_owned(bits, H, S_LAYOUT), scores * qk_scale_log2, float("-inf"))
+    new_max = gl.maximum(prev_max, gl.max(logits, 1))
+    return new_max, gl.exp2(logits - _shift(new_max)[:, None])
+
+
+@gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
@@ -172,16 +195,11 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
     row_layout: gl.constexpr = ROW_LAYOUT
-    group = _group_index(LONGEST_FIRST)
-    length = gl.load(len_ptr + group)
-    union_bits = bits_ptr + group * stride_bg
-    run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-    row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
-    acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    group, length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, 0,
+                                                                             BLOCK_N, LONGEST_FIRST)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     own_main = main_bufs.index(0)
     own_tail = tail_bufs.index(0)
-    bits = _load_bits(union_bits, 0, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
         _wait_half(full_bars, 0, LEFT, phase)
@@ -191,9 +209,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         scores = _scores_right(q_main, q_tail, own_main, own_tail, scores, True)
         scores = warpgroup_mma_wait(0, deps=(scores,))
         _stamp(trace_ptr, 0, pair, 1, TRACE)
-        logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
-        new_max = gl.maximum(run_max, gl.max(logits, 1))
-        p = gl.exp2(logits - _shift(new_max)[:, None])
+        new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
         _publish(new_max, p, max_bufs.index(0), own_tail, pub_bars.index(0))
         _stamp(trace_ptr, 0, pair, 2, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
@@ -227,16 +243,11 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
     row_layout: gl.constexpr = ROW_LAYOUT
-    group = _group_index(LONGEST_FIRST)
-    length = gl.load(len_ptr + group)
-    union_bits = bits_ptr + group * stride_bg
-    run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-    row_sum = gl.zeros([BLOCK_M], gl.float32, row_layout)
-    acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, o_layout)
+    group, length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, 1,
+                                                                             BLOCK_N, LONGEST_FIRST)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     own_main = main_bufs.index(1)
     own_tail = tail_bufs.index(1)
-    bits = _load_bits(union_bits, 1, length, BLOCK_N, s_layout)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
         _wait_half(full_bars, 1, RIGHT, phase)
@@ -253,9 +264,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
         mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
         _stamp(trace_ptr, 1, pair, 1, TRACE)
-        logits = gl.where(_owned(bits, H, s_layout), scores * qk_scale_log2, float("-inf"))
-        new_max = gl.maximum(peer_max, gl.max(logits, 1))
-        p = gl.exp2(logits - _shift(new_max)[:, None])
+        new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
         _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
         _stamp(trace_ptr, 1, pair, 2, TRACE)
         _stamp(trace_ptr, 1, pair, 4, TRACE)

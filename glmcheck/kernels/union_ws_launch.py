@@ -126,18 +126,23 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
     return launch_split(args, sets, out, qk_scale_log2, kv_int64, config)
 
 
+def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float) -> tuple:
+    """The positional arguments both Gluon tiles take, in their order: tensors, strides, scale."""
+    q, kv = args.q, args.kv
+    return (q, kv, sets.rows, sets.bits, sets.lengths, out,
+            q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
+            sets.rows.stride(0), sets.bits.stride(0),
+            out.stride(0), out.stride(1), out.stride(2),
+            qk_scale_log2)
+
+
 def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
                  kv_int64: bool, config: WsConfig):
     """The split tile (`union_ws.py`) on checked arguments."""
     from glmcheck.kernels.union_ws import CONSUMER_WARPS, sparse_mla_union_ws_kernel
 
-    q, kv = args.q, args.kv
     return sparse_mla_union_ws_kernel[(sets.lengths.shape[0],)](
-        q, kv, sets.rows, sets.bits, sets.lengths, out,
-        q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
-        sets.rows.stride(0), sets.bits.stride(0),
-        out.stride(0), out.stride(1), out.stride(2),
-        qk_scale_log2,
+        *_shared_kernel_args(args, sets, out, qk_scale_log2),
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, NUM_STAGES=config.stages, PRODUCER_WARPS=config.producer_warps,
         PRODUCER_REGS=config.producer_regs, KV_INT64=kv_int64, LONGEST_FIRST=schedule["longest_first"],
@@ -154,13 +159,8 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         sparse_mla_union_pingpong_kernel,
     )
 
-    q, kv = args.q, args.kv
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
-        q, kv, sets.rows, sets.bits, sets.lengths, out,
-        q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
-        sets.rows.stride(0), sets.bits.stride(0),
-        out.stride(0), out.stride(1), out.stride(2),
-        qk_scale_log2,
+        *_shared_kernel_args(args, sets, out, qk_scale_log2),
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64,
         LONGEST_FIRST=schedule["longest_first"], trace_ptr=trace, TRACE=trace is not None,
