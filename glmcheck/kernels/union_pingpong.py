@@ -2,7 +2,7 @@
 
 Same contract and result as `union_ws.sparse_mla_union_ws_kernel` (one group of G adjacent tokens
 per program, G*H = 64 token-major query rows, ownership bits mask foreign rows), but the two
-consumer warpgroups split the work by KV block instead of by column (docs/performance.md, note 41):
+consumer warpgroups split the work by KV block instead of by column (docs/performance.md, notes 42-45):
   * the even warpgroup takes union blocks 0, 2, 4, ..., the odd one blocks 1, 3, 5, ...; each
     computes its own block's full S = Q K^T ([64, 64]: one 64-wide warpgroup MMA instead of two
     32-wide halves, which read Q from shared memory twice per column) and its softmax;
@@ -15,8 +15,9 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     the other's MMAs keep the tensor cores busy (ping-pong);
   * block b lands in stage b % 2, in two halves with a barrier pair each: L = columns [0, 256),
     R = columns [256, 512) and the rope tail. L is read by the even warpgroup's O += P V, R by the
-    odd one's, so each half is refilled as soon as its one reader is done, and S starts on the
-    half that lands first. A block count that is odd gets one more block that is all masked.
+    odd one's, so each half is refilled as soon as its one reader is done, and each warpgroup
+    starts S on the half the producer fills first for it. A block count that is odd gets one
+    more block that is all masked.
 Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R):
   even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]
         (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
@@ -26,7 +27,8 @@ Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R):
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
-run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (WsConfig.tile = "pingpong").
+run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
+union 8 and for per-token at H = 64).
 """
 
 from __future__ import annotations
@@ -61,14 +63,15 @@ TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1]
 
 
 @gluon.jit
-def _half(pair_stage: gl.constexpr, half: gl.constexpr):
+def _half(stage: gl.constexpr, half: gl.constexpr):
     """Index of a stage half in the barrier arrays [4, 1]."""
-    return pair_stage * 2 + half
+    return stage * 2 + half
 
 
 @gluon.jit
 def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
-    mbarrier.wait(full_bars.index(stage * 2 + half), phase)
+    """Wait until a stage half has landed (this pair's phase)."""
+    mbarrier.wait(full_bars.index(_half(stage, half)), phase)
     fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
 
 
@@ -312,9 +315,9 @@ def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bar
                half: gl.constexpr, phase, D_TAIL: gl.constexpr):
     """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have
     each thread's copies arrive on its full barrier when they land."""
-    mbarrier.wait(empty_bars.index(stage * 2 + half), phase ^ 1)
+    mbarrier.wait(empty_bars.index(_half(stage, half)), phase ^ 1)
     _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL)
-    async_copy.mbarrier_arrive(full_bars.index(stage * 2 + half), increment_count=False)
+    async_copy.mbarrier_arrive(full_bars.index(_half(stage, half)), increment_count=False)
 
 
 @gluon.jit
