@@ -1,5 +1,5 @@
 """GPU probe of the ping-pong 64-row tile (`glmcheck/kernels/union_pingpong.py`) against the split
-tile (`union_ws.py`) it would replace.
+tile (`union_ws.py`); `WsConfig.tile_for` picks one of the two per union group.
 
 Usage (H200): PYTHONPATH=. python3 scripts/pingpong_probe.py [--seq-len 2048 8192] [--heads 8 16 32 64]
 For each (H, G = 64 / H) the sets are built once (union sets, or each token's own rows at H = 64).
@@ -26,7 +26,7 @@ from glmcheck.reference import sparse_mla_reference
 
 TILES_VS_EACH_OTHER_REL_L2 = 2e-3  # two summation orders, as tests/test_union.py allows
 CUT_LENGTHS = (0, 1, 63, 64, 65, 127, 128, 129)
-SPLIT, PINGPONG = WsConfig(), WsConfig(tile="pingpong")
+SPLIT, PINGPONG = WsConfig(tile="split"), WsConfig(tile="pingpong")
 
 
 def run_tile(args: PrefillArgs, sets: UnionSets, scale: float, kv_int64: bool, config: WsConfig) -> torch.Tensor:
