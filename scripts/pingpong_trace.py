@@ -1,18 +1,20 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
-over programs and the steady pairs (not the first or last two) of each gap, in SM cycles.
-The even warpgroup runs 0 1 2 3 4 5 in that order; the odd one 0 3 1 2 4 5.
+over programs and the steady pairs (not the first or last two) of each gap, in SM cycles, in
+the order each warpgroup stamps them (with RELEASE_EARLY the even one runs 0 1 2 4 3 5, the odd
+one 0 3 1 2 4 5).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 
@@ -28,10 +30,9 @@ from glmcheck.kernels.validate import PrefillArgs
 from glmcheck.reference import sparse_mla_reference
 
 TRACE_PAIRS, TRACE_EVENTS = _PAIRS.value, _EVENTS.value  # gl.constexpr -> int
-EVEN_GAPS = {"full -> S ready": (0, 1), "S ready -> published": (1, 2), "published -> peer max seen": (2, 3),
-             "peer seen -> own PV done": (3, 4), "own PV done -> peer PV done": (4, 5)}
-ODD_GAPS = {"full -> peer max seen": (0, 3), "peer seen -> S ready": (3, 1), "S ready -> published": (1, 2),
-            "published -> peer PV done": (2, 4), "peer PV done -> own PV done": (4, 5)}
+EVENT_NAMES = {0: ("full", "full"), 1: ("S ready", "S ready"), 2: ("published", "published"),
+               3: ("peer max seen", "peer max seen"), 4: ("own PV done", "peer PV done"),
+               5: ("peer PV done", "own PV done")}  # (even, odd) names of each stamp
 
 
 def median(values: torch.Tensor) -> float:
@@ -44,9 +45,13 @@ def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> Non
     steady = torch.arange(TRACE_PAIRS, device=trace.device)[None, :]
     keep = (steady >= 2) & (steady < pairs[:, None] - 2)  # [groups, TRACE_PAIRS]
     print(f"steady pairs traced: {int(keep.sum())} over {int(keep.any(1).sum())} programs", flush=True)
-    for warpgroup, gaps in ((0, EVEN_GAPS), (1, ODD_GAPS)):
+    for warpgroup in (0, 1):
         stamps = trace[:, warpgroup]
-        cells = [f"{name} {median((stamps[..., b] - stamps[..., a])[keep]):.0f}" for name, (a, b) in gaps.items()]
+        # Events in the order this warpgroup stamps them (it depends on the tile's knobs, e.g.
+        # RELEASE_EARLY), taken from their median offset after the stage-full stamp.
+        order = sorted(range(TRACE_EVENTS), key=lambda e: median((stamps[..., e] - stamps[..., 0])[keep]))
+        cells = [f"{EVENT_NAMES[a][warpgroup]} -> {EVENT_NAMES[b][warpgroup]} "
+                 f"{median((stamps[..., b] - stamps[..., a])[keep]):.0f}" for a, b in itertools.pairwise(order)]
         period = (stamps[:, 1:, 0] - stamps[:, :-1, 0])[keep[:, :-1]]
         cells.append(f"pair period {median(period):.0f}")
         print(f"  {'even' if warpgroup == 0 else 'odd'}: " + "; ".join(cells), flush=True)
@@ -62,6 +67,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
+    parser.add_argument("--release-early", action="store_true",
+                        help="trace the tile with release_early=True (each stage half freed at its last read)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -73,7 +80,7 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong")
+        config = WsConfig(tile="pingpong", release_early=ns.release_early)
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

@@ -392,6 +392,33 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
     assert ran == ["pingpong", "split", "split", "pingpong", "split"]
 
 
+def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
+    """launch_pingpong hands consumer_regs and release_early (as a bool) to the kernel, one program
+    per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
+    from glmcheck.kernels import union_pingpong
+    from glmcheck.kernels.union import UnionSets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
+    from glmcheck.kernels.validate import PrefillArgs
+    launches: list[tuple[tuple, dict]] = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append((grid, kwargs))
+
+    monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel())
+    q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
+    args = PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None, 0.1, 512)
+    sets = UnionSets(torch.zeros((3, 64), dtype=torch.int32), torch.zeros((3, 64), dtype=torch.uint8),
+                     torch.zeros(3, dtype=torch.int32), 8)
+    out = torch.zeros((24, 8, 512))
+    for config in (WsConfig(tile="pingpong"), WsConfig(tile="pingpong", consumer_regs=232, release_early=1)):
+        launch_pingpong(args, sets, out, 0.25, False, config)
+    (grid, default), (_, early) = launches
+    assert grid == (3,)
+    assert (default["CONSUMER_REGS"], default["RELEASE_EARLY"], default["TRACE"]) == (224, False, False)
+    assert (early["CONSUMER_REGS"], early["RELEASE_EARLY"]) == (232, True) and early["RELEASE_EARLY"] is True
+
+
 def test_gluon_tiles_take_the_shared_positional_arguments():
     """Both Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order
     (the kernels need an sm_90 GPU; their signatures and the argument tuple do not)."""
@@ -499,12 +526,14 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("release_early", [True, False])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, release_early):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); both
+    orders of freeing the stage halves."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -528,7 +557,8 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
+        config = WsConfig(tile=tile, release_early=release_early) if tile == "pingpong" else WsConfig(tile=tile)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

@@ -18,12 +18,17 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     odd one's, so each half is refilled as soon as its one reader is done, and each warpgroup
     starts S on the half the producer fills first for it. A block count that is odd gets one
     more block that is all masked.
-Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R):
+Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R), as with RELEASE_EARLY:
   even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]
         (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
-  odd:  S1 on 1R; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for both (release 0R);
-        softmax with M0; publish M1, P1 (pub[1]); O *= alpha; O += P1 V1[:, 256:] (release 1R)
+  odd:  S1 on 1R; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0 (release
+        0R), then for S1; softmax with M0; publish M1, P1 (pub[1]); O *= alpha; O += P1 V1[:, 256:]
+        (release 1R)
   producer: 0L 0R 1R 1L, the order the halves are released in.
+With RELEASE_EARLY each half is released as soon as its last read is done. Without it (the
+default until a GPU run has gated and timed the other order: docs/performance.md, note 46) the
+even warpgroup frees 0L only after it has seen the odd one's max, and the odd one frees 0R only
+after S1, as in GPU run 12.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
@@ -193,7 +198,7 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   trace_ptr, TRACE: gl.constexpr):
+                   RELEASE_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -220,12 +225,17 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         run_max = new_max
         acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(0, D_HALF, dim=1), acc,
                             is_async=True)
+        if RELEASE_EARLY:  # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
+            _stamp(trace_ptr, 0, pair, 4, TRACE)
         mbarrier.wait(pub_bars.index(1), phase)
         peer_max = max_bufs.index(1).load(row_layout)
         _stamp(trace_ptr, 0, pair, 3, TRACE)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
-        _stamp(trace_ptr, 0, pair, 4, TRACE)
+        if not RELEASE_EARLY:
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
+            _stamp(trace_ptr, 0, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         run_max = peer_max
         acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
@@ -241,7 +251,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  trace_ptr, TRACE: gl.constexpr):
+                  RELEASE_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -264,8 +274,13 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
         _wait_half(full_bars, 1, LEFT, phase)
         scores = _scores_left(q_main, own_main, scores, True)
-        acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
-        mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+        if RELEASE_EARLY:  # 0R's last read is O += P0 V0[:, 256:], the group before S's left half
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+            scores = warpgroup_mma_wait(0, deps=(scores,))
+        else:
+            acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
+            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
         _stamp(trace_ptr, 1, pair, 1, TRACE)
         new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
         _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
@@ -347,7 +362,7 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False,
+    RELEASE_EARLY: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -401,8 +416,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
