@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds  (tests [IDS...]: only those)
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds|pingpong  (tests [IDS...]: only those)
 # builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
 # with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
 # union: the union build variants (search, merge, hash), the MMA probe, the 64-row tile sweep and the
 # union GPU tests (scripts/gpu_union_experiments.sh, about 6.5 minutes).
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
+# pingpong: the ping-pong tile's GPU tests (both orders of freeing stage halves), the tile against the
+# split tile at 1 x 2048 and 1 x 8192 for H = 8, 16, 32, 64 with release_early=1 as a variant, and
+# the clock64 trace in both orders (docs/performance.md, note 46).
+# Every step first writes versions.txt (date, GPU, driver, torch, triton).
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union or builds}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union, builds or pingpong}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -26,6 +30,9 @@ if [ -d .whl ]; then  # once per machine (two steps may run side by side)
   [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } \
+  > "$out/versions.txt" 2>&1
 case $step in
   tests)    shift 2  # optional test ids after STEP: only those (e.g. the failures of a previous run)
             python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
@@ -43,5 +50,11 @@ case $step in
             [ -f "$out/best.json" ] || echo '{}' > "$out/best.json"
             python3 scripts/bench_with_builds.py "$out/best.json" --heads 16,32 --quiet --out "$rec/bench" 2>&1 \
               | tee "$out/bench.txt" | tail -n 22 ;;
+  pingpong) python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
+              | tee "$out/pytest.txt" | tail -n 5
+            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 16 32 64 --variant release_early=1 2>&1 \
+              | tee "$out/probe.txt"
+            python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt"
+            python3 scripts/pingpong_trace.py --heads 64 8 --release-early 2>&1 | tee "$out/trace_release_early.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
