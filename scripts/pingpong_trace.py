@@ -1,7 +1,7 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early] [--tail-piece]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
     parser.add_argument("--release-early", action="store_true",
                         help="trace the tile with release_early=True (each stage half freed at its last read)")
+    parser.add_argument("--tail-piece", action="store_true",
+                        help="trace the tile with tail_piece=True (stage 1's rope tail refilled on its own)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -80,7 +82,7 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong", release_early=ns.release_early)
+        config = WsConfig(tile="pingpong", release_early=ns.release_early, tail_piece=ns.tail_piece)
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

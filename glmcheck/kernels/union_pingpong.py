@@ -28,7 +28,8 @@ Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R), as
 With RELEASE_EARLY each half is released as soon as its last read is done. Without it (the
 default until a GPU run has gated and timed the other order: docs/performance.md, note 46) the
 even warpgroup frees 0L only after it has seen the odd one's max, and the odd one frees 0R only
-after S1, as in GPU run 12.
+after S1, as in GPU run 12. With TAIL_PIECE stage 1's rope tail, which only S1 reads, is a fifth
+piece with its own barriers (producer order 0L 0R 1T 1R 1L), freed as soon as S1 is done (note 47).
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
@@ -54,6 +55,7 @@ BLOCK_M = gl.constexpr(64)  # query rows per program: one warpgroup MMA tile (G 
 WARPGROUP_WARPS = gl.constexpr(4)  # each partition is one warpgroup (the launch's num_warps)
 LEFT = gl.constexpr(0)  # half index: main columns [0, D_HALF)
 RIGHT = gl.constexpr(1)  # half index: main columns [D_HALF, D_V) and the rope tail
+ODD_TAIL = gl.constexpr(4)  # barrier index of stage 1's rope tail when it is a piece of its own (TAIL_PIECE)
 
 # One consumer warpgroup's register layouts, for the only shape this tile takes (the kernel asserts
 # BLOCK_N = 64 and D_V = 512): S [64, 64], O [64, 256] (its half of the columns), P as the A operand
@@ -74,10 +76,16 @@ def _half(stage: gl.constexpr, half: gl.constexpr):
 
 
 @gluon.jit
+def _wait_piece(full_bars, index: gl.constexpr, phase):
+    """Wait until the stage piece with barrier `index` has landed (this pair's phase)."""
+    mbarrier.wait(full_bars.index(index), phase)
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+
+
+@gluon.jit
 def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
     """Wait until a stage half has landed (this pair's phase)."""
-    mbarrier.wait(full_bars.index(_half(stage, half)), phase)
-    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+    _wait_piece(full_bars, _half(stage, half), phase)
 
 
 @gluon.jit
@@ -88,11 +96,22 @@ def _scores_left(q_main, main_buf, acc, use_acc: gl.constexpr):
 
 
 @gluon.jit
+def _scores_right_main(q_main, main_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, 256:512] K[:, 256:512]^T, async."""
+    return warpgroup_mma(q_main.slice(D_HALF, D_HALF, dim=1), main_buf.slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
+                         acc, use_acc=use_acc, is_async=True)
+
+
+@gluon.jit
+def _scores_tail(q_tail, tail_buf, acc):
+    """acc += Q_tail K_tail^T, async."""
+    return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), acc, is_async=True)
+
+
+@gluon.jit
 def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr):
     """acc (+)= Q[:, 256:512] K[:, 256:512]^T + Q_tail K_tail^T, async."""
-    acc = warpgroup_mma(q_main.slice(D_HALF, D_HALF, dim=1), main_buf.slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
-                        acc, use_acc=use_acc, is_async=True)
-    return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), acc, is_async=True)
+    return _scores_tail(q_tail, tail_buf, _scores_right_main(q_main, main_buf, acc, use_acc))
 
 
 @gluon.jit
@@ -251,7 +270,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  RELEASE_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                  RELEASE_EARLY: gl.constexpr, TAIL_PIECE: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -265,7 +284,12 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         phase = pair & 1
         _wait_half(full_bars, 1, RIGHT, phase)
         _stamp(trace_ptr, 1, pair, 0, TRACE)
-        scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
+        if TAIL_PIECE:  # the rope tail is a piece of its own, refilled as soon as S1 is done
+            scores = _scores_right_main(q_main, own_main, zero_s, False)
+            _wait_piece(full_bars, ODD_TAIL, phase)
+            scores = _scores_tail(q_tail, own_tail, scores)
+        else:
+            scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
         mbarrier.wait(pub_bars.index(0), phase)
         peer_max = max_bufs.index(0).load(row_layout)
         _stamp(trace_ptr, 1, pair, 3, TRACE)
@@ -281,6 +305,8 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         else:
             acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
             mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+        if TAIL_PIECE:  # S1 was the tail's only reader
+            mbarrier.arrive(empty_bars.index(ODD_TAIL))
         _stamp(trace_ptr, 1, pair, 1, TRACE)
         new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
         _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
@@ -311,35 +337,51 @@ def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_
 
 
 @gluon.jit
-def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, D_TAIL: gl.constexpr):
-    """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and the
-    rope tail (zeros for rows that are not live)."""
+def _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL: gl.constexpr):
+    """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live)."""
+    tail_off = gl.convert_layout(row_off, gl.SliceLayout(1, TAIL_GATHER))
+    tail_live = gl.convert_layout(live, gl.SliceLayout(1, TAIL_GATHER))
+    offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, TAIL_GATHER))
+    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + tail_off[:, None] + offs_r[None, :],
+                                           mask=tail_live[:, None])
+
+
+@gluon.jit
+def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, D_TAIL: gl.constexpr,
+                 WITH_TAIL: gl.constexpr):
+    """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and,
+    WITH_TAIL, the rope tail (zeros for rows that are not live)."""
     offs_d = half * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, MAIN_GATHER))
     async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
                                            kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
-    if half == RIGHT:
-        tail_off = gl.convert_layout(row_off, gl.SliceLayout(1, TAIL_GATHER))
-        tail_live = gl.convert_layout(live, gl.SliceLayout(1, TAIL_GATHER))
-        offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, TAIL_GATHER))
-        async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + tail_off[:, None] + offs_r[None, :],
-                                               mask=tail_live[:, None])
+    if half == RIGHT and WITH_TAIL:
+        _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL)
 
 
 @gluon.jit
 def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bars, stage: gl.constexpr,
-               half: gl.constexpr, phase, D_TAIL: gl.constexpr):
+               half: gl.constexpr, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr):
     """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have
     each thread's copies arrive on its full barrier when they land."""
     mbarrier.wait(empty_bars.index(_half(stage, half)), phase ^ 1)
-    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL)
+    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(_half(stage, half)), increment_count=False)
+
+
+@gluon.jit
+def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phase, D_TAIL: gl.constexpr):
+    """TAIL_PIECE: as _fill_half, for stage 1's rope tail alone."""
+    mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
+    _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
+    async_copy.mbarrier_arrive(full_bars.index(ODD_TAIL), increment_count=False)
 
 
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr):
-    """Default partition: per pair, halves 0L 0R 1R 1L (blocks 2 pair and 2 pair + 1)."""
+                   LONGEST_FIRST: gl.constexpr, TAIL_PIECE: gl.constexpr):
+    """Default partition: per pair, halves 0L 0R 1R 1L (blocks 2 pair and 2 pair + 1); with
+    TAIL_PIECE 0L 0R 1T 1R 1L, 1R without the tail."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
@@ -347,10 +389,16 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
         phase = pair & 1
         even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
         odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
-        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL)
-        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL)
-        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL)
-        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL)
+        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL,
+                   True)
+        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL,
+                   True)
+        if TAIL_PIECE:
+            _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
+        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL,
+                   not TAIL_PIECE)
+        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL,
+                   True)
 
 
 @gluon.jit
@@ -362,7 +410,8 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    RELEASE_EARLY: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
+    RELEASE_EARLY: gl.constexpr = False, TAIL_PIECE: gl.constexpr = False, trace_ptr=None,
+    TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -395,13 +444,14 @@ def sparse_mla_union_pingpong_kernel(
     odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
     max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
     sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    full_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # [stage * 2 + half]
-    empty_bars = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    num_pieces: gl.constexpr = 5 if TAIL_PIECE else 4  # [stage * 2 + half], then ODD_TAIL
+    full_bars = gl.allocate_shared_memory(gl.int64, [num_pieces, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [num_pieces, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(4):
+    for i in gl.static_range(num_pieces):
         mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
-        mbarrier.init(empty_bars.index(i), count=1)  # each half has one last reader
+        mbarrier.init(empty_bars.index(i), count=1)  # each piece has one last reader
     for i in gl.static_range(2):
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
@@ -413,11 +463,12 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, TAIL_PIECE)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                           sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, TAIL_PIECE, trace_ptr,
+                         TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -35,8 +35,9 @@ class WsConfig:
     (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
-    warpgroup gets consumer_regs registers, release_early picks when stage halves are freed) or
-    "auto" (`tile_for`: by the union group)."""
+    warpgroup gets consumer_regs registers, release_early picks when stage halves are freed,
+    tail_piece whether stage 1's rope tail is a piece of its own) or "auto" (`tile_for`: by the
+    union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
@@ -47,6 +48,9 @@ class WsConfig:
     # Ping-pong: free each stage half at its last read (True; predicted ~1.4x at H = 64, note 46,
     # not yet run on a GPU) or in run 12's order (False, measured).
     release_early: bool = False
+    # Ping-pong: stage 1's rope tail (read only by S1) is refilled on its own as soon as S1 is done,
+    # so the odd warpgroup's critical refill carries 32 KB instead of 40 (note 47; not yet run).
+    tail_piece: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -168,6 +172,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64,
         LONGEST_FIRST=schedule["longest_first"], RELEASE_EARLY=bool(config.release_early),
-        trace_ptr=trace, TRACE=trace is not None,
+        TAIL_PIECE=bool(config.tail_piece), trace_ptr=trace, TRACE=trace is not None,
         num_warps=WARPGROUP_WARPS.value,
     )
