@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds|pingpong  (tests [IDS...]: only those)
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds|pingpong|pingpongtrace
+#   (tests [IDS...]: only those)
 # builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
 # with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
 # union: the union build variants (search, merge, hash), the MMA probe, the 64-row tile sweep and the
@@ -9,14 +10,14 @@
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
 # pingpong: the ping-pong tile's GPU tests (run 12's pipeline, release_early, release_early with
-# tail_piece), the tile against the split tile at 1 x 2048 and 1 x 8192 for H = 8, 16, 32, 64 with
-# those two as variants, and the clock64 trace with and without release_early (docs/performance.md,
-# notes 46-47).
+# tail_piece), then the tile against the split tile at 1 x 2048 and 1 x 8192 for H = 8, 16, 32, 64
+# with those two as variants (docs/performance.md, notes 46-47). pingpongtrace: the clock64 trace
+# with run 12's order, release_early, and release_early with tail_piece.
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union, builds or pingpong}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union, builds, pingpong or pingpongtrace}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -54,7 +55,8 @@ case $step in
   pingpong) python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
               | tee "$out/pytest.txt" | tail -n 5
             python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 16 32 64 --variant release_early=1 \
-              --variant release_early=1,tail_piece=1 2>&1 | tee "$out/probe.txt"
+              --variant release_early=1,tail_piece=1 2>&1 | tee "$out/probe.txt" ;;
+  pingpongtrace)
             python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt"
             python3 scripts/pingpong_trace.py --heads 64 8 --release-early 2>&1 | tee "$out/trace_release_early.txt"
             python3 scripts/pingpong_trace.py --heads 64 --release-early --tail-piece 2>&1 \
