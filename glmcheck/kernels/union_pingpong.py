@@ -30,6 +30,8 @@ default until a GPU run has gated and timed the other order: docs/performance.md
 even warpgroup frees 0L only after it has seen the odd one's max, and the odd one frees 0R only
 after S1, as in GPU run 12. With TAIL_PIECE stage 1's rope tail, which only S1 reads, is a fifth
 piece with its own barriers (producer order 0L 0R 1T 1R 1L), freed as soon as S1 is done (note 47).
+tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
+checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not

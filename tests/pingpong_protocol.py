@@ -1,0 +1,243 @@
+"""A model of the ping-pong tile's synchronisation (`glmcheck/kernels/union_pingpong.py`), run on
+the CPU under random interleavings to find buffer races the GPU may only show now and then.
+
+The three partitions (producer, even and odd consumer warpgroups) are generators that issue the
+kernel's barrier waits and arrives, shared-memory reads and writes, and asynchronous operations in
+the kernel's order, for each `PipelineOptions` knob. A scheduler runs one step at a time, picked at
+random among the partitions that can move and the asynchronous operations that may finish:
+  * a warpgroup MMA reads its operand buffers from issue until it completes; a warpgroup's MMA
+    groups complete in issue order, and `wait_group(k)` blocks until at most k are in flight;
+  * a gather writes its piece's buffers from issue until it lands (gathers land in issue order,
+    as cp.async's barrier arrive covers every earlier copy of the thread), then arrives on the
+    piece's full barrier;
+  * barriers count completed phases; a wait for phase k that finds the barrier two phases ahead
+    (a parity wait would then alias) is a violation.
+A violation is: a write to a buffer that an unfinished read uses, a read of a buffer a gather is
+still writing, or a read that finds another pair's data (e.g. a max overwritten before it was
+read). The model mirrors the kernel by hand: change one with the other.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """The kernel's knobs (RELEASE_EARLY, TAIL_PIECE) and planted bugs for the model's own test:
+    odd_release_outstanding > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited
+    frees 0L without waiting for the MMA that reads it."""
+
+    release_early: bool = False
+    tail_piece: bool = False
+    odd_release_outstanding: int = 1
+    even_release_unwaited: bool = False
+
+
+class ProtocolViolation(AssertionError):
+    """The modelled schedule broke a buffer or barrier rule."""
+
+
+@dataclass
+class Buffer:
+    content: tuple = ("empty", -1)
+    readers: set = field(default_factory=set)  # ids of MMAs in flight that read it
+    writing: bool = False  # a gather into it has not landed
+
+
+# A partition step: ("wait", predicate, what) blocks until predicate(); ("do", action) runs at once.
+Step = tuple
+Partition = Generator[Step, None, None]
+
+
+class Machine:
+    """Buffers, barriers and the asynchronous operations in flight."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, Buffer] = {}
+        self.phases: dict[str, int] = {}
+        self.mma_queues: dict[str, deque] = {"even": deque(), "odd": deque()}
+        self.gathers: deque = deque()
+        self.next_id = 0
+
+    def buffer(self, name: str) -> Buffer:
+        return self.buffers.setdefault(name, Buffer())
+
+    def arrive(self, barrier: str) -> None:
+        self.phases[barrier] = self.phases.get(barrier, 0) + 1
+
+    def phase_done(self, barrier: str, k: int) -> bool:
+        """Phase k (0-based) of `barrier` has completed; a barrier two phases ahead is a violation."""
+        done = self.phases.get(barrier, 0)
+        if done > k + 1:
+            raise ProtocolViolation(f"{barrier}: waiting for phase {k} but {done} phases done (parity aliasing)")
+        return done > k
+
+    def read(self, name: str, expected: tuple, who: str) -> None:
+        buf = self.buffer(name)
+        if buf.writing:
+            raise ProtocolViolation(f"{who} reads {name} while a gather is writing it")
+        if buf.content != expected:
+            raise ProtocolViolation(f"{who} reads {name}: expected {expected}, found {buf.content}")
+
+    def write(self, name: str, content: tuple, who: str) -> None:
+        buf = self.buffer(name)
+        if buf.readers or buf.writing:
+            raise ProtocolViolation(f"{who} writes {name} while it is still read or written")
+        buf.content = content
+
+    def issue_mma(self, warpgroup: str, reads: dict[str, tuple], who: str) -> None:
+        self.next_id += 1
+        for name, expected in reads.items():
+            self.read(name, expected, who)
+            self.buffer(name).readers.add(self.next_id)
+        self.mma_queues[warpgroup].append((self.next_id, list(reads)))
+
+    def issue_gather(self, piece: str, names: list[str], content: tuple, who: str) -> None:
+        for name in names:
+            buf = self.buffer(name)
+            if buf.readers:
+                raise ProtocolViolation(f"{who} gathers into {name} while an MMA still reads it")
+            buf.writing = True
+        self.gathers.append((piece, names, content))
+
+    def completions(self) -> list[Callable[[], None]]:
+        """The asynchronous operations that may finish now (the oldest of each queue)."""
+        ready = []
+        for queue in self.mma_queues.values():
+            if queue:
+                ready.append(lambda q=queue: self._finish_mma(q))
+        if self.gathers:
+            ready.append(self._land_gather)
+        return ready
+
+    def _finish_mma(self, queue: deque) -> None:
+        op, names = queue.popleft()
+        for name in names:
+            self.buffer(name).readers.discard(op)
+
+    def _land_gather(self) -> None:
+        piece, names, content = self.gathers.popleft()
+        for name in names:
+            buf = self.buffer(name)
+            buf.writing, buf.content = False, content
+        self.arrive(f"full {piece}")
+
+
+def pieces(options: PipelineOptions) -> dict[str, list[str]]:
+    """Stage pieces in the producer's order, with the buffers each one fills."""
+    layout = {"0L": ["main0 L"], "0R": ["main0 R", "tail0"]}
+    if options.tail_piece:
+        layout["1T"] = ["tail1"]
+        layout["1R"] = ["main1 R"]
+    else:
+        layout["1R"] = ["main1 R", "tail1"]
+    layout["1L"] = ["main1 L"]
+    return layout
+
+
+def producer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+    for pair in range(pairs):
+        for piece, names in pieces(options).items():
+            if pair:
+                yield ("wait", lambda p=piece, k=pair - 1: m.phase_done(f"empty {p}", k), f"empty {piece}")
+            yield ("do", lambda p=piece, n=names, k=pair: m.issue_gather(p, n, kv(k), "producer"))
+
+
+def kv(pair: int) -> tuple:
+    """What a gather of `pair`'s blocks leaves in a stage buffer."""
+    return ("kv", pair)
+
+
+def wait_group(m: Machine, warpgroup: str, outstanding: int) -> Step:
+    return ("wait", lambda: len(m.mma_queues[warpgroup]) <= outstanding, f"{warpgroup} wait_group {outstanding}")
+
+
+def wait_phase(m: Machine, barrier: str, pair: int) -> Step:
+    return ("wait", lambda: m.phase_done(barrier, pair), barrier)
+
+
+def even_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+    for p in range(pairs):
+        yield wait_phase(m, "full 0L", p)
+        yield ("do", lambda p=p: m.issue_mma("even", {"main0 L": kv(p)}, "even S0 left"))
+        yield wait_phase(m, "full 0R", p)
+        yield ("do", lambda p=p: m.issue_mma("even", {"main0 R": kv(p)}, "even S0 right"))
+        yield ("do", lambda p=p: m.issue_mma("even", {"tail0": kv(p)}, "even S0 tail"))
+        yield wait_group(m, "even", 0)
+        yield ("do", lambda p=p: (m.write("max0", ("M0", p), "even publish"),
+                                  m.write("tail0", ("P0", p), "even publish"), m.arrive("pub0")))
+        yield ("do", lambda p=p: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
+        if options.even_release_unwaited:
+            yield ("do", lambda: m.arrive("empty 0L"))
+        elif options.release_early:
+            yield wait_group(m, "even", 0)
+            yield ("do", lambda: m.arrive("empty 0L"))
+        yield wait_phase(m, "pub1", p)
+        yield ("do", lambda p=p: m.read("max1", ("M1", p), "even reads M1"))
+        if not options.release_early and not options.even_release_unwaited:
+            yield wait_group(m, "even", 0)
+            yield ("do", lambda: m.arrive("empty 0L"))
+        yield ("do", lambda p=p: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
+        yield wait_group(m, "even", 0)
+        yield ("do", lambda: m.arrive("empty 1L"))
+
+
+def odd_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+    for p in range(pairs):
+        yield wait_phase(m, "full 1R", p)
+        yield ("do", lambda p=p: m.issue_mma("odd", {"main1 R": kv(p)}, "odd S1 right"))
+        if options.tail_piece:
+            yield wait_phase(m, "full 1T", p)
+        yield ("do", lambda p=p: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
+        yield wait_phase(m, "pub0", p)
+        yield ("do", lambda p=p: m.read("max0", ("M0", p), "odd reads M0"))
+        yield ("do", lambda p=p: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
+        yield wait_phase(m, "full 1L", p)
+        yield ("do", lambda p=p: m.issue_mma("odd", {"main1 L": kv(p)}, "odd S1 left"))
+        if options.release_early:
+            yield wait_group(m, "odd", options.odd_release_outstanding)
+            yield ("do", lambda: m.arrive("empty 0R"))
+            yield wait_group(m, "odd", 0)
+        else:
+            yield wait_group(m, "odd", 0)
+            yield ("do", lambda: m.arrive("empty 0R"))
+        if options.tail_piece:
+            yield ("do", lambda: m.arrive("empty 1T"))
+        yield ("do", lambda p=p: (m.write("max1", ("M1", p), "odd publish"),
+                                  m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
+        yield ("do", lambda p=p: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
+        yield wait_group(m, "odd", 0)
+        yield ("do", lambda: m.arrive("empty 1R"))
+
+
+def run_schedule(options: PipelineOptions, pairs: int, seed: int) -> int:
+    """One random interleaving of `pairs` block pairs; the number of steps it took. Raises
+    ProtocolViolation on a race and on a deadlock."""
+    rng = random.Random(seed)
+    m = Machine()
+    partitions = {name: make(m, options, pairs) for name, make in
+                  (("producer", producer), ("even", even_consumer), ("odd", odd_consumer))}
+    current = {name: next(gen) for name, gen in partitions.items()}
+    steps = 0
+    while current or m.completions():
+        movable = [name for name, step in current.items() if step[0] == "do" or step[1]()]
+        choices = [("partition", name) for name in movable] + [("async", done) for done in m.completions()]
+        if not choices:
+            raise ProtocolViolation(f"deadlock: blocked on {[step[2] for step in current.values()]}")
+        kind, chosen = rng.choice(choices)
+        steps += 1
+        if kind == "async":
+            chosen()
+            continue
+        step = current[chosen]
+        if step[0] == "do":
+            step[1]()
+        try:
+            current[chosen] = next(partitions[chosen])
+        except StopIteration:
+            del current[chosen]
+    return steps
