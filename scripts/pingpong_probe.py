@@ -156,11 +156,10 @@ def main() -> int:
                         help="extra ping-pong configs to check and time, e.g. release_early=1,tail_piece=1 "
                              "(repeatable)")
     ns = parser.parse_args()
-    variants = ns.variant
     ok = True
     for seq_len in ns.seq_len:
         for heads in ns.heads:
-            ok = probe(seq_len, heads, variants) and ok
+            ok = probe(seq_len, heads, ns.variant) and ok
     return 0 if ok else 1
 
 
