@@ -1,14 +1,15 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early] [--tail-piece]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early]
+    [--tail-piece] [--odd-scores-first]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
 over programs and the steady pairs (not the first or last two) of each gap, in SM cycles, in
 the order each warpgroup stamps them (with RELEASE_EARLY the even one runs 0 1 2 4 3 5, the odd
-one 0 3 1 2 4 5).
+one 0 3 1 2 4 5; with ODD_SCORES_FIRST the odd one runs 0 1 3 2 4 5, its stamp 0 on 1L).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def main() -> int:
                         help="trace the tile with release_early=True (each stage half freed at its last read)")
     parser.add_argument("--tail-piece", action="store_true",
                         help="trace the tile with tail_piece=True (stage 1's rope tail refilled on its own)")
+    parser.add_argument("--odd-scores-first", action="store_true",
+                        help="trace the tile with odd_scores_first=True (the odd warpgroup's S whole first)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -82,7 +85,8 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong", release_early=ns.release_early, tail_piece=ns.tail_piece)
+        config = WsConfig(tile="pingpong", release_early=ns.release_early, tail_piece=ns.tail_piece,
+                          odd_scores_first=ns.odd_scores_first)
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

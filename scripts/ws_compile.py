@@ -2,7 +2,7 @@
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
-        [--producer-warps 4] [--consumer-regs 224] [--release-early] [--tail-piece] [--trace] [--ptx out.ptx] [--sass out.sass]
+        [--producer-warps 4] [--consumer-regs 224] [--release-early] [--tail-piece] [--odd-scores-first] [--trace] [--ptx out.ptx] [--sass out.sass]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
 
@@ -73,6 +73,8 @@ def main() -> None:
                         help="ping-pong: RELEASE_EARLY=True (each stage half freed at its last read)")
     parser.add_argument("--tail-piece", action="store_true",
                         help="ping-pong: TAIL_PIECE=True (stage 1's rope tail refilled on its own)")
+    parser.add_argument("--odd-scores-first", action="store_true",
+                        help="ping-pong: ODD_SCORES_FIRST=True (the odd warpgroup's S before the peer's max)")
     parser.add_argument("--trace", action="store_true", help="ping-pong: TRACE=True (clock64 stamps)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
@@ -94,7 +96,8 @@ def main() -> None:
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "RELEASE_EARLY": ns.release_early, "TAIL_PIECE": ns.tail_piece, "TRACE": ns.trace}
+                  "RELEASE_EARLY": ns.release_early, "TAIL_PIECE": ns.tail_piece,
+                  "ODD_SCORES_FIRST": ns.odd_scores_first, "TRACE": ns.trace}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]

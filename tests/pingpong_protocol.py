@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """The kernel's knobs (RELEASE_EARLY, TAIL_PIECE) and planted bugs for the model's own test:
+    """The kernel's knobs (RELEASE_EARLY, TAIL_PIECE, ODD_SCORES_FIRST) and planted bugs for the model's own test:
     odd_release_outstanding > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited
     frees 0L without waiting for the MMA that reads it."""
 
     release_early: bool = False
     tail_piece: bool = False
+    odd_scores_first: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
 
@@ -136,6 +137,8 @@ def pieces(options: PipelineOptions) -> dict[str, list[str]]:
     else:
         layout["1R"] = ["main1 R", "tail1"]
     layout["1L"] = ["main1 L"]
+    if options.odd_scores_first:  # 1L before 1R
+        layout = {name: layout[name] for name in ("0L", "0R", *(["1T"] if options.tail_piece else []), "1L", "1R")}
     return layout
 
 
@@ -186,8 +189,37 @@ def even_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition
         yield ("do", lambda: m.arrive("empty 1L"))
 
 
+def odd_scores_first(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """ODD_SCORES_FIRST: all of S1 (1L, 1T, 1R), then the peer's max; O += P0 V0 runs under the softmax."""
+    yield wait_phase(m, "full 1L", p)
+    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p)}, "odd S1 left"))
+    if options.tail_piece:
+        yield wait_phase(m, "full 1T", p)
+        yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
+    yield wait_phase(m, "full 1R", p)
+    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd S1 right"))
+    if not options.tail_piece:
+        yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
+    yield wait_group(m, "odd", 0)
+    if options.tail_piece:
+        yield ("do", lambda: m.arrive("empty 1T"))
+    yield wait_phase(m, "pub0", p)
+    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
+    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
+    yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
+                          m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
+    yield wait_group(m, "odd", options.odd_release_outstanding - 1)
+    yield ("do", lambda: m.arrive("empty 0R"))
+    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
+    yield wait_group(m, "odd", 0)
+    yield ("do", lambda: m.arrive("empty 1R"))
+
+
 def odd_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
     for p in range(pairs):
+        if options.odd_scores_first:
+            yield from odd_scores_first(m, options, p)
+            continue
         yield wait_phase(m, "full 1R", p)
         yield ("do", lambda p=p: m.issue_mma("odd", {"main1 R": kv(p)}, "odd S1 right"))
         if options.tail_piece:

@@ -18,7 +18,10 @@ PAIRS = 4
     PipelineOptions(release_early=True),
     PipelineOptions(tail_piece=True),
     PipelineOptions(release_early=True, tail_piece=True),
-], ids=["run12", "release_early", "tail_piece", "release_early+tail_piece"])
+    PipelineOptions(odd_scores_first=True),
+    PipelineOptions(release_early=True, tail_piece=True, odd_scores_first=True),
+], ids=["run12", "release_early", "tail_piece", "release_early+tail_piece", "odd_scores_first",
+        "release_early+tail_piece+odd_scores_first"])
 def test_pingpong_protocol_has_no_race_or_deadlock(options):
     steps = [run_schedule(options, PAIRS, seed) for seed in range(SCHEDULES)]
     assert min(steps) > 40 * PAIRS, "the model ran too few steps to be the kernel's pipeline"
@@ -27,7 +30,9 @@ def test_pingpong_protocol_has_no_race_or_deadlock(options):
 @pytest.mark.parametrize("options", [
     PipelineOptions(release_early=True, odd_release_outstanding=2),
     PipelineOptions(even_release_unwaited=True),
-], ids=["0R freed before O += P0 V0 is done", "0L freed before O += P0 V0 is done"])
+    PipelineOptions(odd_scores_first=True, tail_piece=True, odd_release_outstanding=2),
+], ids=["0R freed before O += P0 V0 is done", "0L freed before O += P0 V0 is done",
+        "odd_scores_first: 0R freed before O += P0 V0 is done"])
 def test_pingpong_protocol_catches_a_planted_early_release(options):
     with pytest.raises(ProtocolViolation, match="while an MMA still reads it"):
         for seed in range(SCHEDULES):

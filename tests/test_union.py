@@ -393,7 +393,7 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs, release_early and tail_piece (as bools) to the kernel,
+    """launch_pingpong hands consumer_regs and the pipeline knobs (as bools) to the kernel,
     one program per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels import union_pingpong
     from glmcheck.kernels.union import UnionSets
@@ -412,15 +412,16 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
                      torch.zeros(3, dtype=torch.int32), 8)
     out = torch.zeros((24, 8, 512))
     for config in (WsConfig(tile="pingpong"), WsConfig(tile="pingpong", consumer_regs=232, release_early=1),
-                   WsConfig(tile="pingpong", tail_piece=1)):
+                   WsConfig(tile="pingpong", tail_piece=1), WsConfig(tile="pingpong", odd_scores_first=1)):
         launch_pingpong(args, sets, out, 0.25, False, config)
-    (grid, default), (_, early), (_, tail) = launches
+    (grid, default), (_, early), (_, tail), (_, odd) = launches
+    knobs = ("RELEASE_EARLY", "TAIL_PIECE", "ODD_SCORES_FIRST")
     assert grid == (3,)
-    assert (default["CONSUMER_REGS"], default["RELEASE_EARLY"], default["TAIL_PIECE"], default["TRACE"]) == \
-        (224, False, False, False)
-    assert (early["CONSUMER_REGS"], early["RELEASE_EARLY"], early["TAIL_PIECE"]) == (232, True, False)
-    assert (tail["RELEASE_EARLY"], tail["TAIL_PIECE"]) == (False, True)
-    assert early["RELEASE_EARLY"] is True and tail["TAIL_PIECE"] is True
+    assert default["TRACE"] is False
+    assert [default["CONSUMER_REGS"], early["CONSUMER_REGS"]] == [224, 232]
+    assert [[launch[knob] for knob in knobs] for launch in (default, early, tail, odd)] == \
+        [[False, False, False], [True, False, False], [False, True, False], [False, False, True]]
+    assert all(type(launch[knob]) is bool for launch in (early, tail, odd) for knob in knobs)
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
@@ -530,14 +531,17 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("release_early", "tail_piece"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("knobs", [
+    {}, {"release_early": True}, {"release_early": True, "tail_piece": True}, {"odd_scores_first": True},
+    {"release_early": True, "tail_piece": True, "odd_scores_first": True},
+], ids=["run12", "release_early", "release_early+tail_piece", "odd_scores_first", "all"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, release_early, tail_piece):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, knobs):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
     empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); run 12's
-    pipeline, stage halves freed at their last read, and that with stage 1's rope tail apart."""
+    pipeline and each pipeline knob of WsConfig (release_early, tail_piece, odd_scores_first)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -561,8 +565,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, release_earl
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = (WsConfig(tile=tile, release_early=release_early, tail_piece=tail_piece) if tile == "pingpong"
-                  else WsConfig(tile=tile))
+        config = WsConfig(tile=tile, **knobs) if tile == "pingpong" else WsConfig(tile=tile)
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
         return out
 

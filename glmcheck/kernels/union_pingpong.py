@@ -117,6 +117,36 @@ def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr
 
 
 @gluon.jit
+def _peer_pv_right(tail_bufs, main_bufs, acc):
+    """acc += P0 V0[:, 256:], async: the even warpgroup's P (in stage 0's tail buffer) against
+    stage 0's right half of V."""
+    return warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+
+
+@gluon.jit
+def _odd_scores_whole(q_main, q_tail, own_main, own_tail, zero_s, full_bars, empty_bars, phase,
+                      TAIL_PIECE: gl.constexpr, trace_ptr, pair, TRACE: gl.constexpr):
+    """ODD_SCORES_FIRST: S1 [64, 64] fp32, in the order its pieces land (producer order 1L, then
+    1T with TAIL_PIECE, then 1R); frees 1T once S1 is done."""
+    _wait_half(full_bars, 1, LEFT, phase)
+    _stamp(trace_ptr, 1, pair, 0, TRACE)
+    scores = _scores_left(q_main, own_main, zero_s, False)
+    if TAIL_PIECE:
+        _wait_piece(full_bars, ODD_TAIL, phase)
+        scores = _scores_tail(q_tail, own_tail, scores)
+        _wait_half(full_bars, 1, RIGHT, phase)
+        scores = _scores_right_main(q_main, own_main, scores, True)
+    else:
+        _wait_half(full_bars, 1, RIGHT, phase)
+        scores = _scores_right(q_main, q_tail, own_main, own_tail, scores, True)
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    if TAIL_PIECE:  # S1 was the tail's only reader
+        mbarrier.arrive(empty_bars.index(ODD_TAIL))
+    _stamp(trace_ptr, 1, pair, 1, TRACE)
+    return scores
+
+
+@gluon.jit
 def _load_bits(union_bits, block, length, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`). Loaded a pair
     ahead: a load used at once stalled the warpgroup for ~1700 cycles before its barrier wait."""
@@ -272,7 +302,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  RELEASE_EARLY: gl.constexpr, TAIL_PIECE: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                  RELEASE_EARLY: gl.constexpr, TAIL_PIECE: gl.constexpr, ODD_SCORES_FIRST: gl.constexpr, trace_ptr,
+                  TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -284,36 +315,51 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     own_tail = tail_bufs.index(1)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        _wait_half(full_bars, 1, RIGHT, phase)
-        _stamp(trace_ptr, 1, pair, 0, TRACE)
-        if TAIL_PIECE:  # the rope tail is a piece of its own, refilled as soon as S1 is done
-            scores = _scores_right_main(q_main, own_main, zero_s, False)
-            _wait_piece(full_bars, ODD_TAIL, phase)
-            scores = _scores_tail(q_tail, own_tail, scores)
+        if ODD_SCORES_FIRST:  # all of S1 before the peer's max; O += P0 V0 then overlaps the softmax
+            scores = _odd_scores_whole(q_main, q_tail, own_main, own_tail, zero_s, full_bars, empty_bars, phase,
+                                       TAIL_PIECE, trace_ptr, pair, TRACE)
+            mbarrier.wait(pub_bars.index(0), phase)
+            peer_max = max_bufs.index(0).load(row_layout)
+            _stamp(trace_ptr, 1, pair, 3, TRACE)
+            acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
+            acc = _peer_pv_right(tail_bufs, main_bufs, acc)
+            new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+            _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
+            _stamp(trace_ptr, 1, pair, 2, TRACE)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))  # 0R's last read was O += P0 V0[:, 256:]
+            _stamp(trace_ptr, 1, pair, 4, TRACE)
         else:
-            scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
-        mbarrier.wait(pub_bars.index(0), phase)
-        peer_max = max_bufs.index(0).load(row_layout)
-        _stamp(trace_ptr, 1, pair, 3, TRACE)
-        acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-        # The peer's block first (its P is taken against peer_max), queued before the left half of S.
-        acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-        _wait_half(full_bars, 1, LEFT, phase)
-        scores = _scores_left(q_main, own_main, scores, True)
-        if RELEASE_EARLY:  # 0R's last read is O += P0 V0[:, 256:], the group before S's left half
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-            scores = warpgroup_mma_wait(0, deps=(scores,))
-        else:
-            acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
-            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-        if TAIL_PIECE:  # S1 was the tail's only reader
-            mbarrier.arrive(empty_bars.index(ODD_TAIL))
-        _stamp(trace_ptr, 1, pair, 1, TRACE)
-        new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-        _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
-        _stamp(trace_ptr, 1, pair, 2, TRACE)
-        _stamp(trace_ptr, 1, pair, 4, TRACE)
+            _wait_half(full_bars, 1, RIGHT, phase)
+            _stamp(trace_ptr, 1, pair, 0, TRACE)
+            if TAIL_PIECE:  # the rope tail is a piece of its own, refilled as soon as S1 is done
+                scores = _scores_right_main(q_main, own_main, zero_s, False)
+                _wait_piece(full_bars, ODD_TAIL, phase)
+                scores = _scores_tail(q_tail, own_tail, scores)
+            else:
+                scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
+            mbarrier.wait(pub_bars.index(0), phase)
+            peer_max = max_bufs.index(0).load(row_layout)
+            _stamp(trace_ptr, 1, pair, 3, TRACE)
+            acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
+            # The peer's block first (its P is taken against peer_max), queued before the left half of S.
+            acc = _peer_pv_right(tail_bufs, main_bufs, acc)
+            _wait_half(full_bars, 1, LEFT, phase)
+            scores = _scores_left(q_main, own_main, scores, True)
+            if RELEASE_EARLY:  # 0R's last read is O += P0 V0[:, 256:], the group before S's left half
+                acc = warpgroup_mma_wait(1, deps=(acc,))
+                mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+                scores = warpgroup_mma_wait(0, deps=(scores,))
+            else:
+                acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
+                mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+            if TAIL_PIECE:  # S1 was the tail's only reader
+                mbarrier.arrive(empty_bars.index(ODD_TAIL))
+            _stamp(trace_ptr, 1, pair, 1, TRACE)
+            new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+            _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
+            _stamp(trace_ptr, 1, pair, 2, TRACE)
+            _stamp(trace_ptr, 1, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
@@ -381,9 +427,10 @@ def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phas
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, TAIL_PIECE: gl.constexpr):
-    """Default partition: per pair, halves 0L 0R 1R 1L (blocks 2 pair and 2 pair + 1); with
-    TAIL_PIECE 0L 0R 1T 1R 1L, 1R without the tail."""
+                   LONGEST_FIRST: gl.constexpr, TAIL_PIECE: gl.constexpr, ODD_SCORES_FIRST: gl.constexpr):
+    """Default partition: per pair (blocks 2 pair and 2 pair + 1), the pieces in the order they are
+    freed: 0L 0R 1R 1L; with TAIL_PIECE 0L 0R 1T 1R 1L (1R without the tail); with ODD_SCORES_FIRST
+    1L before 1R (the odd warpgroup then frees 1L's reader, the even one's last MMA, first)."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
@@ -397,10 +444,14 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
                    True)
         if TAIL_PIECE:
             _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
+        if ODD_SCORES_FIRST:
+            _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase,
+                       D_TAIL, True)
         _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL,
                    not TAIL_PIECE)
-        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL,
-                   True)
+        if not ODD_SCORES_FIRST:
+            _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase,
+                       D_TAIL, True)
 
 
 @gluon.jit
@@ -412,8 +463,8 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    RELEASE_EARLY: gl.constexpr = False, TAIL_PIECE: gl.constexpr = False, trace_ptr=None,
-    TRACE: gl.constexpr = False,
+    RELEASE_EARLY: gl.constexpr = False, TAIL_PIECE: gl.constexpr = False, ODD_SCORES_FIRST: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -465,12 +516,12 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, TAIL_PIECE)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, TAIL_PIECE, ODD_SCORES_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                           sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, TAIL_PIECE, trace_ptr,
-                         TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, TAIL_PIECE,
+                         ODD_SCORES_FIRST, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

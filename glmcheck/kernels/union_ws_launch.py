@@ -36,7 +36,8 @@ class WsConfig:
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
     warpgroup gets consumer_regs registers, release_early picks when stage halves are freed,
-    tail_piece whether stage 1's rope tail is a piece of its own) or "auto" (`tile_for`: by the
+    tail_piece whether stage 1's rope tail is a piece of its own, odd_scores_first whether the odd
+    warpgroup's S is whole before the peer's max) or "auto" (`tile_for`: by the
     union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
@@ -51,6 +52,9 @@ class WsConfig:
     # Ping-pong: stage 1's rope tail (read only by S1) is refilled on its own as soon as S1 is done,
     # so the odd warpgroup's critical refill carries 32 KB instead of 40 (note 47; not yet run).
     tail_piece: bool = False
+    # Ping-pong: the odd warpgroup computes all of its S before it waits for the even one's max, so
+    # its softmax overlaps O += P0 V0 instead of following it and S's left half (note 48).
+    odd_scores_first: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -172,6 +176,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64,
         LONGEST_FIRST=schedule["longest_first"], RELEASE_EARLY=bool(config.release_early),
-        TAIL_PIECE=bool(config.tail_piece), trace_ptr=trace, TRACE=trace is not None,
+        TAIL_PIECE=bool(config.tail_piece), ODD_SCORES_FIRST=bool(config.odd_scores_first), trace_ptr=trace, TRACE=trace is not None,
         num_warps=WARPGROUP_WARPS.value,
     )
