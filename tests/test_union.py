@@ -411,8 +411,10 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     sets = UnionSets(torch.zeros((3, 64), dtype=torch.int32), torch.zeros((3, 64), dtype=torch.uint8),
                      torch.zeros(3, dtype=torch.int32), 8)
     out = torch.zeros((24, 8, 512))
-    for config in (WsConfig(tile="pingpong"), WsConfig(tile="pingpong", consumer_regs=232, release_early=1),
-                   WsConfig(tile="pingpong", tail_piece=1), WsConfig(tile="pingpong", odd_scores_first=1)):
+    for config in (WsConfig(tile="pingpong", release_early=0, tail_piece=0),
+                   WsConfig(tile="pingpong", consumer_regs=232, release_early=1, tail_piece=0),
+                   WsConfig(tile="pingpong", release_early=0, tail_piece=1),
+                   WsConfig(tile="pingpong", release_early=0, tail_piece=0, odd_scores_first=1)):
         launch_pingpong(args, sets, out, 0.25, False, config)
     (grid, default), (_, early), (_, tail), (_, odd) = launches
     knobs = ("RELEASE_EARLY", "TAIL_PIECE", "ODD_SCORES_FIRST")

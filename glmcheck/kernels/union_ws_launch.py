@@ -46,12 +46,11 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong: free each stage half at its last read (True; predicted ~1.4x at H = 64, note 46,
-    # not yet run on a GPU) or in run 12's order (False, measured).
-    release_early: bool = False
-    # Ping-pong: stage 1's rope tail (read only by S1) is refilled on its own as soon as S1 is done,
-    # so the odd warpgroup's critical refill carries 32 KB instead of 40 (note 47; not yet run).
-    tail_piece: bool = False
+    # Ping-pong: free each stage half at its last read (True) or in run 12's order (False). Run 13
+    # (notes 46-47), with tail_piece: 1.03x at H = 64 and 1.05x at union 8, 1 x 8192 (predicted 1.4x).
+    release_early: bool = True
+    # Ping-pong: stage 1's rope tail (read only by S1) is refilled on its own as soon as S1 is done.
+    tail_piece: bool = True
     # Ping-pong: the odd warpgroup computes all of its S before it waits for the even one's max, so
     # its softmax overlaps O += P0 V0 instead of following it and S's left half (note 48).
     odd_scores_first: bool = False
