@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchmodel|model|union|builds|pingpong|pingpongtrace
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchgraph|benchmodel|model|union|builds|pingpong|pingpongtrace
 #   (tests [IDS...]: only those)
 # builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
 # with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
@@ -13,11 +13,13 @@
 # the split tile at 1 x 2048 and 1 x 8192 for H = 8 and 64 with release_early + tail_piece, and
 # odd_scores_first with and without tail_piece, as variants (docs/performance.md, notes 46-48).
 # pingpongtrace: the clock64 trace with release_early + tail_piece, with and without odd_scores_first.
+# bench: the ceilings probe, then `glmcheck bench --heads 16,32,64` (eager); benchgraph: the same
+# bench with CUDA-graph replay (--timing graph).
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchmodel, model, union, builds, pingpong or pingpongtrace}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchgraph, benchmodel, model, union, builds, pingpong or pingpongtrace}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -41,6 +43,8 @@ case $step in
   memcheck) bash scripts/gpu_memcheck.sh "$out" ;;
   bench)    python3 scripts/ceilings.py 2>&1 | tee "$out/ceilings.txt"
             python3 -m glmcheck bench --heads 16,32,64 --quiet --out "$rec/bench" 2>&1 | tee "$out/bench.txt" | tail -n 30 ;;
+  benchgraph) python3 -m glmcheck bench --heads 16,32,64 --timing graph --quiet --out "$rec/bench-graph" 2>&1 \
+              | tee "$out/bench-graph.txt" | tail -n 30 ;;
   benchmodel) python3 -m glmcheck bench --model glm-5.2 --layers 8 --experts 16 --tp 8 --tokens 2048,4096,8192 \
               --quiet --out "$rec/bench-model" 2>&1 | tee "$out/bench-model.txt" ;;
   model)    TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck layer0 --model glm-5.2 --tp 8 --tokens 4096 --quiet \
