@@ -9,10 +9,9 @@
 # union GPU tests (scripts/gpu_union_experiments.sh, about 6.5 minutes).
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
-# pingpong: the ping-pong tile's GPU tests (run 12's pipeline and each knob), then the tile against
-# the split tile at 1 x 2048 and 1 x 8192 for H = 8 and 64 with release_early + tail_piece, and
-# odd_scores_first with and without tail_piece, as variants (docs/performance.md, notes 46-48).
-# pingpongtrace: the clock64 trace with release_early + tail_piece, with and without odd_scores_first.
+# pingpong: the ping-pong tile's GPU tests, then the tile against the split tile at 1 x 2048 and
+# 1 x 8192 for H = 8 and 64, with 232 consumer registers as a variant (docs/performance.md, notes
+# 42-48). pingpongtrace: its clock64 trace at H = 64 and 8.
 # bench: the ceilings probe, then `glmcheck bench --heads 16,32,64` (eager); benchgraph: the same
 # bench with CUDA-graph replay (--timing graph).
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
@@ -58,13 +57,9 @@ case $step in
               | tee "$out/bench.txt" | tail -n 22 ;;
   pingpong) python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
               | tee "$out/pytest.txt" | tail -n 5
-            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 --variant release_early=1,tail_piece=1 \
-              --variant odd_scores_first=1,release_early=1,tail_piece=1 --variant odd_scores_first=1,release_early=1 \
-              2>&1 | tee "$out/probe.txt" ;;
+            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 --variant consumer_regs=232 2>&1 \
+              | tee "$out/probe.txt" ;;
   pingpongtrace)
-            python3 scripts/pingpong_trace.py --heads 64 8 --release-early --tail-piece 2>&1 \
-              | tee "$out/trace_release_early_tail_piece.txt"
-            python3 scripts/pingpong_trace.py --heads 64 8 --release-early --tail-piece --odd-scores-first 2>&1 \
-              | tee "$out/trace_odd_scores_first.txt" ;;
+            python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -5,7 +5,7 @@ Usage (H200): PYTHONPATH=. python3 scripts/pingpong_probe.py [--seq-len 2048 819
 For each (H, G = 64 / H) the sets are built once (union sets, or each token's own rows at H = 64).
 The split tile writes a poisoned output, which must be NaN-free and pass the fp32-reference gate
 (rel-L2 <= GATE_REL_L2). Then the ping-pong tile, with the default config and with each
---variant ("field=int,...": e.g. release_early=1,tail_piece=1), must do the same and sit within
+--variant ("field=int,...": e.g. consumer_regs=232), must do the same and sit within
 two summation orders of the split tile, on the whole sets and on cut lengths (0, 1, 63-65,
 127-129 rows: empty groups, which must be exactly zero, partial and odd block counts). Only the
 configs that pass are timed, side by side with the split tile.
@@ -64,7 +64,7 @@ class ProbeSets:
 
 
 def describe(config: WsConfig) -> str:
-    """The tile and the fields that differ from WsConfig()'s, e.g. "pingpong release_early=True"."""
+    """The tile and the fields that differ from WsConfig()'s, e.g. "pingpong consumer_regs=232"."""
     changed = [f"{field.name}={getattr(config, field.name)}" for field in dataclasses.fields(config)
                if field.name != "tile" and getattr(config, field.name) != getattr(DEFAULT, field.name)]
     return " ".join([config.tile, *changed])
@@ -153,7 +153,7 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--heads", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--variant", action="append", default=[], type=parse_variant,
-                        help="extra ping-pong configs to check and time, e.g. release_early=1,tail_piece=1 "
+                        help="extra ping-pong configs to check and time, e.g. consumer_regs=232 "
                              "(repeatable)")
     ns = parser.parse_args()
     ok = True

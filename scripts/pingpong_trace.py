@@ -1,15 +1,13 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--release-early]
-    [--tail-piece] [--odd-scores-first]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
 over programs and the steady pairs (not the first or last two) of each gap, in SM cycles, in
-the order each warpgroup stamps them (with RELEASE_EARLY the even one runs 0 1 2 4 3 5, the odd
-one 0 3 1 2 4 5; with ODD_SCORES_FIRST the odd one runs 0 1 3 2 4 5, its stamp 0 on 1L).
+the order each warpgroup stamps them (the even one runs 0 1 2 4 3 5, the odd one 0 3 1 2 4 5).
 """
 
 from __future__ import annotations
@@ -48,8 +46,8 @@ def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> Non
     print(f"steady pairs traced: {int(keep.sum())} over {int(keep.any(1).sum())} programs", flush=True)
     for warpgroup in (0, 1):
         stamps = trace[:, warpgroup]
-        # Events in the order this warpgroup stamps them (it depends on the tile's knobs, e.g.
-        # RELEASE_EARLY), taken from their median offset after the stage-full stamp.
+        # Events in the order this warpgroup stamps them (the pipeline's, which has changed between
+        # GPU runs), taken from their median offset after the stage-full stamp.
         order = sorted(range(TRACE_EVENTS), key=lambda e: median((stamps[..., e] - stamps[..., 0])[keep]))
         cells = [f"{EVENT_NAMES[a][warpgroup]} -> {EVENT_NAMES[b][warpgroup]} "
                  f"{median((stamps[..., b] - stamps[..., a])[keep]):.0f}" for a, b in itertools.pairwise(order)]
@@ -68,12 +66,6 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
-    parser.add_argument("--release-early", action="store_true",
-                        help="trace the tile with release_early=True (each stage half freed at its last read)")
-    parser.add_argument("--tail-piece", action="store_true",
-                        help="trace the tile with tail_piece=True (stage 1's rope tail refilled on its own)")
-    parser.add_argument("--odd-scores-first", action="store_true",
-                        help="trace the tile with odd_scores_first=True (the odd warpgroup's S whole first)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -85,8 +77,7 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong", release_early=ns.release_early, tail_piece=ns.tail_piece,
-                          odd_scores_first=ns.odd_scores_first)
+        config = WsConfig(tile="pingpong")
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

@@ -3,7 +3,7 @@ the CPU under random interleavings to find buffer races the GPU may only show no
 
 The three partitions (producer, even and odd consumer warpgroups) are generators that issue the
 kernel's barrier waits and arrives, shared-memory reads and writes, and asynchronous operations in
-the kernel's order, for each `PipelineOptions` knob. A scheduler runs one step at a time, picked at
+the kernel's order (`PipelineOptions` only plants bugs, to show that the model catches them). A scheduler runs one step at a time, picked at
 random among the partitions that can move and the asynchronous operations that may finish:
   * a warpgroup MMA reads its operand buffers from issue until it completes; a warpgroup's MMA
     groups complete in issue order, and `wait_group(k)` blocks until at most k are in flight;
@@ -27,15 +27,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """The kernel's knobs (RELEASE_EARLY, TAIL_PIECE, ODD_SCORES_FIRST) and planted bugs for the model's own test:
-    odd_release_outstanding > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited
-    frees 0L without waiting for the MMA that reads it."""
+    """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
+    > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
-    release_early: bool = False
-    tail_piece: bool = False
-    odd_scores_first: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
+    odd_block_release_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -128,23 +126,13 @@ class Machine:
         self.arrive(f"full {piece}")
 
 
-def pieces(options: PipelineOptions) -> dict[str, list[str]]:
-    """Stage pieces in the producer's order, with the buffers each one fills."""
-    layout = {"0L": ["main0 L"], "0R": ["main0 R", "tail0"]}
-    if options.tail_piece:
-        layout["1T"] = ["tail1"]
-        layout["1R"] = ["main1 R"]
-    else:
-        layout["1R"] = ["main1 R", "tail1"]
-    layout["1L"] = ["main1 L"]
-    if options.odd_scores_first:  # 1L before 1R
-        layout = {name: layout[name] for name in ("0L", "0R", *(["1T"] if options.tail_piece else []), "1L", "1R")}
-    return layout
+# Stage pieces in the producer's order, with the buffers each one fills.
+PIECES = {"0L": ["main0 L"], "0R": ["main0 R", "tail0"], "1T": ["tail1"], "1R": ["main1 R"], "1L": ["main1 L"]}
 
 
 def producer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
     for pair in range(pairs):
-        for piece, names in pieces(options).items():
+        for piece, names in PIECES.items():
             if pair:
                 yield ("wait", lambda p=piece, k=pair - 1: m.phase_done(f"empty {p}", k), f"empty {piece}")
             yield ("do", lambda p=piece, n=names, k=pair: m.issue_gather(p, n, kv(k), "producer"))
@@ -174,71 +162,32 @@ def even_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition
         yield ("do", lambda p=p: (m.write("max0", ("M0", p), "even publish"),
                                   m.write("tail0", ("P0", p), "even publish"), m.arrive("pub0")))
         yield ("do", lambda p=p: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
-        if options.even_release_unwaited:
-            yield ("do", lambda: m.arrive("empty 0L"))
-        elif options.release_early:
+        if not options.even_release_unwaited:
             yield wait_group(m, "even", 0)
-            yield ("do", lambda: m.arrive("empty 0L"))
+        yield ("do", lambda: m.arrive("empty 0L"))
         yield wait_phase(m, "pub1", p)
         yield ("do", lambda p=p: m.read("max1", ("M1", p), "even reads M1"))
-        if not options.release_early and not options.even_release_unwaited:
-            yield wait_group(m, "even", 0)
-            yield ("do", lambda: m.arrive("empty 0L"))
         yield ("do", lambda p=p: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
-        yield wait_group(m, "even", 0)
+        if not options.odd_block_release_unwaited:
+            yield wait_group(m, "even", 0)
         yield ("do", lambda: m.arrive("empty 1L"))
-
-
-def odd_scores_first(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """ODD_SCORES_FIRST: all of S1 (1L, 1T, 1R), then the peer's max; O += P0 V0 runs under the softmax."""
-    yield wait_phase(m, "full 1L", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p)}, "odd S1 left"))
-    if options.tail_piece:
-        yield wait_phase(m, "full 1T", p)
-        yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
-    yield wait_phase(m, "full 1R", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd S1 right"))
-    if not options.tail_piece:
-        yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
-    yield wait_group(m, "odd", 0)
-    if options.tail_piece:
-        yield ("do", lambda: m.arrive("empty 1T"))
-    yield wait_phase(m, "pub0", p)
-    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
-    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
-    yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
-                          m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
-    yield wait_group(m, "odd", options.odd_release_outstanding - 1)
-    yield ("do", lambda: m.arrive("empty 0R"))
-    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
-    yield wait_group(m, "odd", 0)
-    yield ("do", lambda: m.arrive("empty 1R"))
 
 
 def odd_consumer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
     for p in range(pairs):
-        if options.odd_scores_first:
-            yield from odd_scores_first(m, options, p)
-            continue
         yield wait_phase(m, "full 1R", p)
         yield ("do", lambda p=p: m.issue_mma("odd", {"main1 R": kv(p)}, "odd S1 right"))
-        if options.tail_piece:
-            yield wait_phase(m, "full 1T", p)
+        yield wait_phase(m, "full 1T", p)
         yield ("do", lambda p=p: m.issue_mma("odd", {"tail1": kv(p)}, "odd S1 tail"))
         yield wait_phase(m, "pub0", p)
         yield ("do", lambda p=p: m.read("max0", ("M0", p), "odd reads M0"))
         yield ("do", lambda p=p: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
         yield wait_phase(m, "full 1L", p)
         yield ("do", lambda p=p: m.issue_mma("odd", {"main1 L": kv(p)}, "odd S1 left"))
-        if options.release_early:
-            yield wait_group(m, "odd", options.odd_release_outstanding)
-            yield ("do", lambda: m.arrive("empty 0R"))
-            yield wait_group(m, "odd", 0)
-        else:
-            yield wait_group(m, "odd", 0)
-            yield ("do", lambda: m.arrive("empty 0R"))
-        if options.tail_piece:
-            yield ("do", lambda: m.arrive("empty 1T"))
+        yield wait_group(m, "odd", options.odd_release_outstanding)
+        yield ("do", lambda: m.arrive("empty 0R"))
+        yield wait_group(m, "odd", 0)
+        yield ("do", lambda: m.arrive("empty 1T"))
         yield ("do", lambda p=p: (m.write("max1", ("M1", p), "odd publish"),
                                   m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
         yield ("do", lambda p=p: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))

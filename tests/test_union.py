@@ -393,7 +393,7 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs and the pipeline knobs (as bools) to the kernel,
+    """launch_pingpong hands consumer_regs to the kernel, traces only when given a buffer,
     one program per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels import union_pingpong
     from glmcheck.kernels.union import UnionSets
@@ -411,19 +411,14 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     sets = UnionSets(torch.zeros((3, 64), dtype=torch.int32), torch.zeros((3, 64), dtype=torch.uint8),
                      torch.zeros(3, dtype=torch.int32), 8)
     out = torch.zeros((24, 8, 512))
-    for config in (WsConfig(tile="pingpong", release_early=0, tail_piece=0),
-                   WsConfig(tile="pingpong", consumer_regs=232, release_early=1, tail_piece=0),
-                   WsConfig(tile="pingpong", release_early=0, tail_piece=1),
-                   WsConfig(tile="pingpong", release_early=0, tail_piece=0, odd_scores_first=1)):
-        launch_pingpong(args, sets, out, 0.25, False, config)
-    (grid, default), (_, early), (_, tail), (_, odd) = launches
-    knobs = ("RELEASE_EARLY", "TAIL_PIECE", "ODD_SCORES_FIRST")
+    trace = torch.zeros((3, 2, 16, 6), dtype=torch.int64)
+    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
+    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
+    (grid, default), (_, traced) = launches
     assert grid == (3,)
-    assert default["TRACE"] is False
-    assert [default["CONSUMER_REGS"], early["CONSUMER_REGS"]] == [224, 232]
-    assert [[launch[knob] for knob in knobs] for launch in (default, early, tail, odd)] == \
-        [[False, False, False], [True, False, False], [False, True, False], [False, False, True]]
-    assert all(type(launch[knob]) is bool for launch in (early, tail, odd) for knob in knobs)
+    assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
+    assert (default["TRACE"], default["trace_ptr"]) == (False, None)
+    assert traced["TRACE"] is True and traced["trace_ptr"] is trace
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
@@ -533,17 +528,12 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knobs", [
-    {}, {"release_early": True}, {"release_early": True, "tail_piece": True}, {"odd_scores_first": True},
-    {"release_early": True, "tail_piece": True, "odd_scores_first": True},
-], ids=["run12", "release_early", "release_early+tail_piece", "odd_scores_first", "all"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, knobs):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); run 12's
-    pipeline and each pipeline knob of WsConfig (release_early, tail_piece, odd_scores_first)."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -567,8 +557,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, knobs):
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, **knobs) if tile == "pingpong" else WsConfig(tile=tile)
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

@@ -13,23 +13,22 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
   * one running row max M: block b's max is max(M after block b-1, rowmax S_b), so the
     warpgroups pass M through shared memory, one after the other. While one runs its softmax,
     the other's MMAs keep the tensor cores busy (ping-pong);
-  * block b lands in stage b % 2, in two halves with a barrier pair each: L = columns [0, 256),
-    R = columns [256, 512) and the rope tail. L is read by the even warpgroup's O += P V, R by the
-    odd one's, so each half is refilled as soon as its one reader is done, and each warpgroup
-    starts S on the half the producer fills first for it. A block count that is odd gets one
-    more block that is all masked.
-Per block pair, with phase = pair % 2 on every barrier (halves: 0L 0R 1L 1R), as with RELEASE_EARLY:
-  even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]
-        (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
-  odd:  S1 on 1R; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0 (release
-        0R), then for S1; softmax with M0; publish M1, P1 (pub[1]); O *= alpha; O += P1 V1[:, 256:]
-        (release 1R)
-  producer: 0L 0R 1R 1L, the order the halves are released in.
-With RELEASE_EARLY each half is released as soon as its last read is done. Without it (the
-default until a GPU run has gated and timed the other order: docs/performance.md, note 46) the
-even warpgroup frees 0L only after it has seen the odd one's max, and the odd one frees 0R only
-after S1, as in GPU run 12. With TAIL_PIECE stage 1's rope tail, which only S1 reads, is a fifth
-piece with its own barriers (producer order 0L 0R 1T 1R 1L), freed as soon as S1 is done (note 47).
+  * block b lands in stage b % 2 in pieces, each with a barrier pair and a single last reader, and
+    each piece is refilled as soon as that reader is done: L = columns [0, 256), read last by the
+    even warpgroup's O += P V; R = columns [256, 512), read last by the odd one's; the rope tail,
+    with R in stage 0 (where P0 then lives, read last by the odd warpgroup's O += P0 V0) and a
+    piece of its own (T) in stage 1, read only by S1. Each warpgroup starts S on the piece the
+    producer fills first for it. A block count that is odd gets one more block that is all masked.
+Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T):
+  even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256];
+        wait for it (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
+  odd:  S1 on 1R, then 1T; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0
+        (release 0R), then for S1 (release 1T); softmax with M0; publish M1, P1 (pub[1]); O *= alpha;
+        O += P1 V1[:, 256:] (release 1R)
+  producer: 0L 0R 1T 1R 1L, the order the pieces are released in.
+GPU run 13 (docs/performance.md, notes 46-48) measured this order against run 12's (0L freed only
+after the odd warpgroup's max, 0R after S1, the tail with 1R: 1.03x slower at H = 64) and against
+the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower); both were removed.
 tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
@@ -57,7 +56,8 @@ BLOCK_M = gl.constexpr(64)  # query rows per program: one warpgroup MMA tile (G 
 WARPGROUP_WARPS = gl.constexpr(4)  # each partition is one warpgroup (the launch's num_warps)
 LEFT = gl.constexpr(0)  # half index: main columns [0, D_HALF)
 RIGHT = gl.constexpr(1)  # half index: main columns [D_HALF, D_V) and the rope tail
-ODD_TAIL = gl.constexpr(4)  # barrier index of stage 1's rope tail when it is a piece of its own (TAIL_PIECE)
+ODD_TAIL = gl.constexpr(4)  # barrier index of stage 1's rope tail, a piece of its own
+NUM_PIECES = gl.constexpr(5)  # barrier pairs: [stage * 2 + half], then ODD_TAIL
 
 # One consumer warpgroup's register layouts, for the only shape this tile takes (the kernel asserts
 # BLOCK_N = 64 and D_V = 512): S [64, 64], O [64, 256] (its half of the columns), P as the A operand
@@ -73,7 +73,7 @@ TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1]
 
 @gluon.jit
 def _half(stage: gl.constexpr, half: gl.constexpr):
-    """Index of a stage half in the barrier arrays [4, 1]."""
+    """Index of a stage half in the barrier arrays [NUM_PIECES, 1]."""
     return stage * 2 + half
 
 
@@ -114,36 +114,6 @@ def _scores_tail(q_tail, tail_buf, acc):
 def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr):
     """acc (+)= Q[:, 256:512] K[:, 256:512]^T + Q_tail K_tail^T, async."""
     return _scores_tail(q_tail, tail_buf, _scores_right_main(q_main, main_buf, acc, use_acc))
-
-
-@gluon.jit
-def _peer_pv_right(tail_bufs, main_bufs, acc):
-    """acc += P0 V0[:, 256:], async: the even warpgroup's P (in stage 0's tail buffer) against
-    stage 0's right half of V."""
-    return warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-
-
-@gluon.jit
-def _odd_scores_whole(q_main, q_tail, own_main, own_tail, zero_s, full_bars, empty_bars, phase,
-                      TAIL_PIECE: gl.constexpr, trace_ptr, pair, TRACE: gl.constexpr):
-    """ODD_SCORES_FIRST: S1 [64, 64] fp32, in the order its pieces land (producer order 1L, then
-    1T with TAIL_PIECE, then 1R); frees 1T once S1 is done."""
-    _wait_half(full_bars, 1, LEFT, phase)
-    _stamp(trace_ptr, 1, pair, 0, TRACE)
-    scores = _scores_left(q_main, own_main, zero_s, False)
-    if TAIL_PIECE:
-        _wait_piece(full_bars, ODD_TAIL, phase)
-        scores = _scores_tail(q_tail, own_tail, scores)
-        _wait_half(full_bars, 1, RIGHT, phase)
-        scores = _scores_right_main(q_main, own_main, scores, True)
-    else:
-        _wait_half(full_bars, 1, RIGHT, phase)
-        scores = _scores_right(q_main, q_tail, own_main, own_tail, scores, True)
-    scores = warpgroup_mma_wait(0, deps=(scores,))
-    if TAIL_PIECE:  # S1 was the tail's only reader
-        mbarrier.arrive(empty_bars.index(ODD_TAIL))
-    _stamp(trace_ptr, 1, pair, 1, TRACE)
-    return scores
 
 
 @gluon.jit
@@ -249,7 +219,7 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   RELEASE_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                   trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -276,17 +246,13 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         run_max = new_max
         acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(0, D_HALF, dim=1), acc,
                             is_async=True)
-        if RELEASE_EARLY:  # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
-            _stamp(trace_ptr, 0, pair, 4, TRACE)
+        # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
+        _stamp(trace_ptr, 0, pair, 4, TRACE)
         mbarrier.wait(pub_bars.index(1), phase)
         peer_max = max_bufs.index(1).load(row_layout)
         _stamp(trace_ptr, 0, pair, 3, TRACE)
-        if not RELEASE_EARLY:
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
-            _stamp(trace_ptr, 0, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
         run_max = peer_max
         acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
@@ -302,8 +268,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  RELEASE_EARLY: gl.constexpr, TAIL_PIECE: gl.constexpr, ODD_SCORES_FIRST: gl.constexpr, trace_ptr,
-                  TRACE: gl.constexpr):
+                  trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     s_layout: gl.constexpr = S_LAYOUT
     o_layout: gl.constexpr = O_LAYOUT
@@ -315,51 +280,29 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     own_tail = tail_bufs.index(1)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        if ODD_SCORES_FIRST:  # all of S1 before the peer's max; O += P0 V0 then overlaps the softmax
-            scores = _odd_scores_whole(q_main, q_tail, own_main, own_tail, zero_s, full_bars, empty_bars, phase,
-                                       TAIL_PIECE, trace_ptr, pair, TRACE)
-            mbarrier.wait(pub_bars.index(0), phase)
-            peer_max = max_bufs.index(0).load(row_layout)
-            _stamp(trace_ptr, 1, pair, 3, TRACE)
-            acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-            acc = _peer_pv_right(tail_bufs, main_bufs, acc)
-            new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-            _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
-            _stamp(trace_ptr, 1, pair, 2, TRACE)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))  # 0R's last read was O += P0 V0[:, 256:]
-            _stamp(trace_ptr, 1, pair, 4, TRACE)
-        else:
-            _wait_half(full_bars, 1, RIGHT, phase)
-            _stamp(trace_ptr, 1, pair, 0, TRACE)
-            if TAIL_PIECE:  # the rope tail is a piece of its own, refilled as soon as S1 is done
-                scores = _scores_right_main(q_main, own_main, zero_s, False)
-                _wait_piece(full_bars, ODD_TAIL, phase)
-                scores = _scores_tail(q_tail, own_tail, scores)
-            else:
-                scores = _scores_right(q_main, q_tail, own_main, own_tail, zero_s, False)
-            mbarrier.wait(pub_bars.index(0), phase)
-            peer_max = max_bufs.index(0).load(row_layout)
-            _stamp(trace_ptr, 1, pair, 3, TRACE)
-            acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-            # The peer's block first (its P is taken against peer_max), queued before the left half of S.
-            acc = _peer_pv_right(tail_bufs, main_bufs, acc)
-            _wait_half(full_bars, 1, LEFT, phase)
-            scores = _scores_left(q_main, own_main, scores, True)
-            if RELEASE_EARLY:  # 0R's last read is O += P0 V0[:, 256:], the group before S's left half
-                acc = warpgroup_mma_wait(1, deps=(acc,))
-                mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-                scores = warpgroup_mma_wait(0, deps=(scores,))
-            else:
-                acc, scores = warpgroup_mma_wait(0, deps=(acc, scores))
-                mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-            if TAIL_PIECE:  # S1 was the tail's only reader
-                mbarrier.arrive(empty_bars.index(ODD_TAIL))
-            _stamp(trace_ptr, 1, pair, 1, TRACE)
-            new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-            _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
-            _stamp(trace_ptr, 1, pair, 2, TRACE)
-            _stamp(trace_ptr, 1, pair, 4, TRACE)
+        _wait_half(full_bars, 1, RIGHT, phase)
+        _stamp(trace_ptr, 1, pair, 0, TRACE)
+        scores = _scores_right_main(q_main, own_main, zero_s, False)
+        _wait_piece(full_bars, ODD_TAIL, phase)
+        scores = _scores_tail(q_tail, own_tail, scores)
+        mbarrier.wait(pub_bars.index(0), phase)
+        peer_max = max_bufs.index(0).load(row_layout)
+        _stamp(trace_ptr, 1, pair, 3, TRACE)
+        acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
+        # The peer's block first (its P is taken against peer_max), queued before the left half of S.
+        acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+        _wait_half(full_bars, 1, LEFT, phase)
+        scores = _scores_left(q_main, own_main, scores, True)
+        # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+        mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+        scores = warpgroup_mma_wait(0, deps=(scores,))
+        mbarrier.arrive(empty_bars.index(ODD_TAIL))
+        _stamp(trace_ptr, 1, pair, 1, TRACE)
+        new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+        _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
+        _stamp(trace_ptr, 1, pair, 2, TRACE)
+        _stamp(trace_ptr, 1, pair, 4, TRACE)
         acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
         row_sum += gl.sum(p, 1)
         run_max = new_max
@@ -418,7 +361,7 @@ def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bar
 
 @gluon.jit
 def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phase, D_TAIL: gl.constexpr):
-    """TAIL_PIECE: as _fill_half, for stage 1's rope tail alone."""
+    """As _fill_half, for stage 1's rope tail, a piece of its own."""
     mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
     _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(ODD_TAIL), increment_count=False)
@@ -427,10 +370,9 @@ def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phas
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, TAIL_PIECE: gl.constexpr, ODD_SCORES_FIRST: gl.constexpr):
+                   LONGEST_FIRST: gl.constexpr):
     """Default partition: per pair (blocks 2 pair and 2 pair + 1), the pieces in the order they are
-    freed: 0L 0R 1R 1L; with TAIL_PIECE 0L 0R 1T 1R 1L (1R without the tail); with ODD_SCORES_FIRST
-    1L before 1R (the odd warpgroup then frees 1L's reader, the even one's last MMA, first)."""
+    freed: 0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
@@ -442,16 +384,11 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
                    True)
         _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL,
                    True)
-        if TAIL_PIECE:
-            _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
-        if ODD_SCORES_FIRST:
-            _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase,
-                       D_TAIL, True)
+        _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
         _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL,
-                   not TAIL_PIECE)
-        if not ODD_SCORES_FIRST:
-            _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase,
-                       D_TAIL, True)
+                   False)
+        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL,
+                   True)
 
 
 @gluon.jit
@@ -463,7 +400,6 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    RELEASE_EARLY: gl.constexpr = False, TAIL_PIECE: gl.constexpr = False, ODD_SCORES_FIRST: gl.constexpr = False,
     trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
@@ -497,12 +433,11 @@ def sparse_mla_union_pingpong_kernel(
     odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
     max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
     sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    num_pieces: gl.constexpr = 5 if TAIL_PIECE else 4  # [stage * 2 + half], then ODD_TAIL
-    full_bars = gl.allocate_shared_memory(gl.int64, [num_pieces, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [num_pieces, 1], mbarrier.MBarrierLayout())
+    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(num_pieces):
+    for i in gl.static_range(NUM_PIECES):
         mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
         mbarrier.init(empty_bars.index(i), count=1)  # each piece has one last reader
     for i in gl.static_range(2):
@@ -516,12 +451,11 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, TAIL_PIECE, ODD_SCORES_FIRST)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, trace_ptr, TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, RELEASE_EARLY, TAIL_PIECE,
-                         ODD_SCORES_FIRST, trace_ptr, TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -25,7 +25,9 @@ TILES = ("auto", "split", "pingpong")
 # against run 11's): per-token at H = 64 (G = 1) 1.07x faster (5.44 vs 5.80 ms), union 8 at H = 8
 # 0.98-1.02x (the tile alone 0.99-1.05x). Union 4 at H = 16 and union 2 at H = 32 were slower in
 # the bench (2.49 vs 2.35 ms, 3.80 vs 3.54), so they keep the split tile; the kernel-only probe
-# that had them 1.01-1.02x faster ran the earlier whole-stage tile (note 44's correction).
+# that had them 1.01-1.02x faster ran the earlier whole-stage tile (note 44's correction). Run 13
+# probed the half-stage tile alone at 1 x 8192: union 4 0.92x and union 2 0.92x the split tile's
+# speed (0.93x each with the tail piece), so this stays.
 PINGPONG_GROUPS = (1, 8)
 
 
@@ -35,10 +37,7 @@ class WsConfig:
     (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
-    warpgroup gets consumer_regs registers, release_early picks when stage halves are freed,
-    tail_piece whether stage 1's rope tail is a piece of its own, odd_scores_first whether the odd
-    warpgroup's S is whole before the peer's max) or "auto" (`tile_for`: by the
-    union group)."""
+    warpgroup gets consumer_regs registers) or "auto" (`tile_for`: by the union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
@@ -46,14 +45,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong: free each stage half at its last read (True) or in run 12's order (False). Run 13
-    # (notes 46-47), with tail_piece: 1.03x at H = 64 and 1.05x at union 8, 1 x 8192 (predicted 1.4x).
-    release_early: bool = True
-    # Ping-pong: stage 1's rope tail (read only by S1) is refilled on its own as soon as S1 is done.
-    tail_piece: bool = True
-    # Ping-pong: the odd warpgroup computes all of its S before it waits for the even one's max, so
-    # its softmax overlaps O += P0 V0 instead of following it and S's left half (note 48).
-    odd_scores_first: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -174,7 +165,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         *_shared_kernel_args(args, sets, out, qk_scale_log2),
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=config.block_n, CONSUMER_REGS=config.consumer_regs, KV_INT64=kv_int64,
-        LONGEST_FIRST=schedule["longest_first"], RELEASE_EARLY=bool(config.release_early),
-        TAIL_PIECE=bool(config.tail_piece), ODD_SCORES_FIRST=bool(config.odd_scores_first), trace_ptr=trace, TRACE=trace is not None,
+        LONGEST_FIRST=schedule["longest_first"], trace_ptr=trace, TRACE=trace is not None,
         num_warps=WARPGROUP_WARPS.value,
     )
