@@ -8,27 +8,40 @@ Each consumer warpgroup stamps six events per pair
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
 over programs and the steady pairs (not the first or last two) of each gap, in SM cycles, in
 the order each warpgroup stamps them (the even one runs 0 1 2 4 3 5, the odd one 0 3 1 2 4 5).
+Then the whole program: the SM clock (%clock64 against %globaltimer), program cycles beyond its
+pairs times the steady period (prologue, epilogue, first and last pairs), and per SM the gaps
+between one program's exit and the next one's entry (launch of the next CTA).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 
 import torch
+import triton.testing
 
 from glmcheck import metrics
 from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels.prefill import LOG2E, needs_int64_rows
 from glmcheck.kernels.union import token_row_sets, union_dedup
+from glmcheck.kernels.union_pingpong import (
+    ENTRY_CLOCK,
+    ENTRY_NS,
+    EXIT_CLOCK,
+    EXIT_NS,
+    SM_ID,
+)
 from glmcheck.kernels.union_pingpong import TRACE_EVENTS as _EVENTS
 from glmcheck.kernels.union_pingpong import TRACE_PAIRS as _PAIRS
+from glmcheck.kernels.union_pingpong import TRACE_SLOTS as _SLOTS
 from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
 from glmcheck.kernels.validate import PrefillArgs
 from glmcheck.reference import sparse_mla_reference
 
-TRACE_PAIRS, TRACE_EVENTS = _PAIRS.value, _EVENTS.value  # gl.constexpr -> int
+TRACE_PAIRS, TRACE_SLOTS, TRACE_EVENTS = _PAIRS.value, _SLOTS.value, _EVENTS.value  # gl.constexpr -> int
 EVENT_NAMES = {0: ("full", "full"), 1: ("S ready", "S ready"), 2: ("published", "published"),
                3: ("peer max seen", "peer max seen"), 4: ("own PV done", "peer PV done"),
                5: ("peer PV done", "own PV done")}  # (even, odd) names of each stamp
@@ -38,8 +51,9 @@ def median(values: torch.Tensor) -> float:
     return float(values.double().median()) if values.numel() else float("nan")
 
 
-def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> None:
-    """trace [groups, 2, TRACE_PAIRS, TRACE_EVENTS] int64 clock stamps."""
+def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> float:
+    """trace [groups, 2, TRACE_PAIRS, TRACE_EVENTS] int64 clock stamps; returns the even
+    warpgroup's median steady pair period (cycles)."""
     pairs = (lengths.long() + 2 * block_n - 1) // (2 * block_n)
     steady = torch.arange(TRACE_PAIRS, device=trace.device)[None, :]
     keep = (steady >= 2) & (steady < pairs[:, None] - 2)  # [groups, TRACE_PAIRS]
@@ -60,6 +74,38 @@ def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> Non
                 "even full -> odd full": (odd[..., 0] - even[..., 0])}
     print("  handoffs: " + "; ".join(f"{name} {median(gap[keep]):.0f}" for name, gap in handoffs.items()),
           flush=True)
+    return median((even[:, 1:, 0] - even[:, :-1, 0])[keep[:, :-1]])
+
+
+def report_programs(trace: torch.Tensor, program: torch.Tensor, lengths: torch.Tensor, period: float,
+                    kernel_ms: float, block_n: int = 64) -> None:
+    """Where the whole kernel's time goes beyond the steady pairs. program [groups, 2, TRACE_EVENTS]
+    int64: the program slot (ENTRY_CLOCK ... SM_ID); trace as in `report`; period in cycles."""
+    pairs = ((lengths.long() + 2 * block_n - 1) // (2 * block_n)).double()
+    entry_clock, entry_ns = program[:, 0, ENTRY_CLOCK].double(), program[:, 0, ENTRY_NS].double()
+    exit_clock = program[:, :, EXIT_CLOCK].amax(1).double()
+    exit_ns = program[:, :, EXIT_NS].amax(1).double()
+    cycles = exit_clock - entry_clock
+    ghz = median(cycles / (exit_ns - entry_ns).clamp(min=1))
+    first_full = trace[:, 0, 0, 0].double()
+    overhead = cycles - pairs * period
+    print(f"  programs: {program.shape[0]}, SM clock {ghz:.3f} GHz (clock64 / globaltimer); per program median "
+          f"{median(cycles):.0f} cycles, {median(pairs):.0f} pairs; entry -> first stage full "
+          f"{median(first_full - entry_clock):.0f}; program cycles - pairs x period: median "
+          f"{median(overhead):.0f}, mean {float(overhead.mean()):.0f}", flush=True)
+    span_ns = float(exit_ns.max() - entry_ns.min())
+    sms = program[:, 0, SM_ID]
+    gaps, busy = [], 0.0
+    for sm in sms.unique():
+        mine = (sms == sm).nonzero().squeeze(1)
+        order = mine[entry_ns[mine].argsort()]
+        gaps.append(entry_ns[order[1:]] - exit_ns[order[:-1]])
+        busy += float((exit_ns[order] - entry_ns[order]).sum())
+    gaps = torch.cat(gaps)
+    steady = float((pairs * period).sum() / cycles.sum())
+    print(f"  kernel span {span_ns / 1e6:.3f} ms (timed {kernel_ms:.3f}); {sms.unique().numel()} SMs busy "
+          f"{busy / (sms.unique().numel() * span_ns):.1%} of the span; gap between an SM's programs median "
+          f"{median(gaps):.0f} ns; steady-pair share of program time {steady:.1%}", flush=True)
 
 
 def main() -> int:
@@ -75,7 +121,7 @@ def main() -> int:
         sets = (token_row_sets(x.indices, None, args.num_kv_rows) if group == 1
                 else union_dedup(x.indices, group, num_kv_rows=args.num_kv_rows))
         tokens = sets.lengths.shape[0] * group
-        trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_PAIRS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
+        trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_SLOTS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
         config = WsConfig(tile="pingpong")
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
@@ -91,7 +137,11 @@ def main() -> int:
             return 1
         label += f" (rel-L2 {rel:.2e})"
         print(label, flush=True)
-        report(trace, sets.lengths)
+        # The untraced kernel's time, for the span's comparison.
+        kernel_ms = triton.testing.do_bench(
+            functools.partial(launch_pingpong, args, sets, out, x.sm_scale * LOG2E, kv_int64, config))
+        period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
+        report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
     return 0
 
 

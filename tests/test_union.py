@@ -411,7 +411,7 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     sets = UnionSets(torch.zeros((3, 64), dtype=torch.int32), torch.zeros((3, 64), dtype=torch.uint8),
                      torch.zeros(3, dtype=torch.int32), 8)
     out = torch.zeros((24, 8, 512))
-    trace = torch.zeros((3, 2, 16, 6), dtype=torch.int64)
+    trace = torch.zeros((3, 2, 17, 6), dtype=torch.int64)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
     (grid, default), (_, traced) = launches

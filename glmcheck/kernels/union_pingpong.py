@@ -134,6 +134,32 @@ def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
 
 TRACE_PAIRS = gl.constexpr(16)  # diagnostic trace: the first pairs of each program
 TRACE_EVENTS = gl.constexpr(6)  # full, scores, published, peer seen, first PV done, pair done
+TRACE_SLOTS = gl.constexpr(17)  # the pairs, then one slot of program events (PROGRAM_EVENTS)
+# Program slot, warpgroup 0's row: entry %clock64, entry %globaltimer (ns), exit %clock64, exit
+# %globaltimer, %smid; warpgroup 1's row: its exit %clock64 and %globaltimer (events 2, 3).
+ENTRY_CLOCK, ENTRY_NS, EXIT_CLOCK, EXIT_NS, SM_ID = 0, 1, 2, 3, 4
+
+
+@gluon.jit
+def _special_register(which: gl.constexpr):
+    """[1] int64 in a one-warpgroup layout: %clock64 (which = 0), %globaltimer (1) or %smid (2)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    offs = gl.arange(0, 1, layout)
+    if which == 0:
+        return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [offs], dtype=gl.int64, is_pure=False,
+                                         pack=1)
+    elif which == 1:
+        return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [offs], dtype=gl.int64,
+                                         is_pure=False, pack=1)
+    else:
+        return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [offs], dtype=gl.int32, is_pure=False,
+                                         pack=1).to(gl.int64)
+
+
+@gluon.jit
+def _slot_base(trace_ptr, warpgroup: gl.constexpr):
+    """trace[program, warpgroup] (int64 [TRACE_SLOTS, TRACE_EVENTS])."""
+    return trace_ptr + (gl.program_id(0).to(gl.int64) * 2 + warpgroup) * TRACE_SLOTS * TRACE_EVENTS
 
 
 @gluon.jit
@@ -141,12 +167,21 @@ def _stamp(trace_ptr, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE:
     """Diagnostic: %clock64 into trace[program, warpgroup, pair, event] (int64) for the first
     TRACE_PAIRS pairs; nothing without TRACE."""
     if TRACE:
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-        offs = gl.arange(0, 1, layout)
-        trace_ptr += (gl.program_id(0).to(gl.int64) * 2 + warpgroup) * TRACE_PAIRS * TRACE_EVENTS
-        now = gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [offs], dtype=gl.int64, is_pure=False,
-                                        pack=1)
-        gl.store(trace_ptr + pair * TRACE_EVENTS + event + offs, now, mask=(offs + pair) < TRACE_PAIRS)
+        now = _special_register(0)
+        offs = gl.arange(0, 1, now.type.layout)
+        gl.store(_slot_base(trace_ptr, warpgroup) + pair * TRACE_EVENTS + event + offs, now,
+                 mask=(offs + pair) < TRACE_PAIRS)
+
+
+@gluon.jit
+def _stamp_program(trace_ptr, warpgroup: gl.constexpr, event: gl.constexpr, which: gl.constexpr,
+                   TRACE: gl.constexpr):
+    """Diagnostic: a special register (`_special_register`) into trace[program, warpgroup,
+    TRACE_PAIRS, event]; nothing without TRACE."""
+    if TRACE:
+        value = _special_register(which)
+        offs = gl.arange(0, 1, value.type.layout)
+        gl.store(_slot_base(trace_ptr, warpgroup) + TRACE_PAIRS * TRACE_EVENTS + event + offs, value)
 
 
 @gluon.jit
@@ -262,6 +297,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
+    _stamp_program(trace_ptr, 0, 2, 0, TRACE)
+    _stamp_program(trace_ptr, 0, 3, 1, TRACE)
 
 
 @gluon.jit
@@ -314,6 +351,8 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, s_layout)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
+    _stamp_program(trace_ptr, 1, 2, 0, TRACE)
+    _stamp_program(trace_ptr, 1, 3, 1, TRACE)
 
 
 @gluon.jit
@@ -404,7 +443,8 @@ def sparse_mla_union_pingpong_kernel(
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
-    int64 [num_groups, 2, TRACE_PAIRS, TRACE_EVENTS]."""
+    int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
+    program's entry and exit (ENTRY_CLOCK ... SM_ID)."""
     gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
     gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
     gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
@@ -418,6 +458,9 @@ def sparse_mla_union_pingpong_kernel(
 
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled.
+    _stamp_program(trace_ptr, 0, 0, 0, TRACE)
+    _stamp_program(trace_ptr, 0, 1, 1, TRACE)
+    _stamp_program(trace_ptr, 0, 4, 2, TRACE)
     group = _group_index(LONGEST_FIRST)
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
     q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
