@@ -428,6 +428,7 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
                    False)
         _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL,
                    True)
+    async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
 @gluon.jit
@@ -457,7 +458,10 @@ def sparse_mla_union_pingpong_kernel(
     row_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
-    # per thread if staged through registers, which spilled.
+    # per thread if staged through registers, which spilled. Nothing waits for it here: the default
+    # warps issue it and then run the producer, whose first barrier arrive per piece covers every
+    # earlier copy of the thread, Q's included, so each consumer's first S waits for Q too, while
+    # the first gathers already run under Q's latency.
     _stamp_program(trace_ptr, 0, 0, 0, TRACE)
     _stamp_program(trace_ptr, 0, 1, 1, TRACE)
     _stamp_program(trace_ptr, 0, 4, 2, TRACE)
@@ -486,9 +490,8 @@ def sparse_mla_union_pingpong_kernel(
     for i in gl.static_range(2):
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
-    async_copy.wait_group(0)
-    gl.thread_barrier()  # every thread's part of Q has landed
-    fence_async_shared()  # Q and the barriers, for the async proxy (wgmma, cp.async arrivals)
+    gl.thread_barrier()  # the barriers are initialised before any partition uses them
+    fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
 
     # The producer is the default partition (the launch's warps); the two consumer warpgroups are
     # workers with CONSUMER_REGS registers each.
