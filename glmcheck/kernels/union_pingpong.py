@@ -157,31 +157,31 @@ def _special_register(which: gl.constexpr):
 
 
 @gluon.jit
-def _slot_base(trace_ptr, warpgroup: gl.constexpr):
-    """trace[program, warpgroup] (int64 [TRACE_SLOTS, TRACE_EVENTS])."""
-    return trace_ptr + (gl.program_id(0).to(gl.int64) * 2 + warpgroup) * TRACE_SLOTS * TRACE_EVENTS
+def _slot_base(trace_ptr, row, warpgroup: gl.constexpr):
+    """trace[row, warpgroup] (int64 [TRACE_SLOTS, TRACE_EVENTS]); row is the union group."""
+    return trace_ptr + (row.to(gl.int64) * 2 + warpgroup) * TRACE_SLOTS * TRACE_EVENTS
 
 
 @gluon.jit
-def _stamp(trace_ptr, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE: gl.constexpr):
-    """Diagnostic: %clock64 into trace[program, warpgroup, pair, event] (int64) for the first
-    TRACE_PAIRS pairs; nothing without TRACE."""
+def _stamp(trace_ptr, row, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE: gl.constexpr):
+    """Diagnostic: %clock64 into trace[row, warpgroup, pair, event] (int64) for the first
+    TRACE_PAIRS pairs of a group; nothing without TRACE."""
     if TRACE:
         now = _special_register(0)
         offs = gl.arange(0, 1, now.type.layout)
-        gl.store(_slot_base(trace_ptr, warpgroup) + pair * TRACE_EVENTS + event + offs, now,
+        gl.store(_slot_base(trace_ptr, row, warpgroup) + pair * TRACE_EVENTS + event + offs, now,
                  mask=(offs + pair) < TRACE_PAIRS)
 
 
 @gluon.jit
-def _stamp_program(trace_ptr, warpgroup: gl.constexpr, event: gl.constexpr, which: gl.constexpr,
+def _stamp_program(trace_ptr, row, warpgroup: gl.constexpr, event: gl.constexpr, which: gl.constexpr,
                    TRACE: gl.constexpr):
-    """Diagnostic: a special register (`_special_register`) into trace[program, warpgroup,
+    """Diagnostic: a special register (`_special_register`) into trace[row, warpgroup,
     TRACE_PAIRS, event]; nothing without TRACE."""
     if TRACE:
         value = _special_register(which)
         offs = gl.arange(0, 1, value.type.layout)
-        gl.store(_slot_base(trace_ptr, warpgroup) + TRACE_PAIRS * TRACE_EVENTS + event + offs, value)
+        gl.store(_slot_base(trace_ptr, row, warpgroup) + TRACE_PAIRS * TRACE_EVENTS + event + offs, value)
 
 
 @gluon.jit
@@ -209,17 +209,10 @@ def _publish(row_max, p, max_buf, p_buf, bar):
 
 
 @gluon.jit
-def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, group, col0,
-               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, D_HALF: gl.constexpr,
-               o_layout: gl.constexpr, row_layout: gl.constexpr):
-    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it."""
-    sum_mine.store(row_sum)
-    gl.thread_barrier()
-    mbarrier.arrive(bar_mine)
-    mbarrier.wait(bar_peer, 0)
-    total = row_sum + sum_peer.load(row_layout)
-    denom = gl.convert_layout(gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
-    out = (acc / denom[:, None]).to(gl.bfloat16)
+def _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr,
+                o_layout: gl.constexpr):
+    """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
+    group's G tokens."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
     token = group * G + offs_m // H
     head = offs_m % H
@@ -228,17 +221,32 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, out_ptr, gr
 
 
 @gluon.jit
-def _consumer_start(bits_ptr, len_ptr, stride_bg, first_block, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr):
-    """A consumer's (group, union length, its bits row, running max, row sums, O half, bits of its
-    first block)."""
-    group = _group_index(LONGEST_FIRST)
+def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, col0,
+               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, o_layout: gl.constexpr,
+               row_layout: gl.constexpr):
+    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
+    of the sum barriers, 0 for a program's only group)."""
+    sum_mine.store(row_sum)
+    gl.thread_barrier()
+    mbarrier.arrive(bar_mine)
+    mbarrier.wait(bar_peer, phase)
+    total = row_sum + sum_peer.load(row_layout)
+    denom = gl.convert_layout(gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
+    out = (acc / denom[:, None]).to(gl.bfloat16)
+    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout)
+
+
+@gluon.jit
+def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, BLOCK_N: gl.constexpr):
+    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first
+    block) for one union group."""
     length = gl.load(len_ptr + group)
     union_bits = bits_ptr + group * stride_bg
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
     row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
     bits = _load_bits(union_bits, first_block, length, BLOCK_N, S_LAYOUT)
-    return group, length, union_bits, run_max, row_sum, acc, bits
+    return length, union_bits, run_max, row_sum, acc, bits
 
 
 @gluon.jit
@@ -251,54 +259,119 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 
 @gluon.jit
+def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, trace_ptr, row, pair,
+                 TRACE: gl.constexpr):
+    """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
+    own_main = main_bufs.index(0)
+    _wait_half(full_bars, 0, LEFT, phase)
+    _stamp(trace_ptr, row, 0, pair, 0, TRACE)
+    scores = _scores_left(q_main, own_main, zero_s, False)
+    _wait_half(full_bars, 0, RIGHT, phase)
+    scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    _stamp(trace_ptr, row, 0, pair, 1, TRACE)
+    return scores
+
+
+@gluon.jit
+def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
+                 qk_scale_log2, phase, trace_ptr, row, pair, H: gl.constexpr, TRACE: gl.constexpr):
+    """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
+    the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max)."""
+    o_layout: gl.constexpr = O_LAYOUT
+    new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
+    _stamp(trace_ptr, row, 0, pair, 2, TRACE)
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
+    row_sum += gl.sum(p, 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1),
+                        acc, is_async=True)
+    # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
+    _stamp(trace_ptr, row, 0, pair, 4, TRACE)
+    mbarrier.wait(pub_bars.index(1), phase)
+    peer_max = max_bufs.index(1).load(ROW_LAYOUT)
+    _stamp(trace_ptr, row, 0, pair, 3, TRACE)
+    acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
+    acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
+    _stamp(trace_ptr, row, 0, pair, 5, TRACE)
+    return acc, row_sum, peer_max
+
+
+@gluon.jit
+def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
+                row_sum, run_max, phase, trace_ptr, row, pair, TRACE: gl.constexpr):
+    """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
+    warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
+    (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
+    o_layout: gl.constexpr = O_LAYOUT
+    own_main = main_bufs.index(1)
+    _wait_half(full_bars, 1, RIGHT, phase)
+    _stamp(trace_ptr, row, 1, pair, 0, TRACE)
+    scores = _scores_right_main(q_main, own_main, zero_s, False)
+    _wait_piece(full_bars, ODD_TAIL, phase)
+    scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
+    mbarrier.wait(pub_bars.index(0), phase)
+    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
+    _stamp(trace_ptr, row, 1, pair, 3, TRACE)
+    acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
+    # The peer's block first (its P is taken against peer_max), queued before the left half of S.
+    acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+    _wait_half(full_bars, 1, LEFT, phase)
+    scores = _scores_left(q_main, own_main, scores, True)
+    # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
+    acc = warpgroup_mma_wait(1, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    mbarrier.arrive(empty_bars.index(ODD_TAIL))
+    _stamp(trace_ptr, row, 1, pair, 1, TRACE)
+    return scores, peer_max, acc, row_sum
+
+
+@gluon.jit
+def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars, pub_bars, max_bufs,
+                qk_scale_log2, trace_ptr, row, pair, H: gl.constexpr, TRACE: gl.constexpr):
+    """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
+    publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max)."""
+    new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+    _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
+    _stamp(trace_ptr, row, 1, pair, 2, TRACE)
+    _stamp(trace_ptr, row, 1, pair, 4, TRACE)
+    acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, O_LAYOUT)
+    row_sum += gl.sum(p, 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
+                        main_bufs.index(1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
+    _stamp(trace_ptr, row, 1, pair, 5, TRACE)
+    return acc, row_sum, new_max
+
+
+@gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                    trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
-    s_layout: gl.constexpr = S_LAYOUT
-    o_layout: gl.constexpr = O_LAYOUT
-    row_layout: gl.constexpr = ROW_LAYOUT
-    group, length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, 0,
-                                                                             BLOCK_N, LONGEST_FIRST)
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    own_main = main_bufs.index(0)
-    own_tail = tail_bufs.index(0)
+    group = _group_index(LONGEST_FIRST)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
+                                                                      BLOCK_N)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        _wait_half(full_bars, 0, LEFT, phase)
-        _stamp(trace_ptr, 0, pair, 0, TRACE)
-        scores = _scores_left(q_main, own_main, zero_s, False)
-        _wait_half(full_bars, 0, RIGHT, phase)
-        scores = _scores_right(q_main, q_tail, own_main, own_tail, scores, True)
-        scores = warpgroup_mma_wait(0, deps=(scores,))
-        _stamp(trace_ptr, 0, pair, 1, TRACE)
-        new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-        _publish(new_max, p, max_bufs.index(0), own_tail, pub_bars.index(0))
-        _stamp(trace_ptr, 0, pair, 2, TRACE)
-        acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
-        row_sum += gl.sum(p, 1)
-        run_max = new_max
-        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(0, D_HALF, dim=1), acc,
-                            is_async=True)
-        # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
-        _stamp(trace_ptr, 0, pair, 4, TRACE)
-        mbarrier.wait(pub_bars.index(1), phase)
-        peer_max = max_bufs.index(1).load(row_layout)
-        _stamp(trace_ptr, 0, pair, 3, TRACE)
-        acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-        run_max = peer_max
-        acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
-        _stamp(trace_ptr, 0, pair, 5, TRACE)
-        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, s_layout)
-    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
-               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
-    _stamp_program(trace_ptr, 0, 2, 0, TRACE)
-    _stamp_program(trace_ptr, 0, 3, 1, TRACE)
+        scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, trace_ptr, group, pair,
+                              TRACE)
+        acc, row_sum, run_max = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
+                                             empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, trace_ptr, group,
+                                             pair, H, TRACE)
+        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
+    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
+               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+    _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
+    _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
 
 
 @gluon.jit
@@ -307,52 +380,22 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                   trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
-    s_layout: gl.constexpr = S_LAYOUT
-    o_layout: gl.constexpr = O_LAYOUT
-    row_layout: gl.constexpr = ROW_LAYOUT
-    group, length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, 1,
-                                                                             BLOCK_N, LONGEST_FIRST)
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    own_main = main_bufs.index(1)
-    own_tail = tail_bufs.index(1)
+    group = _group_index(LONGEST_FIRST)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1,
+                                                                      BLOCK_N)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        _wait_half(full_bars, 1, RIGHT, phase)
-        _stamp(trace_ptr, 1, pair, 0, TRACE)
-        scores = _scores_right_main(q_main, own_main, zero_s, False)
-        _wait_piece(full_bars, ODD_TAIL, phase)
-        scores = _scores_tail(q_tail, own_tail, scores)
-        mbarrier.wait(pub_bars.index(0), phase)
-        peer_max = max_bufs.index(0).load(row_layout)
-        _stamp(trace_ptr, 1, pair, 3, TRACE)
-        acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-        # The peer's block first (its P is taken against peer_max), queued before the left half of S.
-        acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-        _wait_half(full_bars, 1, LEFT, phase)
-        scores = _scores_left(q_main, own_main, scores, True)
-        # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
-        acc = warpgroup_mma_wait(1, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-        scores = warpgroup_mma_wait(0, deps=(scores,))
-        mbarrier.arrive(empty_bars.index(ODD_TAIL))
-        _stamp(trace_ptr, 1, pair, 1, TRACE)
-        new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-        _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
-        _stamp(trace_ptr, 1, pair, 2, TRACE)
-        _stamp(trace_ptr, 1, pair, 4, TRACE)
-        acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, o_layout)
-        row_sum += gl.sum(p, 1)
-        run_max = new_max
-        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_main.slice(D_HALF, D_HALF, dim=1),
-                            acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
-        _stamp(trace_ptr, 1, pair, 5, TRACE)
-        bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, s_layout)
-    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
-               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, D_HALF, o_layout, row_layout)
-    _stamp_program(trace_ptr, 1, 2, 0, TRACE)
-    _stamp_program(trace_ptr, 1, 3, 1, TRACE)
+        scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars,
+                                                     pub_bars, max_bufs, zero_s, acc, row_sum, run_max, phase,
+                                                     trace_ptr, group, pair, TRACE)
+        acc, row_sum, run_max = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars,
+                                            pub_bars, max_bufs, qk_scale_log2, trace_ptr, group, pair, H, TRACE)
+        bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, S_LAYOUT)
+    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
+               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+    _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
+    _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
 
 
 @gluon.jit
@@ -407,27 +450,45 @@ def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phas
 
 
 @gluon.jit
+def _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl.constexpr, G: gl.constexpr,
+            D_V: gl.constexpr, D_TAIL: gl.constexpr):
+    """cp.async a group's Q tile [64, D_V + D_TAIL] (token-major rows) into shared memory, as one
+    committed copy group."""
+    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
+    q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
+    offs_d = gl.arange(0, D_V, gl.SliceLayout(0, MAIN_GATHER))
+    offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
+    async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
+    async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, phase,
+               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
+    """Gather blocks 2 pair and 2 pair + 1 of a union group, in the order the pieces are freed:
+    0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
+    even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
+    odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL,
+               True)
+    _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL, True)
+
+
+@gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
                    LONGEST_FIRST: gl.constexpr):
-    """Default partition: per pair (blocks 2 pair and 2 pair + 1), the pieces in the order they are
-    freed: 0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
+    """Default partition: every pair of the program's union group (`_fill_pair`)."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-        phase = pair & 1
-        even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
-        odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
-        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL,
-                   True)
-        _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL,
-                   True)
-        _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
-        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL,
-                   False)
-        _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL,
-                   True)
+        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, pair & 1,
+                   D_TAIL, BLOCK_N, KV_INT64)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
@@ -462,19 +523,13 @@ def sparse_mla_union_pingpong_kernel(
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
     # earlier copy of the thread, Q's included, so each consumer's first S waits for Q too, while
     # the first gathers already run under Q's latency.
-    _stamp_program(trace_ptr, 0, 0, 0, TRACE)
-    _stamp_program(trace_ptr, 0, 1, 1, TRACE)
-    _stamp_program(trace_ptr, 0, 4, 2, TRACE)
     group = _group_index(LONGEST_FIRST)
-    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
-    q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
-    offs_d = gl.arange(0, D_V, gl.SliceLayout(0, MAIN_GATHER))
-    offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
+    _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
+    _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
+    _stamp_program(trace_ptr, group, 0, 4, 2, TRACE)
     q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], q_main_layout)
     q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL], q_tail_layout)
-    async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
-    async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
-    async_copy.commit_group()
+    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
     main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V], kv_main_layout)
     tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
     odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
