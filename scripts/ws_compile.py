@@ -1,7 +1,7 @@
 """Compile the warp-specialised union kernel for sm_90a without a GPU and print its resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
+    python scripts/ws_compile.py [--tile split|pingpong|persistent] [--block-n 64] [--stages 2] [--heads 8]
         [--producer-warps 4] [--consumer-regs 224] [--trace] [--ptx out.ptx] [--sass out.sass]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
 KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels"
-TILE_FILES = {"split": "union_ws", "pingpong": "union_pingpong"}
+TILE_FILES = {"split": "union_ws", "pingpong": "union_pingpong", "persistent": "union_pingpong_persistent"}
 
 
 def load_kernel_module(name: str):
@@ -62,7 +62,8 @@ def resource_usage(cubin: bytes) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tile", choices=sorted(TILE_FILES), default="split",
-                        help="split: union_ws (warpgroups split the columns); pingpong: union_pingpong")
+                        help="split: union_ws (warpgroups split the columns); pingpong: union_pingpong; "
+                             "persistent: union_pingpong_persistent")
     parser.add_argument("--block-n", type=int, default=64)
     parser.add_argument("--stages", type=int, default=2, help="split tile only (ping-pong has two)")
     parser.add_argument("--heads", type=int, default=8)
@@ -74,7 +75,8 @@ def main() -> None:
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     ns = parser.parse_args()
-    load_kernel_module("union_ws")  # the ping-pong file imports helpers from it
+    load_kernel_module("union_ws")  # the ping-pong files import helpers from it (and persistent from pingpong)
+    load_kernel_module("union_pingpong")
     module = load_kernel_module(TILE_FILES[ns.tile])
     signature = {
         "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
@@ -96,7 +98,14 @@ def main() -> None:
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
     else:
-        kernel_fn, num_warps = module.sparse_mla_union_pingpong_kernel, module.WARPGROUP_WARPS.value
+        if ns.tile == "persistent":
+            kernel_fn = module.sparse_mla_union_pingpong_persistent_kernel
+            names = list(signature)  # num_groups follows qk_scale_log2
+            signature = {name: signature[name] for name in names[:names.index("qk_scale_log2") + 1]} | \
+                {"num_groups": "i32"} | {name: signature[name] for name in names[names.index("qk_scale_log2") + 1:]}
+        else:
+            kernel_fn = module.sparse_mla_union_pingpong_kernel
+        num_warps = module.WARPGROUP_WARPS.value
         for name in ("NUM_STAGES", "PRODUCER_WARPS", "PRODUCER_REGS"):
             del signature[name], constexprs[name]
     # What the JIT infers at a real launch: 16-byte aligned pointers, strides that are multiples of 16.
