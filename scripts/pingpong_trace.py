@@ -2,6 +2,7 @@
 branch exp/pingpong; GPU, seconds).
 
 Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--persistent]
+    [--bits-early]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair
 (first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
@@ -115,6 +116,9 @@ def main() -> int:
     parser.add_argument("--persistent", action="store_true",
                         help="trace the persistent kernel (one program per SM over the groups; entry = the "
                              "producer's start on a group)")
+    parser.add_argument("--bits-early", action="store_true",
+                        help="trace with bits_early=True (the even warpgroup's next ownership bits loaded after "
+                             "its publish)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -126,7 +130,7 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_SLOTS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong", persistent=ns.persistent)
+        config = WsConfig(tile="pingpong", persistent=ns.persistent, bits_early=ns.bits_early)
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

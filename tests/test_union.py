@@ -393,10 +393,15 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs to the kernel, traces only when given a buffer, runs
-    one program per union group, and with persistent=True the persistent kernel on min(groups,
-    SMs) programs with the group count (the kernel objects stubbed: they need an sm_90 GPU)."""
-    from glmcheck.kernels import union_pingpong, union_pingpong_persistent, union_ws_launch
+    """launch_pingpong hands consumer_regs and bits_early (a bool) to the kernel, traces only when
+    given a buffer, runs one program per union group, and with persistent=True the persistent
+    kernel on min(groups, SMs) programs with the group count (the kernel objects stubbed: they
+    need an sm_90 GPU)."""
+    from glmcheck.kernels import (
+        union_pingpong,
+        union_pingpong_persistent,
+        union_ws_launch,
+    )
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
     from glmcheck.kernels.validate import PrefillArgs
@@ -422,13 +427,15 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", persistent=True))
-    (name, grid, default), (_, _, traced), (persistent_name, persistent_grid, persistent) = launches
+    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", bits_early=1))
+    (name, grid, default), (_, _, traced), (persistent_name, persistent_grid, persistent), (_, _, early) = launches
     assert (name, grid, persistent_name, persistent_grid) == ("pingpong", (3,), "persistent", (2,))
     assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
     assert (default["TRACE"], default["trace_ptr"]) == (False, None)
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
     assert persistent["num_groups"] == 3 and "num_groups" not in default
     assert {key: value for key, value in persistent.items() if key != "num_groups"} == default
+    assert default["BITS_EARLY"] is False and early["BITS_EARLY"] is True
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
@@ -438,7 +445,9 @@ def test_gluon_tiles_take_the_shared_positional_arguments():
     argument tuple do not)."""
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_pingpong import sparse_mla_union_pingpong_kernel
-    from glmcheck.kernels.union_pingpong_persistent import sparse_mla_union_pingpong_persistent_kernel
+    from glmcheck.kernels.union_pingpong_persistent import (
+        sparse_mla_union_pingpong_persistent_kernel,
+    )
     from glmcheck.kernels.union_ws import sparse_mla_union_ws_kernel
     from glmcheck.kernels.union_ws_launch import _shared_kernel_args
     from glmcheck.kernels.validate import PrefillArgs
@@ -545,8 +554,9 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-group", "persistent"])
+@pytest.mark.parametrize("bits_early", [False, True], ids=["bits-at-end", "bits-early"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, persistent):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, bits_early, persistent):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
@@ -577,7 +587,8 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, persistent):
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, persistent=persistent) if tile == "pingpong" else WsConfig(tile=tile)
+        config = (WsConfig(tile=tile, persistent=persistent, bits_early=bits_early) if tile == "pingpong"
+                  else WsConfig(tile=tile))
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
         return out
 

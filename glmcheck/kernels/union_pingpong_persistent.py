@@ -48,7 +48,6 @@ from glmcheck.kernels.union_pingpong import (
     _even_blocks,
     _even_scores,
     _fill_pair,
-    _load_bits,
     _odd_blocks,
     _odd_scores,
     _stamp_program,
@@ -99,7 +98,7 @@ def _persistent_producer(q_ptr, kv_ptr, rows_ptr, len_ptr, num_groups, stride_qt
 def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                      stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                      sum_bufs, sum_bars, q_free, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                     LONGEST_FIRST: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                     LONGEST_FIRST: gl.constexpr, BITS_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
     """Worker partition: blocks 0, 2, 4, ... and output columns [0, D_V / 2) of each of the
     program's groups."""
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
@@ -116,10 +115,10 @@ def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, str
                                   pair, TRACE)
             if pair == num_pairs - 1:
                 mbarrier.arrive(q_free)  # this group's last read of Q is done
-            acc, row_sum, run_max = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
-                                                 empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, trace_ptr,
-                                                 group, pair, H, TRACE)
-            bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
+            acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
+                                                       odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
+                                                       union_bits, length, trace_ptr, group, pair, H, BLOCK_N,
+                                                       BITS_EARLY, TRACE)
             pairs_done += 1
         if length > 0:
             _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1),
@@ -154,9 +153,9 @@ def _persistent_odd(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stri
                                                          run_max, phase, trace_ptr, group, pair, TRACE)
             if pair == num_pairs - 1:
                 mbarrier.arrive(q_free)  # this group's last read of Q is done
-            acc, row_sum, run_max = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars,
-                                                pub_bars, max_bufs, qk_scale_log2, trace_ptr, group, pair, H, TRACE)
-            bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, S_LAYOUT)
+            acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
+                                                      empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
+                                                      length, trace_ptr, group, pair, H, BLOCK_N, TRACE)
             pairs_done += 1
         if length > 0:
             _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
@@ -179,7 +178,7 @@ def sparse_mla_union_pingpong_persistent_kernel(
     qk_scale_log2, num_groups,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False,
+    BITS_EARLY: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (min(num_groups, SMs),); launch with num_warps=WARPGROUP_WARPS. Arguments as the
     one-group kernel's, plus num_groups (the union groups, rows of rows/bits/len). trace_ptr
@@ -224,7 +223,8 @@ def sparse_mla_union_pingpong_persistent_kernel(
                                 q_free, H, G, D_V, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, trace_ptr, TRACE)),
         (_persistent_even, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                             stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                            max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
+                            max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, trace_ptr,
+                            TRACE)),
         (_persistent_odd, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                            stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
                            max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),

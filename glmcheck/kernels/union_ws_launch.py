@@ -37,8 +37,9 @@ class WsConfig:
     (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
-    warpgroup gets consumer_regs registers; persistent: one program per SM over the groups) or
-    "auto" (`tile_for`: by the union group)."""
+    warpgroup gets consumer_regs registers; persistent: one program per SM over the groups;
+    bits_early: when the even warpgroup loads its next ownership bits) or "auto" (`tile_for`: by
+    the union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
@@ -50,6 +51,10 @@ class WsConfig:
     # next group's first gathers overlap the current group's last pairs (note 49: ~12 % of a
     # program's time at H = 64 is outside its steady pairs). Off until a GPU run has gated and timed it.
     persistent: bool = False
+    # Ping-pong: the even warpgroup loads its next block's ownership bits right after it publishes
+    # P, not at the end of the pair, so the load has landed by the next stage wait's fence (ptxas
+    # makes that fence a MEMBAR.ALL.CTA, which waits for it; note 53). Off until measured.
+    bits_early: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -180,8 +185,8 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
     num_groups = sets.lengths.shape[0]
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
-                 "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
-                 "num_warps": WARPGROUP_WARPS.value}
+                 "LONGEST_FIRST": schedule["longest_first"], "BITS_EARLY": bool(config.bits_early),
+                 "trace_ptr": trace, "TRACE": trace is not None, "num_warps": WARPGROUP_WARPS.value}
     shared = _shared_kernel_args(args, sets, out, qk_scale_log2)
     if config.persistent:
         grid = (min(num_groups, sm_count(out.device)),)
