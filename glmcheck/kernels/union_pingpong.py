@@ -506,6 +506,59 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
 
 
 @gluon.jit
+def _assert_tile_shape(H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
+                       BLOCK_N: gl.constexpr):
+    """The only shape the tile takes (its layouts and buffers assume it)."""
+    gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
+    gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
+    gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
+    gl.static_assert(D_V == 2 * D_HALF, "the consumer layouts are for d_v = 512")
+
+
+@gluon.jit
+def _allocate_q(D_V: gl.constexpr, D_TAIL: gl.constexpr):
+    """Shared memory for the Q tile: (main columns [64, D_V], rope tail [64, D_TAIL]), bf16."""
+    dtype: gl.constexpr = gl.bfloat16
+    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V],
+                                                                                                   dtype))
+    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_TAIL], dtype))
+    return q_main, q_tail
+
+
+@gluon.jit
+def _allocate_stages(D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Shared memory for the two KV stages (main columns, rope tails), the odd warpgroup's P, and
+    the running maxima and row sums the warpgroups exchange."""
+    dtype: gl.constexpr = gl.bfloat16
+    kv_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_TAIL], dtype)
+    row_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V],
+                                          gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype))
+    tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
+    odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
+    max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
+    sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
+    return main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs
+
+
+@gluon.jit
+def _init_barriers():
+    """(full, empty: one per stage piece; pub, sum: one per warpgroup) mbarriers, initialised."""
+    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
+    pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_PIECES):
+        mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
+        mbarrier.init(empty_bars.index(i), count=1)  # each piece has one last reader
+    for i in gl.static_range(2):
+        mbarrier.init(pub_bars.index(i), count=1)
+        mbarrier.init(sum_bars.index(i), count=1)
+    return full_bars, empty_bars, pub_bars, sum_bars
+
+
+@gluon.jit
 def sparse_mla_union_pingpong_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
     stride_qt, stride_qh, stride_qd, stride_kvs,
@@ -520,17 +573,7 @@ def sparse_mla_union_pingpong_kernel(
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
     program's entry and exit (ENTRY_CLOCK ... SM_ID)."""
-    gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
-    gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
-    gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
-    gl.static_assert(D_V == 2 * D_HALF, "the consumer layouts are for d_v = 512")
-    dtype: gl.constexpr = gl.bfloat16
-    q_main_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], dtype)
-    q_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_TAIL], dtype)
-    kv_main_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
-    kv_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_TAIL], dtype)
-    row_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-
+    _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
@@ -540,24 +583,10 @@ def sparse_mla_union_pingpong_kernel(
     _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
     _stamp_program(trace_ptr, group, 0, 4, 2, TRACE)
-    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], q_main_layout)
-    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL], q_tail_layout)
+    q_main, q_tail = _allocate_q(D_V, D_TAIL)
     _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
-    main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V], kv_main_layout)
-    tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
-    odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
-    max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
-    pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_PIECES):
-        mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
-        mbarrier.init(empty_bars.index(i), count=1)  # each piece has one last reader
-    for i in gl.static_range(2):
-        mbarrier.init(pub_bars.index(i), count=1)
-        mbarrier.init(sum_bars.index(i), count=1)
+    main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
+    full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
 

@@ -38,16 +38,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from glmcheck.kernels.union_pingpong import (
     BLOCK_M,
     D_HALF,
-    NUM_PIECES,
     O_LAYOUT,
     ROW_LAYOUT,
     S_LAYOUT,
     WARPGROUP_WARPS,
+    _allocate_q,
+    _allocate_stages,
+    _assert_tile_shape,
     _consumer_start,
     _copy_q,
     _even_blocks,
     _even_scores,
     _fill_pair,
+    _init_barriers,
     _odd_blocks,
     _odd_scores,
     _stamp_program,
@@ -184,35 +187,11 @@ def sparse_mla_union_pingpong_persistent_kernel(
     one-group kernel's, plus num_groups (the union groups, rows of rows/bits/len). trace_ptr
     (diagnostic, TRACE): as the one-group kernel's, one row per group; the entry stamps are the
     producer's start on the group."""
-    gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
-    gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
-    gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
-    gl.static_assert(D_V == 2 * D_HALF, "the consumer layouts are for d_v = 512")
-    dtype: gl.constexpr = gl.bfloat16
-    q_main_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], dtype)
-    q_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_TAIL], dtype)
-    kv_main_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_V], dtype)
-    kv_tail_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, D_TAIL], dtype)
-    row_smem_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-
-    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], q_main_layout)
-    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL], q_tail_layout)
-    main_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_V], kv_main_layout)
-    tail_bufs = gl.allocate_shared_memory(dtype, [2, BLOCK_N, D_TAIL], kv_tail_layout)
-    odd_p = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N], kv_tail_layout)  # the odd warpgroup's P
-    max_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    sum_bufs = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_smem_layout)
-    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
-    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
-    pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
+    q_main, q_tail = _allocate_q(D_V, D_TAIL)
+    main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
+    full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_PIECES):
-        mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
-        mbarrier.init(empty_bars.index(i), count=1)  # each piece has one last reader
-    for i in gl.static_range(2):
-        mbarrier.init(pub_bars.index(i), count=1)
-        mbarrier.init(sum_bars.index(i), count=1)
     mbarrier.init(q_free, count=2)  # both consumer warpgroups' last S of a group
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
