@@ -4,8 +4,8 @@ branch exp/pingpong; GPU, seconds).
 Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--persistent]
     [--bits-early]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
-Each consumer warpgroup stamps six events per pair
-(first TRACE_PAIRS pairs): 0 its stage is full, 1 S is ready, 2 P and the max are published,
+Each consumer warpgroup stamps six events per pair (first TRACE_PAIRS pairs of each group, the
+low 32 bits of %clock64 kept in shared memory until the group ends): 0 its stage is full, 1 S is ready, 2 P and the max are published,
 3 the peer's max is seen, 4 its first O += P V is done, 5 its second is done. Printed: medians
 over programs and the steady pairs (not the first or last two) of each gap, in SM cycles, in
 the order each warpgroup stamps them (the even one runs 0 1 2 4 3 5, the odd one 0 3 1 2 4 5).
@@ -52,9 +52,16 @@ def median(values: torch.Tensor) -> float:
     return float(values.double().median()) if values.numel() else float("nan")
 
 
+def clock_delta(later: torch.Tensor, earlier: torch.Tensor) -> torch.Tensor:
+    """Cycles from `earlier` to `later` (int64 tensors) where the pair stamps hold only the low 32
+    bits of %clock64 (sign-extended): the difference modulo 2^32, as a signed value (a program's
+    stamps lie well within 2^31 cycles of each other)."""
+    return torch.remainder(later - earlier + 2**31, 2**32) - 2**31
+
+
 def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> float:
-    """trace [groups, 2, TRACE_PAIRS, TRACE_EVENTS] int64 clock stamps; returns the even
-    warpgroup's median steady pair period (cycles)."""
+    """trace [groups, 2, TRACE_PAIRS, TRACE_EVENTS] int64: the low 32 bits of %clock64 (see
+    `clock_delta`); returns the even warpgroup's median steady pair period (cycles)."""
     pairs = (lengths.long() + 2 * block_n - 1) // (2 * block_n)
     steady = torch.arange(TRACE_PAIRS, device=trace.device)[None, :]
     keep = (steady >= 2) & (steady < pairs[:, None] - 2)  # [groups, TRACE_PAIRS]
@@ -63,36 +70,39 @@ def report(trace: torch.Tensor, lengths: torch.Tensor, block_n: int = 64) -> flo
         stamps = trace[:, warpgroup]
         # Events in the order this warpgroup stamps them (the pipeline's, which has changed between
         # GPU runs), taken from their median offset after the stage-full stamp.
-        order = sorted(range(TRACE_EVENTS), key=lambda e: median((stamps[..., e] - stamps[..., 0])[keep]))
+        order = sorted(range(TRACE_EVENTS),
+                       key=lambda e: median(clock_delta(stamps[..., e], stamps[..., 0])[keep]))
         cells = [f"{EVENT_NAMES[a][warpgroup]} -> {EVENT_NAMES[b][warpgroup]} "
-                 f"{median((stamps[..., b] - stamps[..., a])[keep]):.0f}" for a, b in itertools.pairwise(order)]
-        period = (stamps[:, 1:, 0] - stamps[:, :-1, 0])[keep[:, :-1]]
+                 f"{median(clock_delta(stamps[..., b], stamps[..., a])[keep]):.0f}"
+                 for a, b in itertools.pairwise(order)]
+        period = clock_delta(stamps[:, 1:, 0], stamps[:, :-1, 0])[keep[:, :-1]]
         cells.append(f"pair period {median(period):.0f}")
         print(f"  {'even' if warpgroup == 0 else 'odd'}: " + "; ".join(cells), flush=True)
     even, odd = trace[:, 0], trace[:, 1]
-    handoffs = {"even published -> odd sees it": (odd[..., 3] - even[..., 2]),
-                "odd published -> even sees it": (even[..., 3] - odd[..., 2]),
-                "even full -> odd full": (odd[..., 0] - even[..., 0])}
+    handoffs = {"even published -> odd sees it": clock_delta(odd[..., 3], even[..., 2]),
+                "odd published -> even sees it": clock_delta(even[..., 3], odd[..., 2]),
+                "even full -> odd full": clock_delta(odd[..., 0], even[..., 0])}
     print("  handoffs: " + "; ".join(f"{name} {median(gap[keep]):.0f}" for name, gap in handoffs.items()),
           flush=True)
-    return median((even[:, 1:, 0] - even[:, :-1, 0])[keep[:, :-1]])
+    return median(clock_delta(even[:, 1:, 0], even[:, :-1, 0])[keep[:, :-1]])
 
 
 def report_programs(trace: torch.Tensor, program: torch.Tensor, lengths: torch.Tensor, period: float,
                     kernel_ms: float, block_n: int = 64) -> None:
     """Where the whole kernel's time goes beyond the steady pairs. program [groups, 2, TRACE_EVENTS]
-    int64: the program slot (ENTRY_CLOCK ... SM_ID); trace as in `report`; period in cycles."""
+    int64: the program slot (ENTRY_CLOCK ... SM_ID, full 64-bit values); trace as in `report`;
+    period in cycles."""
     pairs = ((lengths.long() + 2 * block_n - 1) // (2 * block_n)).double()
     entry_clock, entry_ns = program[:, 0, ENTRY_CLOCK].double(), program[:, 0, ENTRY_NS].double()
     exit_clock = program[:, :, EXIT_CLOCK].amax(1).double()
     exit_ns = program[:, :, EXIT_NS].amax(1).double()
     cycles = exit_clock - entry_clock
     ghz = median(cycles / (exit_ns - entry_ns).clamp(min=1))
-    first_full = trace[:, 0, 0, 0].double()
+    first_full = clock_delta(trace[:, 0, 0, 0], program[:, 0, ENTRY_CLOCK]).double()
     overhead = cycles - pairs * period
     print(f"  programs: {program.shape[0]}, SM clock {ghz:.3f} GHz (clock64 / globaltimer); per program median "
           f"{median(cycles):.0f} cycles, {median(pairs):.0f} pairs; entry -> first stage full "
-          f"{median(first_full - entry_clock):.0f}; program cycles - pairs x period: median "
+          f"{median(first_full):.0f}; program cycles - pairs x period: median "
           f"{median(overhead):.0f}, mean {float(overhead.mean()):.0f}", flush=True)
     span_ns = float(exit_ns.max() - entry_ns.min())
     sms = program[:, 0, SM_ID]

@@ -137,6 +137,7 @@ def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
 TRACE_PAIRS = gl.constexpr(16)  # diagnostic trace: the first pairs of each program
 TRACE_EVENTS = gl.constexpr(6)  # full, scores, published, peer seen, first PV done, pair done
 TRACE_SLOTS = gl.constexpr(17)  # the pairs, then one slot of program events (PROGRAM_EVENTS)
+TRACE_EVENTS_SMEM = gl.constexpr(8)  # a pair's events in shared memory (a power of two >= TRACE_EVENTS)
 # Program slot, warpgroup 0's row: entry %clock64, entry %globaltimer (ns), exit %clock64, exit
 # %globaltimer, %smid; warpgroup 1's row: its exit %clock64 and %globaltimer (events 2, 3).
 ENTRY_CLOCK, ENTRY_NS, EXIT_CLOCK, EXIT_NS, SM_ID = 0, 1, 2, 3, 4
@@ -165,14 +166,40 @@ def _slot_base(trace_ptr, row, warpgroup: gl.constexpr):
 
 
 @gluon.jit
-def _stamp(trace_ptr, row, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE: gl.constexpr):
-    """Diagnostic: %clock64 into trace[row, warpgroup, pair, event] (int64) for the first
-    TRACE_PAIRS pairs of a group; nothing without TRACE."""
+def _allocate_stamps(TRACE: gl.constexpr):
+    """Diagnostic: shared memory for the pair stamps, int32 [2 warpgroups x TRACE_PAIRS,
+    TRACE_EVENTS_SMEM] (the low 32 bits of %clock64), or None without TRACE. Stamps go to shared
+    memory, not global, because every fence_async_shared is a MEMBAR.ALL.CTA that waits for the
+    thread's stores in flight: a global store per stamp would slow the very waits it times."""
     if TRACE:
-        now = _special_register(0)
-        offs = gl.arange(0, 1, now.type.layout)
-        gl.store(_slot_base(trace_ptr, row, warpgroup) + pair * TRACE_EVENTS + event + offs, now,
-                 mask=(offs + pair) < TRACE_PAIRS)
+        return gl.allocate_shared_memory(gl.int32, [2 * TRACE_PAIRS, TRACE_EVENTS_SMEM],
+                                         gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    else:
+        return None
+
+
+@gluon.jit
+def _stamp(stamps, warpgroup: gl.constexpr, pair, event: gl.constexpr, TRACE: gl.constexpr):
+    """Diagnostic: the low 32 bits of %clock64 into stamps[warpgroup * TRACE_PAIRS + pair, event]
+    for the first TRACE_PAIRS pairs of a group (`_flush_stamps` writes them out); nothing without TRACE."""
+    if TRACE and pair < TRACE_PAIRS:
+        stamps.index(warpgroup * TRACE_PAIRS + pair).slice(event, 1).store(_special_register(0).to(gl.int32))
+
+
+@gluon.jit
+def _flush_stamps(stamps, trace_ptr, row, warpgroup: gl.constexpr, num_pairs, TRACE: gl.constexpr):
+    """Diagnostic: a warpgroup's pair stamps of one group (its first min(num_pairs, TRACE_PAIRS)
+    pairs) into trace[row, warpgroup, pair, event], int32 widened to int64; nothing without TRACE."""
+    if TRACE:
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        events = gl.arange(0, TRACE_EVENTS_SMEM, layout)
+        base = _slot_base(trace_ptr, row, warpgroup)
+        gl.thread_barrier()  # every stamp of the group is in shared memory
+        for pair in gl.static_range(TRACE_PAIRS):
+            values = stamps.index(warpgroup * TRACE_PAIRS + pair).load(layout)
+            gl.store(base + pair * TRACE_EVENTS + events, values.to(gl.int64),
+                     mask=(events < TRACE_EVENTS) & (pair < num_pairs))
+        gl.thread_barrier()  # read before the next group's stamps overwrite them
 
 
 @gluon.jit
@@ -261,23 +288,23 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 
 @gluon.jit
-def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, trace_ptr, row, pair,
+def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
                  TRACE: gl.constexpr):
     """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
     own_main = main_bufs.index(0)
     _wait_half(full_bars, 0, LEFT, phase)
-    _stamp(trace_ptr, row, 0, pair, 0, TRACE)
+    _stamp(stamps, 0, pair, 0, TRACE)
     scores = _scores_left(q_main, own_main, zero_s, False)
     _wait_half(full_bars, 0, RIGHT, phase)
     scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
-    _stamp(trace_ptr, row, 0, pair, 1, TRACE)
+    _stamp(stamps, 0, pair, 1, TRACE)
     return scores
 
 
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                 qk_scale_log2, phase, union_bits, length, trace_ptr, row, pair, H: gl.constexpr,
+                 qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
                  BLOCK_N: gl.constexpr, BITS_EARLY: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
@@ -286,7 +313,7 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
-    _stamp(trace_ptr, row, 0, pair, 2, TRACE)
+    _stamp(stamps, 0, pair, 2, TRACE)
     if BITS_EARLY:
         bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
@@ -296,15 +323,15 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
-    _stamp(trace_ptr, row, 0, pair, 4, TRACE)
+    _stamp(stamps, 0, pair, 4, TRACE)
     mbarrier.wait(pub_bars.index(1), phase)
     peer_max = max_bufs.index(1).load(ROW_LAYOUT)
-    _stamp(trace_ptr, row, 0, pair, 3, TRACE)
+    _stamp(stamps, 0, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
     acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
-    _stamp(trace_ptr, row, 0, pair, 5, TRACE)
+    _stamp(stamps, 0, pair, 5, TRACE)
     if not BITS_EARLY:
         bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     return acc, row_sum, peer_max, bits
@@ -312,20 +339,20 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, trace_ptr, row, pair, TRACE: gl.constexpr):
+                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
     """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
     warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
     (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
     o_layout: gl.constexpr = O_LAYOUT
     own_main = main_bufs.index(1)
     _wait_half(full_bars, 1, RIGHT, phase)
-    _stamp(trace_ptr, row, 1, pair, 0, TRACE)
+    _stamp(stamps, 1, pair, 0, TRACE)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
     _wait_piece(full_bars, ODD_TAIL, phase)
     scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
     mbarrier.wait(pub_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
-    _stamp(trace_ptr, row, 1, pair, 3, TRACE)
+    _stamp(stamps, 1, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
     # The peer's block first (its P is taken against peer_max), queued before the left half of S.
     acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
@@ -336,13 +363,13 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
     mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
     scores = warpgroup_mma_wait(0, deps=(scores,))
     mbarrier.arrive(empty_bars.index(ODD_TAIL))
-    _stamp(trace_ptr, row, 1, pair, 1, TRACE)
+    _stamp(stamps, 1, pair, 1, TRACE)
     return scores, peer_max, acc, row_sum
 
 
 @gluon.jit
 def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                qk_scale_log2, union_bits, length, trace_ptr, row, pair, H: gl.constexpr, BLOCK_N: gl.constexpr,
+                qk_scale_log2, union_bits, length, stamps, pair, H: gl.constexpr, BLOCK_N: gl.constexpr,
                 TRACE: gl.constexpr):
     """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
     publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max, the ownership bits of
@@ -351,15 +378,15 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
     earlier cost it 18 more spill loads and stores per pair (ptxas, H = 64)."""
     new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
-    _stamp(trace_ptr, row, 1, pair, 2, TRACE)
-    _stamp(trace_ptr, row, 1, pair, 4, TRACE)
+    _stamp(stamps, 1, pair, 2, TRACE)
+    _stamp(stamps, 1, pair, 4, TRACE)
     acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
                         main_bufs.index(1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
-    _stamp(trace_ptr, row, 1, pair, 5, TRACE)
+    _stamp(stamps, 1, pair, 5, TRACE)
     bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, S_LAYOUT)
     return acc, row_sum, new_max, bits
 
@@ -368,7 +395,7 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   BITS_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                   BITS_EARLY: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
@@ -376,13 +403,14 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, trace_ptr, group, pair,
+        scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
                               TRACE)
         acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                    empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, union_bits,
-                                                   length, trace_ptr, group, pair, H, BLOCK_N, BITS_EARLY, TRACE)
+                                                   length, stamps, pair, H, BLOCK_N, BITS_EARLY, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+    _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
 
@@ -391,7 +419,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  trace_ptr, TRACE: gl.constexpr):
+                  stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1,
@@ -401,12 +429,13 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         phase = pair & 1
         scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars,
                                                      pub_bars, max_bufs, zero_s, acc, row_sum, run_max, phase,
-                                                     trace_ptr, group, pair, TRACE)
+                                                     stamps, pair, TRACE)
         acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                   empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits, length,
-                                                  trace_ptr, group, pair, H, BLOCK_N, TRACE)
+                                                  stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+    _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
 
@@ -587,6 +616,7 @@ def sparse_mla_union_pingpong_kernel(
     _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
+    stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
 
@@ -597,8 +627,9 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, trace_ptr, TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, stamps, trace_ptr,
+                          TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

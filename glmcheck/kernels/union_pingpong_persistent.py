@@ -44,12 +44,14 @@ from glmcheck.kernels.union_pingpong import (
     WARPGROUP_WARPS,
     _allocate_q,
     _allocate_stages,
+    _allocate_stamps,
     _assert_tile_shape,
     _consumer_start,
     _copy_q,
     _even_blocks,
     _even_scores,
     _fill_pair,
+    _flush_stamps,
     _init_barriers,
     _odd_blocks,
     _odd_scores,
@@ -101,7 +103,8 @@ def _persistent_producer(q_ptr, kv_ptr, rows_ptr, len_ptr, num_groups, stride_qt
 def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                      stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                      sum_bufs, sum_bars, q_free, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                     LONGEST_FIRST: gl.constexpr, BITS_EARLY: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                     LONGEST_FIRST: gl.constexpr, BITS_EARLY: gl.constexpr, stamps, trace_ptr,
+                     TRACE: gl.constexpr):
     """Worker partition: blocks 0, 2, 4, ... and output columns [0, D_V / 2) of each of the
     program's groups."""
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
@@ -114,13 +117,13 @@ def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, str
         num_pairs = gl.cdiv(length, 2 * BLOCK_N)
         for pair in range(num_pairs):
             phase = pairs_done & 1
-            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, trace_ptr, group,
-                                  pair, TRACE)
+            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
+                                  TRACE)
             if pair == num_pairs - 1:
                 mbarrier.arrive(q_free)  # this group's last read of Q is done
             acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
-                                                       union_bits, length, trace_ptr, group, pair, H, BLOCK_N,
+                                                       union_bits, length, stamps, pair, H, BLOCK_N,
                                                        BITS_EARLY, TRACE)
             pairs_done += 1
         if length > 0:
@@ -130,6 +133,7 @@ def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, str
         else:
             _store_half(gl.zeros([BLOCK_M, D_HALF], gl.bfloat16, O_LAYOUT), out_ptr, group, 0, stride_ot, stride_oh,
                         stride_od, H, G, O_LAYOUT)
+        _flush_stamps(stamps, trace_ptr, group, 0, num_pairs, TRACE)
         _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
         _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
 
@@ -138,7 +142,7 @@ def _persistent_even(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, str
 def _persistent_odd(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                     stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                     sum_bufs, sum_bars, q_free, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                    LONGEST_FIRST: gl.constexpr, trace_ptr, TRACE: gl.constexpr):
+                    LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition: blocks 1, 3, 5, ... and output columns [D_V / 2, D_V) of each of the
     program's groups."""
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
@@ -153,12 +157,12 @@ def _persistent_odd(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stri
             phase = pairs_done & 1
             scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
                                                          empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
-                                                         run_max, phase, trace_ptr, group, pair, TRACE)
+                                                         run_max, phase, stamps, pair, TRACE)
             if pair == num_pairs - 1:
                 mbarrier.arrive(q_free)  # this group's last read of Q is done
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
-                                                      length, trace_ptr, group, pair, H, BLOCK_N, TRACE)
+                                                      length, stamps, pair, H, BLOCK_N, TRACE)
             pairs_done += 1
         if length > 0:
             _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0),
@@ -168,6 +172,7 @@ def _persistent_odd(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stri
         else:
             _store_half(gl.zeros([BLOCK_M, D_HALF], gl.bfloat16, O_LAYOUT), out_ptr, group, D_HALF, stride_ot,
                         stride_oh, stride_od, H, G, O_LAYOUT)
+        _flush_stamps(stamps, trace_ptr, group, 1, num_pairs, TRACE)
         _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
         _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
 
@@ -193,6 +198,7 @@ def sparse_mla_union_pingpong_persistent_kernel(
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_free, count=2)  # both consumer warpgroups' last S of a group
+    stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
 
@@ -202,9 +208,10 @@ def sparse_mla_union_pingpong_persistent_kernel(
                                 q_free, H, G, D_V, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, trace_ptr, TRACE)),
         (_persistent_even, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                             stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                            max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, trace_ptr,
-                            TRACE)),
+                            max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, stamps,
+                            trace_ptr, TRACE)),
         (_persistent_odd, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                            stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                           max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, trace_ptr, TRACE)),
+                           max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr,
+                           TRACE)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
