@@ -609,9 +609,6 @@ def sparse_mla_union_pingpong_kernel(
     # earlier copy of the thread, Q's included, so each consumer's first S waits for Q too, while
     # the first gathers already run under Q's latency.
     group = _group_index(LONGEST_FIRST)
-    _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
-    _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
-    _stamp_program(trace_ptr, group, 0, 4, 2, TRACE)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
     _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
@@ -619,6 +616,10 @@ def sparse_mla_union_pingpong_kernel(
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
+    # Entry stamps after that fence (a MEMBAR.ALL.CTA, which would wait for their global stores).
+    _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
+    _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
+    _stamp_program(trace_ptr, group, 0, 4, 2, TRACE)
 
     # The producer is the default partition (the launch's warps); the two consumer warpgroups are
     # workers with CONSUMER_REGS registers each.
