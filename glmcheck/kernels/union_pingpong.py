@@ -32,6 +32,9 @@ the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower); bot
 tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
+Each partition's pair is a helper (`_even_scores`/`_even_blocks`, `_odd_scores`/`_odd_blocks`,
+`_fill_pair`) that `union_pingpong_persistent.py` shares. BITS_EARLY (off until measured, note 53)
+loads the even warpgroup's next ownership bits right after its publish.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
