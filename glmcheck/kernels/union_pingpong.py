@@ -139,7 +139,7 @@ def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
 
 TRACE_PAIRS = gl.constexpr(16)  # diagnostic trace: the first pairs of each program
 TRACE_EVENTS = gl.constexpr(6)  # full, scores, published, peer seen, first PV done, pair done
-TRACE_SLOTS = gl.constexpr(17)  # the pairs, then one slot of program events (PROGRAM_EVENTS)
+TRACE_SLOTS = gl.constexpr(17)  # the pairs, then one slot of program events (ENTRY_CLOCK ... SM_ID)
 TRACE_EVENTS_SMEM = gl.constexpr(8)  # a pair's events in shared memory (a power of two >= TRACE_EVENTS)
 # Program slot, warpgroup 0's row: entry %clock64, entry %globaltimer (ns), exit %clock64, exit
 # %globaltimer, %smid; warpgroup 1's row: its exit %clock64 and %globaltimer (events 2, 3).
