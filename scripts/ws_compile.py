@@ -1,8 +1,8 @@
 """Compile the warp-specialised union kernel for sm_90a without a GPU and print its resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/ws_compile.py [--tile split|pingpong|persistent] [--block-n 64] [--stages 2] [--heads 8]
-        [--producer-warps 4] [--consumer-regs 224] [--trace] [--bits-early] [--ptx out.ptx] [--sass out.sass]
+    python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
+        [--producer-warps 4] [--consumer-regs 224] [--trace] [--ptx out.ptx] [--sass out.sass]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
 
@@ -22,7 +22,7 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
 KERNELS_DIR = pathlib.Path(__file__).resolve().parents[1] / "glmcheck" / "kernels"
-TILE_FILES = {"split": "union_ws", "pingpong": "union_pingpong", "persistent": "union_pingpong_persistent"}
+TILE_FILES = {"split": "union_ws", "pingpong": "union_pingpong"}
 
 
 def load_kernel_module(name: str):
@@ -62,8 +62,7 @@ def resource_usage(cubin: bytes) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tile", choices=sorted(TILE_FILES), default="split",
-                        help="split: union_ws (warpgroups split the columns); pingpong: union_pingpong; "
-                             "persistent: union_pingpong_persistent")
+                        help="split: union_ws (warpgroups split the columns); pingpong: union_pingpong")
     parser.add_argument("--block-n", type=int, default=64)
     parser.add_argument("--stages", type=int, default=2, help="split tile only (ping-pong has two)")
     parser.add_argument("--heads", type=int, default=8)
@@ -71,14 +70,11 @@ def main() -> None:
     parser.add_argument("--producer-regs", type=int, default=56)
     parser.add_argument("--consumer-regs", type=int, default=224, help="ping-pong tile only: each consumer's")
     parser.add_argument("--trace", action="store_true", help="ping-pong: TRACE=True (clock64 stamps)")
-    parser.add_argument("--bits-early", action="store_true",
-                        help="ping-pong: BITS_EARLY=True (next block's ownership bits loaded right after the publish)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     ns = parser.parse_args()
-    load_kernel_module("union_ws")  # the ping-pong files import helpers from it (and persistent from pingpong)
-    load_kernel_module("union_pingpong")
+    load_kernel_module("union_ws")  # the ping-pong file imports a helper from it
     module = load_kernel_module(TILE_FILES[ns.tile])
     signature = {
         "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
@@ -88,26 +84,19 @@ def main() -> None:
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
-        "BITS_EARLY": "constexpr", "trace_ptr": "*i64", "TRACE": "constexpr",
+        "trace_ptr": "*i64", "TRACE": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "BITS_EARLY": ns.bits_early, "TRACE": ns.trace}
+                  "TRACE": ns.trace}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
-        del signature["BITS_EARLY"], constexprs["BITS_EARLY"]
     else:
-        if ns.tile == "persistent":
-            kernel_fn = module.sparse_mla_union_pingpong_persistent_kernel
-            names = list(signature)  # num_groups follows qk_scale_log2
-            signature = {name: signature[name] for name in names[:names.index("qk_scale_log2") + 1]} | \
-                {"num_groups": "i32"} | {name: signature[name] for name in names[names.index("qk_scale_log2") + 1:]}
-        else:
-            kernel_fn = module.sparse_mla_union_pingpong_kernel
+        kernel_fn = module.sparse_mla_union_pingpong_kernel
         num_warps = module.WARPGROUP_WARPS.value
         for name in ("NUM_STAGES", "PRODUCER_WARPS", "PRODUCER_REGS"):
             del signature[name], constexprs[name]

@@ -1,23 +1,20 @@
-"""A model of the ping-pong tile's synchronisation (`glmcheck/kernels/union_pingpong.py` and its
-persistent form, `union_pingpong_persistent.py`), run on the CPU under random interleavings to find
-buffer races the GPU may only show now and then.
+"""A model of the ping-pong tile's synchronisation (`glmcheck/kernels/union_pingpong.py`), run on
+the CPU under random interleavings to find buffer races the GPU may only show now and then.
 
 The three partitions (producer, even and odd consumer warpgroups) are generators that issue the
 kernel's barrier waits and arrives, shared-memory reads and writes, and asynchronous operations in
-the kernel's order, over a list of union groups (a program's groups: one for the one-group kernel,
-several, empty ones among them, for the persistent one; `PipelineOptions` only plants bugs, to show
-that the model catches them). A scheduler runs one step at a time, picked at
-random among the partitions that can move and the asynchronous operations that may finish:
+the kernel's order, over one union group's block pairs (`PipelineOptions` only plants bugs, to show
+that the model catches them). A scheduler runs one step at a time, picked at random among the
+partitions that can move and the asynchronous operations that may finish:
   * a warpgroup MMA reads its operand buffers from issue until it completes; a warpgroup's MMA
     groups complete in issue order, and `wait_group(k)` blocks until at most k are in flight;
   * a gather writes its piece's buffers from issue until it lands (gathers land in issue order,
     as cp.async's barrier arrive covers every earlier copy of the thread), then arrives on the
     piece's full barrier;
-  * barriers count completed phases (q_free completes one per two arrivals, one per consumer);
-    a wait for phase k that finds the barrier two phases ahead (a parity wait would then alias)
+  * barriers count completed phases; a wait for phase k that finds the barrier two phases ahead (a parity wait would then alias)
     is a violation;
-  * a group's Q copy is a gather that lands before the group's first piece (it is issued first by
-    the same producer threads) and arrives on no barrier.
+  * Q's copy is a gather that lands before the first piece (it is issued first by the same
+    producer threads) and arrives on no barrier.
 A violation is: a write to a buffer that an unfinished read uses, a read of a buffer a gather is
 still writing, or a read that finds another pair's data (e.g. a max overwritten before it was
 read). The model mirrors the kernel by hand: change one with the other.
@@ -35,16 +32,11 @@ from dataclasses import dataclass, field
 class PipelineOptions:
     """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
     > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
-    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way; q_reload_unwaited
-    copies the next group's Q without waiting on q_free; q_free_unwaited has the odd warpgroup
-    arrive on q_free before its last S is done (the even one's early arrival would be harmless:
-    the odd one's S1 cannot finish before the even one has published, after its S0)."""
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
-    q_reload_unwaited: bool = False
-    q_free_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -69,7 +61,6 @@ class Machine:
     def __init__(self) -> None:
         self.buffers: dict[str, Buffer] = {}
         self.phases: dict[str, int] = {}
-        self.arrivals: dict[str, int] = {}
         self.mma_queues: dict[str, deque] = {"even": deque(), "odd": deque()}
         self.gathers: deque = deque()
         self.next_id = 0
@@ -77,12 +68,9 @@ class Machine:
     def buffer(self, name: str) -> Buffer:
         return self.buffers.setdefault(name, Buffer())
 
-    def arrive(self, barrier: str, count: int = 1) -> None:
-        """One arrival; the barrier completes a phase every `count` arrivals."""
-        self.arrivals[barrier] = self.arrivals.get(barrier, 0) + 1
-        if self.arrivals[barrier] == count:
-            self.arrivals[barrier] = 0
-            self.phases[barrier] = self.phases.get(barrier, 0) + 1
+    def arrive(self, barrier: str) -> None:
+        """One arrival, which completes a phase (every barrier of the tile counts one)."""
+        self.phases[barrier] = self.phases.get(barrier, 0) + 1
 
     def phase_done(self, barrier: str, k: int) -> bool:
         """Phase k (0-based) of `barrier` has completed; a barrier two phases ahead is a violation."""
@@ -147,28 +135,13 @@ class Machine:
 PIECES = {"0L": ["main0 L"], "0R": ["main0 R", "tail0"], "1T": ["tail1"], "1R": ["main1 R"], "1L": ["main1 L"]}
 
 
-def pair_starts(groups: list[int]) -> list[int]:
-    """The global index of each group's first pair (barrier phases run on across groups)."""
-    starts, total = [], 0
-    for pairs in groups:
-        starts.append(total)
-        total += pairs
-    return starts
-
-
-def producer(m: Machine, options: PipelineOptions, groups: list[int]) -> Partition:
-    loaded = 0
-    for g, (pairs, start) in enumerate(zip(groups, pair_starts(groups))):
-        if pairs:
-            if loaded and not options.q_reload_unwaited:
-                yield ("wait", lambda k=loaded - 1: m.phase_done("q_free", k), "q_free")
-            yield ("do", lambda g=g: m.issue_gather(None, ["q"], ("q", g), "producer copies Q"))
-            loaded += 1
-        for gp in range(start, start + pairs):
-            for piece, names in PIECES.items():
-                if gp:
-                    yield ("wait", lambda p=piece, k=gp - 1: m.phase_done(f"empty {p}", k), f"empty {piece}")
-                yield ("do", lambda p=piece, n=names, k=gp: m.issue_gather(p, n, kv(k), "producer"))
+def producer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+    yield ("do", lambda: m.issue_gather(None, ["q"], ("q",), "producer copies Q"))
+    for p in range(pairs):
+        for piece, names in PIECES.items():
+            if p:
+                yield ("wait", lambda piece=piece, k=p - 1: m.phase_done(f"empty {piece}", k), f"empty {piece}")
+            yield ("do", lambda piece=piece, n=names, k=p: m.issue_gather(piece, n, kv(k), "producer"))
 
 
 def kv(pair: int) -> tuple:
@@ -184,24 +157,22 @@ def wait_phase(m: Machine, barrier: str, pair: int) -> Step:
     return ("wait", lambda: m.phase_done(barrier, pair), barrier)
 
 
-def write_out(m: Machine, me: int, written: int) -> Partition:
-    """The row-sum exchange of a non-empty group (the sum barriers' phase: groups written so far)."""
+def write_out(m: Machine, me: int) -> Partition:
+    """The row-sum exchange at the end of a non-empty group."""
     peer = 1 - me
-    yield ("do", lambda: (m.write(f"sum{me}", ("sum", written), f"consumer {me} row sums"), m.arrive(f"sums{me}")))
-    yield wait_phase(m, f"sums{peer}", written)
-    yield ("do", lambda: m.read(f"sum{peer}", ("sum", written), f"consumer {me} reads the peer's row sums"))
+    yield ("do", lambda: (m.write(f"sum{me}", ("sum",), f"consumer {me} row sums"), m.arrive(f"sums{me}")))
+    yield wait_phase(m, f"sums{peer}", 0)
+    yield ("do", lambda: m.read(f"sum{peer}", ("sum",), f"consumer {me} reads the peer's row sums"))
 
 
-def even_pair(m: Machine, options: PipelineOptions, g: int, p: int, last: bool) -> Partition:
-    """One pair of the even warpgroup; p is the global pair index, g the group (Q's tag)."""
+def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """Pair p of the even warpgroup."""
     yield wait_phase(m, "full 0L", p)
-    yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q", g)}, "even S0 left"))
+    yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
     yield wait_phase(m, "full 0R", p)
-    yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q", g)}, "even S0 right"))
-    yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q", g)}, "even S0 tail"))
+    yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
+    yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
     yield wait_group(m, "even", 0)
-    if last:
-        yield ("do", lambda: m.arrive("q_free", 2))
     yield ("do", lambda: (m.write("max0", ("M0", p), "even publish"),
                           m.write("tail0", ("P0", p), "even publish"), m.arrive("pub0")))
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
@@ -216,25 +187,21 @@ def even_pair(m: Machine, options: PipelineOptions, g: int, p: int, last: bool) 
     yield ("do", lambda: m.arrive("empty 1L"))
 
 
-def odd_pair(m: Machine, options: PipelineOptions, g: int, p: int, last: bool) -> Partition:
-    """One pair of the odd warpgroup; p is the global pair index, g the group (Q's tag)."""
+def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """Pair p of the odd warpgroup."""
     yield wait_phase(m, "full 1R", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q", g)}, "odd S1 right"))
+    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
     yield wait_phase(m, "full 1T", p)
-    yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q", g)}, "odd S1 tail"))
+    yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q",)}, "odd S1 tail"))
     yield wait_phase(m, "pub0", p)
     yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
     yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
     yield wait_phase(m, "full 1L", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q", g)}, "odd S1 left"))
-    if last and options.q_free_unwaited:
-        yield ("do", lambda: m.arrive("q_free", 2))
+    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
     yield wait_group(m, "odd", options.odd_release_outstanding)
     yield ("do", lambda: m.arrive("empty 0R"))
     yield wait_group(m, "odd", 0)
     yield ("do", lambda: m.arrive("empty 1T"))
-    if last and not options.q_free_unwaited:
-        yield ("do", lambda: m.arrive("q_free", 2))
     yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
                           m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
@@ -243,16 +210,13 @@ def odd_pair(m: Machine, options: PipelineOptions, g: int, p: int, last: bool) -
 
 
 def consumer(pair: Callable, me: int) -> Callable:
-    """A consumer partition over the program's groups: each group's pairs, then its row-sum
-    exchange (none for an empty group, which stores zeros)."""
-    def partition(m: Machine, options: PipelineOptions, groups: list[int]) -> Partition:
-        written = 0
-        for g, (pairs, start) in enumerate(zip(groups, pair_starts(groups))):
-            for p in range(start, start + pairs):
-                yield from pair(m, options, g, p, p == start + pairs - 1)
-            if pairs:
-                yield from write_out(m, me, written)
-                written += 1
+    """A consumer partition: the group's pairs, then its row-sum exchange (none for an empty group,
+    which stores zeros)."""
+    def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+        for p in range(pairs):
+            yield from pair(m, options, p)
+        if pairs:
+            yield from write_out(m, me)
     return partition
 
 
@@ -260,15 +224,15 @@ even_consumer = consumer(even_pair, 0)
 odd_consumer = consumer(odd_pair, 1)
 
 
-def run_schedule(options: PipelineOptions, groups: list[int], seed: int) -> int:
-    """One random interleaving of a program's union groups (`groups`: block pairs of each, 0 for
-    an empty group; one group is the one-group kernel); the number of steps it took. Raises
-    ProtocolViolation on a race and on a deadlock."""
+def run_schedule(options: PipelineOptions, pairs: int, seed: int) -> int:
+    """One random interleaving of a union group of `pairs` block pairs; the number of steps it
+    took. Raises ProtocolViolation on a race and on a deadlock."""
     rng = random.Random(seed)
     m = Machine()
-    partitions = {name: make(m, options, groups) for name, make in
+    partitions = {name: make(m, options, pairs) for name, make in
                   (("producer", producer), ("even", even_consumer), ("odd", odd_consumer))}
-    current = {name: next(gen) for name, gen in partitions.items()}
+    # A partition with nothing to do (a consumer of an empty group) starts finished.
+    current = {name: step for name, gen in partitions.items() if (step := next(gen, None)) is not None}
     steps = 0
     while current or m.completions():
         movable = [name for name, step in current.items() if step[0] == "do" or step[1]()]

@@ -393,15 +393,9 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs and bits_early (a bool) to the kernel, traces only when
-    given a buffer, runs one program per union group, and with persistent=True the persistent
-    kernel on min(groups, SMs) programs with the group count (the kernel objects stubbed: they
-    need an sm_90 GPU)."""
-    from glmcheck.kernels import (
-        union_pingpong,
-        union_pingpong_persistent,
-        union_ws_launch,
-    )
+    """launch_pingpong hands consumer_regs to the kernel, traces only when given a buffer and runs
+    one program per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
+    from glmcheck.kernels import union_pingpong
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
     from glmcheck.kernels.validate import PrefillArgs
@@ -415,9 +409,6 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
             return lambda *args, **kwargs: launches.append((self.name, grid, kwargs))
 
     monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel("pingpong"))
-    monkeypatch.setattr(union_pingpong_persistent, "sparse_mla_union_pingpong_persistent_kernel",
-                        FakeKernel("persistent"))
-    monkeypatch.setattr(union_ws_launch, "sm_count", lambda device: 2)
     q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
     args = PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None, 0.1, 512)
     sets = UnionSets(torch.zeros((3, 64), dtype=torch.int32), torch.zeros((3, 64), dtype=torch.uint8),
@@ -426,39 +417,26 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     trace = torch.zeros((3, 2, 17, 6), dtype=torch.int64)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
-    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", persistent=True))
-    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", bits_early=1))
-    (name, grid, default), (_, _, traced), (persistent_name, persistent_grid, persistent), (_, _, early) = launches
-    assert (name, grid, persistent_name, persistent_grid) == ("pingpong", (3,), "persistent", (2,))
+    (name, grid, default), (_, traced_grid, traced) = launches
+    assert (name, grid, traced_grid) == ("pingpong", (3,), (3,))
     assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
     assert (default["TRACE"], default["trace_ptr"]) == (False, None)
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
-    assert persistent["num_groups"] == 3 and "num_groups" not in default
-    assert {key: value for key, value in persistent.items() if key != "num_groups"} == default
-    assert default["BITS_EARLY"] is False and early["BITS_EARLY"] is True
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
-    """The Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order, and
-    the persistent ping-pong kernel takes the one-group kernel's parameters plus num_groups (the
-    launcher hands both the same keywords; the kernels need an sm_90 GPU, their signatures and the
-    argument tuple do not)."""
+    """The Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order (the
+    kernels need an sm_90 GPU, their signatures and the argument tuple do not)."""
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_pingpong import sparse_mla_union_pingpong_kernel
-    from glmcheck.kernels.union_pingpong_persistent import (
-        sparse_mla_union_pingpong_persistent_kernel,
-    )
     from glmcheck.kernels.union_ws import sparse_mla_union_ws_kernel
     from glmcheck.kernels.union_ws_launch import _shared_kernel_args
     from glmcheck.kernels.validate import PrefillArgs
     names = ["q_ptr", "kv_ptr", "rows_ptr", "bits_ptr", "len_ptr", "out_ptr", "stride_qt", "stride_qh",
              "stride_qd", "stride_kvs", "stride_rg", "stride_bg", "stride_ot", "stride_oh", "stride_od",
              "qk_scale_log2"]
-    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_ws_kernel,
-                   sparse_mla_union_pingpong_persistent_kernel):
+    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_ws_kernel):
         assert kernel.arg_names[:16] == names
-    one_group = sparse_mla_union_pingpong_kernel.arg_names
-    assert sparse_mla_union_pingpong_persistent_kernel.arg_names == [*one_group[:16], "num_groups", *one_group[16:]]
     q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
     sets = UnionSets(torch.zeros((1, 40), dtype=torch.int32), torch.zeros((1, 48), dtype=torch.uint8),
                      torch.zeros(1, dtype=torch.int32), 8)
@@ -553,16 +531,12 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("persistent", [False, True], ids=["one-group", "persistent"])
-@pytest.mark.parametrize("bits_early", [False, True], ids=["bits-at-end", "bits-early"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, bits_early, persistent):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1). The
-    persistent kernel walks 512 or 1 024 groups on at most 132 programs, so each program runs
-    several groups, empty ones among them on the cut sets."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -587,9 +561,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, bits_early, 
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = (WsConfig(tile=tile, persistent=persistent, bits_early=bits_early) if tile == "pingpong"
-                  else WsConfig(tile=tile))
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

@@ -33,8 +33,9 @@ tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads an
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
 Each partition's pair is a helper (`_even_scores`/`_even_blocks`, `_odd_scores`/`_odd_blocks`,
-`_fill_pair`) that `union_pingpong_persistent.py` shares. BITS_EARLY (off until measured, note 53)
-loads the even warpgroup's next ownership bits right after its publish.
+`_fill_pair`). GPU run 14 (docs/performance.md, note 54) measured and removed two more variants: a
+persistent form (one program per SM walking the groups: 0.99x at H = 64, 0.79-0.97x at union 8)
+and the even warpgroup loading its next ownership bits right after its publish (0.99-1.00x).
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
@@ -124,7 +125,8 @@ def _load_bits(union_bits, block, length, BLOCK_N: gl.constexpr, s_layout: gl.co
     """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`). Loaded a pair
     ahead: a load used at once stalled the warpgroup for ~1700 cycles before its barrier wait. A
     load still in flight also stalls the next `fence_async_shared`: ptxas emits MEMBAR.ALL.CTA for
-    it, which waits for the thread's outstanding loads (hence BITS_EARLY, note 53)."""
+    it, which waits for the thread's outstanding loads (note 53; loading them right after the
+    publish instead measured no faster, note 54)."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
     return gl.load(union_bits + offs_n, mask=offs_n < length, other=0)
 
@@ -306,17 +308,14 @@ def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase,
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
                  qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, BITS_EARLY: gl.constexpr, TRACE: gl.constexpr):
+                 BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
-    ownership bits of the warpgroup's next block), the bits loaded right after the publish with
-    BITS_EARLY, else at the end (see `_load_bits`)."""
+    ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
     _stamp(stamps, 0, pair, 2, TRACE)
-    if BITS_EARLY:
-        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
     row_sum += gl.sum(p, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1),
@@ -333,8 +332,7 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
-    if not BITS_EARLY:
-        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
+    bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     return acc, row_sum, peer_max, bits
 
 
@@ -374,9 +372,8 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
                 TRACE: gl.constexpr):
     """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
     publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max, the ownership bits of
-    the warpgroup's next block). The bits are loaded at the end, not as `_even_blocks`'s
-    BITS_EARLY: the odd warpgroup's next fence waits for its 1R refill anyway, and loading them
-    earlier cost it 18 more spill loads and stores per pair (ptxas, H = 64)."""
+    the warpgroup's next block, loaded at the end: loading them earlier cost 18 more spill loads
+    and stores per pair, ptxas at H = 64)."""
     new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
     _stamp(stamps, 1, pair, 2, TRACE)
@@ -396,7 +393,7 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   BITS_EARLY: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
@@ -408,7 +405,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                               TRACE)
         acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                    empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, union_bits,
-                                                   length, stamps, pair, H, BLOCK_N, BITS_EARLY, TRACE)
+                                                   length, stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -597,7 +594,7 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    BITS_EARLY: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -629,8 +626,7 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, BITS_EARLY, stamps, trace_ptr,
-                          TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),

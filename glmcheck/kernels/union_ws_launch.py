@@ -37,9 +37,7 @@ class WsConfig:
     (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
-    warpgroup gets consumer_regs registers; persistent: one program per SM over the groups;
-    bits_early: when the even warpgroup loads its next ownership bits) or "auto" (`tile_for`: by
-    the union group)."""
+    warpgroup gets consumer_regs registers) or "auto" (`tile_for`: by the union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
@@ -47,14 +45,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong: one program per SM walks the union groups (union_pingpong_persistent.py), so the
-    # next group's first gathers overlap the current group's last pairs (note 49: ~12 % of a
-    # program's time at H = 64 is outside its steady pairs). Off until a GPU run has gated and timed it.
-    persistent: bool = False
-    # Ping-pong: the even warpgroup loads its next block's ownership bits right after it publishes
-    # P, not at the end of the pair, so the load has landed by the next stage wait's fence (ptxas
-    # makes that fence a MEMBAR.ALL.CTA, which waits for it; note 53). Off until measured.
-    bits_early: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -162,33 +152,19 @@ def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale
     )
 
 
-@functools.cache
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device, looked up once per device."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
                     kv_int64: bool, config: WsConfig, trace: torch.Tensor | None = None):
-    """The ping-pong tile (`union_pingpong.py`, or `union_pingpong_persistent.py` with
-    config.persistent: min(groups, SMs) programs) on checked arguments. `trace` (diagnostic):
+    """The ping-pong tile (`union_pingpong.py`) on checked arguments. `trace` (diagnostic):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS] that receives %clock64 stamps, one row per
     union group (scripts/pingpong_trace.py)."""
     from glmcheck.kernels.union_pingpong import (
         WARPGROUP_WARPS,
         sparse_mla_union_pingpong_kernel,
     )
-    from glmcheck.kernels.union_pingpong_persistent import (
-        sparse_mla_union_pingpong_persistent_kernel,
-    )
 
-    num_groups = sets.lengths.shape[0]
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
-                 "LONGEST_FIRST": schedule["longest_first"], "BITS_EARLY": bool(config.bits_early),
-                 "trace_ptr": trace, "TRACE": trace is not None, "num_warps": WARPGROUP_WARPS.value}
-    shared = _shared_kernel_args(args, sets, out, qk_scale_log2)
-    if config.persistent:
-        grid = (min(num_groups, sm_count(out.device)),)
-        return sparse_mla_union_pingpong_persistent_kernel[grid](*shared, num_groups=num_groups, **constants)
-    return sparse_mla_union_pingpong_kernel[(num_groups,)](*shared, **constants)
+                 "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
+                 "num_warps": WARPGROUP_WARPS.value}
+    return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
+        *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)

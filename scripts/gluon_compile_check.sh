@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Compile every Gluon kernel configuration that the launchers can pick for sm_90a, on a machine
+# without a GPU (CI runs it after the tests). The CPU interpreter does not run Gluon, so without
+# this a kernel that no longer compiles lands unnoticed until a GPU session (run 14, call 1: a
+# helper returning None failed every ping-pong launch). Uses triton 3.6, the Gluon version the
+# tiles are tested with (GLUON_TESTED_VERSIONS), in its own venv: no torch needed.
+#   bash scripts/gluon_compile_check.sh [VENV]   (default .venv-gluon; reused when present)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${1:-.venv-gluon}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton; assert triton.__version__.startswith('3.6')" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q triton==3.6.0
+fi
+failed=0
+check() {
+  if out=$("$venv/bin/python" scripts/ws_compile.py "$@" 2>&1); then
+    echo "compiles: ${out%%, setmaxnreg*}"
+  else
+    echo "FAILED to compile: scripts/ws_compile.py $*" >&2
+    echo "$out" | grep -E 'Error' | head -n 4 >&2
+    failed=1
+  fi
+}
+for heads in 8 16 32; do check --tile split --heads "$heads"; done
+check --tile split --heads 8 --longest-first
+for heads in 64 8; do
+  check --tile pingpong --heads "$heads" --longest-first
+  check --tile pingpong --heads "$heads" --trace
+done
+[ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a" >&2; exit 1; }
+echo "gluon_compile_check: every Gluon kernel configuration compiles for sm_90a"
