@@ -7,6 +7,7 @@
 #   bash scripts/gluon_compile_check.sh [VENV]   (default .venv-gluon; reused when present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset TRITON_INTERPRET  # compile for the GPU target (CI exports it for the tests; the interpreter needs numpy)
 venv=${1:-.venv-gluon}
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton; assert triton.__version__.startswith('3.6')" 2>/dev/null; then
   python3 -m venv "$venv"
