@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET  # compile for the GPU target (CI exports it for the tests; the interpreter needs numpy)
 venv=${1:-.venv-gluon}
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import triton; assert triton.__version__.startswith('3.6')" 2>/dev/null; then
+has_triton36() { "$venv/bin/python" -c "import triton; assert triton.__version__.startswith('3.6')" 2>/dev/null; }
+if [ ! -x "$venv/bin/python" ] || ! has_triton36; then
   python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q triton==3.6.0
 fi

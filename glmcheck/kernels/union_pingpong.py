@@ -173,10 +173,11 @@ def _slot_base(trace_ptr, row, warpgroup: gl.constexpr):
 @gluon.jit
 def _allocate_stamps(TRACE: gl.constexpr):
     """Diagnostic: shared memory for the pair stamps, int32 [2 warpgroups x TRACE_PAIRS,
-    TRACE_EVENTS_SMEM] (the low 32 bits of %clock64); without TRACE one unused row, which the compiler
-    drops (Triton 3.6 takes no None as a partition argument, nor returns one from a Gluon function). Stamps go to shared
-    memory, not global, because every fence_async_shared is a MEMBAR.ALL.CTA that waits for the
-    thread's stores in flight: a global store per stamp would slow the very waits it times."""
+    TRACE_EVENTS_SMEM] (the low 32 bits of %clock64); without TRACE one unused row, which the
+    compiler drops (Triton 3.6 neither returns None from a Gluon function nor takes it as a
+    partition argument). Stamps go to shared memory, not global, because every
+    fence_async_shared is a MEMBAR.ALL.CTA that waits for the thread's stores in flight: a global
+    store per stamp would slow the very waits it times."""
     rows: gl.constexpr = 2 * TRACE_PAIRS if TRACE else 1
     return gl.allocate_shared_memory(gl.int32, [rows, TRACE_EVENTS_SMEM], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
