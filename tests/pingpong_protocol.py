@@ -30,18 +30,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """The kernel's S0_LEFT_AHEAD knob (s0_left_ahead: the even warpgroup issues the next pair's S0
-    left half before it waits for the odd warpgroup's max), and planted bugs for the model's own
-    test (their defaults are the kernel): odd_release_outstanding > 1 frees 0R while O += P0 V0
-    may still read it; even_release_unwaited frees 0L without waiting for the MMA that reads it;
-    odd_block_release_unwaited frees 1L the same way; left_ahead_unwaited issues the next S0 left
-    half without waiting for 0L's refill."""
+    """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
+    > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
-    s0_left_ahead: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
-    left_ahead_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -170,20 +165,10 @@ def write_out(m: Machine, me: int) -> Partition:
     yield ("do", lambda: m.read(f"sum{peer}", ("sum",), f"consumer {me} reads the peer's row sums"))
 
 
-def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
-    """The even warpgroup's S0 left half of pair p, once 0L has landed."""
-    if waited:
-        yield wait_phase(m, "full 0L", p)
+def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """Pair p of the even warpgroup."""
+    yield wait_phase(m, "full 0L", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
-
-
-def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
-    """Pair p of the even warpgroup (of `pairs`)."""
-    if not options.s0_left_ahead:
-        yield from even_left_scores(m, p)
-    elif p == 0:
-        yield from even_left_scores(m, p)
-        yield wait_group(m, "even", 0)
     yield wait_phase(m, "full 0R", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
     yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
@@ -194,8 +179,6 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
-    if options.s0_left_ahead and p + 1 < pairs:
-        yield from even_left_scores(m, p + 1, waited=not options.left_ahead_unwaited)
     yield wait_phase(m, "pub1", p)
     yield ("do", lambda: m.read("max1", ("M1", p), "even reads M1"))
     yield ("do", lambda: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
@@ -204,7 +187,7 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     yield ("do", lambda: m.arrive("empty 1L"))
 
 
-def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
+def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     """Pair p of the odd warpgroup."""
     yield wait_phase(m, "full 1R", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
@@ -231,7 +214,7 @@ def consumer(pair: Callable, me: int) -> Callable:
     which stores zeros)."""
     def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
         for p in range(pairs):
-            yield from pair(m, options, p, pairs)
+            yield from pair(m, options, p)
         if pairs:
             yield from write_out(m, me)
     return partition

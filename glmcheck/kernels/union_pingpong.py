@@ -307,36 +307,12 @@ def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase,
 
 
 @gluon.jit
-def _even_left_scores(q_main, main_bufs, full_bars, zero_s, phase):
-    """S0_LEFT_AHEAD: the left half of the even warpgroup's S0, Q[:, :256] K0[:, :256]^T, async
-    (waited for by the caller), once stage 0's left half of this `phase` has landed."""
-    _wait_half(full_bars, 0, LEFT, phase)
-    return _scores_left(q_main, main_bufs.index(0), zero_s, False)
-
-
-@gluon.jit
-def _even_right_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, phase, stamps, pair,
-                       TRACE: gl.constexpr):
-    """S0_LEFT_AHEAD: the rest of S0 (right half and rope tail) onto its finished left half
-    `scores`. Trace event 0 is the right half's wait here."""
-    _wait_half(full_bars, 0, RIGHT, phase)
-    _stamp(stamps, 0, pair, 0, TRACE)
-    scores = _scores_right(q_main, q_tail, main_bufs.index(0), tail_bufs.index(0), scores, True)
-    scores = warpgroup_mma_wait(0, deps=(scores,))
-    _stamp(stamps, 0, pair, 1, TRACE)
-    return scores
-
-
-@gluon.jit
-def _even_blocks(scores, bits, acc, row_sum, run_max, q_main, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
-                 pub_bars, max_bufs, zero_s, qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, LEFT_AHEAD: gl.constexpr, TRACE: gl.constexpr):
+def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
+                 qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
+                 BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
-    ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`; the next
-    pair's S0 left half, with LEFT_AHEAD, else zero_s). LEFT_AHEAD: the next pair's S0 left half is
-    issued once 0L is refilled, before the wait for the odd warpgroup's max, so the tensor cores
-    run it during that wait; it is finished with O += P1 V1."""
+    ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
@@ -349,22 +325,16 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, q_main, main_bufs, tail_bu
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
     _stamp(stamps, 0, pair, 4, TRACE)
-    next_scores = zero_s
-    if LEFT_AHEAD:
-        next_scores = _even_left_scores(q_main, main_bufs, full_bars, zero_s, phase ^ 1)
     mbarrier.wait(pub_bars.index(1), phase)
     peer_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
     acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
-    if LEFT_AHEAD:
-        acc, next_scores = warpgroup_mma_wait(0, deps=(acc, next_scores))
-    else:
-        acc = warpgroup_mma_wait(0, deps=(acc,))
+    acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
     bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, peer_max, bits, next_scores
+    return acc, row_sum, peer_max, bits
 
 
 @gluon.jit
@@ -424,44 +394,19 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   S0_LEFT_AHEAD: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    num_pairs = gl.cdiv(length, 2 * BLOCK_N)
-    if S0_LEFT_AHEAD:
-        # Each pair but the last issues the next pair's S0 left half (`_even_blocks`); the first
-        # pair's is done here and the last pair runs after the loop, without one.
-        scores = zero_s
-        if num_pairs > 0:
-            scores = warpgroup_mma_wait(0, deps=(_even_left_scores(q_main, main_bufs, full_bars, zero_s, 0),))
-        for pair in range(num_pairs - 1):
-            phase = pair & 1
-            scores = _even_right_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, phase, stamps, pair,
-                                        TRACE)
-            acc, row_sum, run_max, bits, scores = _even_blocks(
-                scores, bits, acc, row_sum, run_max, q_main, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
-                pub_bars, max_bufs, zero_s, qk_scale_log2, phase, union_bits, length, stamps, pair, H, BLOCK_N, True,
-                TRACE)
-        if num_pairs > 0:
-            last = num_pairs - 1
-            scores = _even_right_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, last & 1, stamps,
-                                        last, TRACE)
-            acc, row_sum, run_max, bits, scores = _even_blocks(
-                scores, bits, acc, row_sum, run_max, q_main, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
-                pub_bars, max_bufs, zero_s, qk_scale_log2, last & 1, union_bits, length, stamps, last, H, BLOCK_N,
-                False, TRACE)
-    else:
-        for pair in range(num_pairs):
-            phase = pair & 1
-            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                                  TRACE)
-            acc, row_sum, run_max, bits, scores = _even_blocks(
-                scores, bits, acc, row_sum, run_max, q_main, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
-                pub_bars, max_bufs, zero_s, qk_scale_log2, phase, union_bits, length, stamps, pair, H, BLOCK_N,
-                False, TRACE)
+    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+        phase = pair & 1
+        scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
+                              TRACE)
+        acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
+                                                   empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, union_bits,
+                                                   length, stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -650,7 +595,7 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    S0_LEFT_AHEAD: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -682,8 +627,7 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, S0_LEFT_AHEAD, stamps, trace_ptr,
-                          TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
