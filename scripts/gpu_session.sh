@@ -10,8 +10,8 @@
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
 # pingpong: the ping-pong tile's GPU tests, then the tile against the split tile at 1 x 2048 and
-# 1 x 8192 for H = 8 and 64, with the bits_in_wait knob as a variant (scripts/pingpong_probe.py,
-# --variant FIELD=INT,... times any WsConfig knob; note 56). pingpongtrace: the clock64 trace at H = 64 and 8 (scripts/pingpong_trace.py).
+# 1 x 8192 for H = 8 and 64 (scripts/pingpong_probe.py; add --variant FIELD=INT,... there to time a
+# WsConfig knob). pingpongtrace: the clock64 trace at H = 64 and 8 (scripts/pingpong_trace.py).
 # bench: the ceilings probe, then `glmcheck bench --heads 16,32,64` (eager); benchgraph: the same
 # bench with CUDA-graph replay (--timing graph).
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
@@ -57,8 +57,7 @@ case $step in
               | tee "$out/bench.txt" | tail -n 22 ;;
   pingpong) python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
               | tee "$out/pytest.txt" | tail -n 5
-            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 --variant bits_in_wait=1 2>&1 \
-              | tee "$out/probe.txt" ;;
+            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 2>&1 | tee "$out/probe.txt" ;;
   pingpongtrace)
             python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;

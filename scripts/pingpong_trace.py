@@ -1,7 +1,7 @@
 """Where a pair of blocks spends its cycles in the ping-pong tile: %clock64 stamps (diagnostic,
 branch exp/pingpong; GPU, seconds).
 
-Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8] [--bits-in-wait]
+Usage (H200): PYTHONPATH=. python3 scripts/pingpong_trace.py [--seq-len 8192] [--heads 64 8]
 The traced kernel (TRACE=True) must first pass the fp32-reference gate on a poisoned output
 Each consumer warpgroup stamps six events per pair (first TRACE_PAIRS pairs of each group, the
 low 32 bits of %clock64 kept in shared memory until the group ends): 0 its stage is full, 1 S is ready, 2 P and the max are published,
@@ -122,8 +122,6 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
-    parser.add_argument("--bits-in-wait", action="store_true",
-                        help="trace with bits_in_wait=True (the even warpgroup's next bits loaded before its max wait)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -135,7 +133,7 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_SLOTS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong", bits_in_wait=ns.bits_in_wait)
+        config = WsConfig(tile="pingpong")
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)

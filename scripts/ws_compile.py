@@ -2,7 +2,7 @@
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
-        [--producer-warps 4] [--consumer-regs 224] [--trace] [--bits-in-wait] [--ptx out.ptx] [--sass out.sass]
+        [--producer-warps 4] [--consumer-regs 224] [--trace] [--ptx out.ptx] [--sass out.sass]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
 """
 
@@ -70,8 +70,6 @@ def main() -> None:
     parser.add_argument("--producer-regs", type=int, default=56)
     parser.add_argument("--consumer-regs", type=int, default=224, help="ping-pong tile only: each consumer's")
     parser.add_argument("--trace", action="store_true", help="ping-pong: TRACE=True (clock64 stamps)")
-    parser.add_argument("--bits-in-wait", action="store_true",
-                        help="ping-pong: BITS_IN_WAIT=True (even warpgroup's next bits loaded before its max wait)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
@@ -86,18 +84,17 @@ def main() -> None:
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
-        "BITS_IN_WAIT": "constexpr", "trace_ptr": "*i64", "TRACE": "constexpr",
+        "trace_ptr": "*i64", "TRACE": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "BITS_IN_WAIT": ns.bits_in_wait, "TRACE": ns.trace}
+                  "TRACE": ns.trace}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
-        del signature["BITS_IN_WAIT"], constexprs["BITS_IN_WAIT"]
     else:
         kernel_fn = module.sparse_mla_union_pingpong_kernel
         num_warps = module.WARPGROUP_WARPS.value

@@ -393,9 +393,8 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs and bits_in_wait (a bool) to the kernel, traces only
-    when given a buffer and runs one program per union group (the kernel object stubbed: it needs
-    an sm_90 GPU)."""
+    """launch_pingpong hands consumer_regs to the kernel, traces only when given a buffer and runs
+    one program per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels import union_pingpong
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
@@ -418,12 +417,8 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     trace = torch.zeros((3, 2, 17, 6), dtype=torch.int64)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
-    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", bits_in_wait=1))
-    (name, grid, default), (_, traced_grid, traced), (_, _, in_wait) = launches
+    (name, grid, default), (_, traced_grid, traced) = launches
     assert (name, grid, traced_grid) == ("pingpong", (3,), (3,))
-    assert default["BITS_IN_WAIT"] is False and in_wait["BITS_IN_WAIT"] is True
-    assert {key: value for key, value in in_wait.items() if key != "BITS_IN_WAIT"} == \
-        {key: value for key, value in default.items() if key != "BITS_IN_WAIT"}
     assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
     assert (default["TRACE"], default["trace_ptr"]) == (False, None)
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
@@ -536,9 +531,8 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bits_in_wait", [False, True], ids=["bits-at-end", "bits-in-wait"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, bits_in_wait):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
@@ -567,8 +561,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, bits_in_wait
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, bits_in_wait=bits_in_wait and tile == "pingpong")
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

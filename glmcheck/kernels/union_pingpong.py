@@ -309,13 +309,10 @@ def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase,
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
                  qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, BITS_IN_WAIT: gl.constexpr, TRACE: gl.constexpr):
+                 BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
-    ownership bits of the warpgroup's next block). The bits are loaded at the end (see
-    `_load_bits`), or with BITS_IN_WAIT just before the wait for the odd warpgroup's max, so that
-    no wgmma issue (whose WARPGROUP.ARRIVE waits for loads still writing registers) nor fence
-    follows the load until that ~3 000-cycle wait is over (note 56)."""
+    ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
@@ -328,8 +325,6 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
     _stamp(stamps, 0, pair, 4, TRACE)
-    if BITS_IN_WAIT:
-        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     mbarrier.wait(pub_bars.index(1), phase)
     peer_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
@@ -338,8 +333,7 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
-    if not BITS_IN_WAIT:
-        bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
+    bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT)
     return acc, row_sum, peer_max, bits
 
 
@@ -400,7 +394,7 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   BITS_IN_WAIT: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
@@ -412,7 +406,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                               TRACE)
         acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                    empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, union_bits,
-                                                   length, stamps, pair, H, BLOCK_N, BITS_IN_WAIT, TRACE)
+                                                   length, stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -601,7 +595,7 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    BITS_IN_WAIT: gl.constexpr = False, trace_ptr=None, TRACE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -633,8 +627,7 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, BITS_IN_WAIT, stamps, trace_ptr,
-                          TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),

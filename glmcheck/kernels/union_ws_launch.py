@@ -37,8 +37,7 @@ class WsConfig:
     (split tile only); `tile` picks the kernel: "split" (union_ws: both consumer warpgroups on
     every block, each with half the columns), "pingpong" (union_pingpong: the warpgroups take
     alternate blocks; block_n 64 and 2 stages only; its producer is one warpgroup, each consumer
-    warpgroup gets consumer_regs registers; bits_in_wait: where the even warpgroup loads its next
-    ownership bits) or "auto" (`tile_for`: by the union group)."""
+    warpgroup gets consumer_regs registers) or "auto" (`tile_for`: by the union group)."""
 
     block_n: int = 64  # H200 run 9: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x
     stages: int = 2
@@ -46,9 +45,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong: the even warpgroup loads its next ownership bits just before it waits for the odd
-    # warpgroup's max, not at the end of the pair (performance.md note 56). Off until gated and timed.
-    bits_in_wait: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -168,8 +164,7 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
 
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
-                 "LONGEST_FIRST": schedule["longest_first"],
-                 "BITS_IN_WAIT": bool(config.bits_in_wait), "trace_ptr": trace, "TRACE": trace is not None,
+                 "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
                  "num_warps": WARPGROUP_WARPS.value}
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
