@@ -11,8 +11,8 @@ partitions that can move and the asynchronous operations that may finish:
   * a gather writes its piece's buffers from issue until it lands (gathers land in issue order,
     as cp.async's barrier arrive covers every earlier copy of the thread), then arrives on the
     piece's full barrier;
-  * barriers count completed phases; a wait for phase k that finds the barrier two phases ahead (a parity wait would then alias)
-    is a violation;
+  * barriers count completed phases; a wait for phase k that finds the barrier two phases ahead
+    (a parity wait would then alias) is a violation;
   * Q's copy is a gather that lands before the first piece (it is issued first by the same
     producer threads) and arrives on no barrier.
 A violation is: a write to a buffer that an unfinished read uses, a read of a buffer a gather is
