@@ -30,5 +30,7 @@ for heads in 64 8; do
   check --tile pingpong --heads "$heads" --longest-first
   check --tile pingpong --heads "$heads" --trace
 done
+check --tile pingpong --heads 64 --out-evict-first
+for diag in 1 2; do check --tile pingpong --heads 64 --diag "$diag"; done  # scripts/pingpong_ceiling.py
 [ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a" >&2; exit 1; }
 echo "gluon_compile_check: every Gluon kernel configuration compiles for sm_90a"

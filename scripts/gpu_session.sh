@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchgraph|benchmodel|model|union|builds|pingpong|pingpongtrace
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchgraph|benchmodel|model|union|builds|pingpong|pingpongtrace|pingpongceiling
 #   (tests [IDS...]: only those)
 # builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
 # with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
@@ -10,15 +10,16 @@
 # Record directories (summary.json, rows.parquet, items/) go under $GLMCHECK_RECORDS when set
 # (e.g. a folder tarred afterwards, when only a few files may come back), else under OUTDIR.
 # pingpong: the ping-pong tile's GPU tests, then the tile against the split tile at 1 x 2048 and
-# 1 x 8192 for H = 8 and 64 (scripts/pingpong_probe.py; add --variant FIELD=INT,... there to time a
+# 1 x 8192 for H = 8 and 64 (scripts/pingpong_probe.py; --variant FIELD=INT,... after STEP times a
 # WsConfig knob). pingpongtrace: the clock64 trace at H = 64 and 8 (scripts/pingpong_trace.py).
+# pingpongceiling: the tile against its gather-only and compute-only forms (scripts/pingpong_ceiling.py).
 # bench: the ceilings probe, then `glmcheck bench --heads 16,32,64` (eager); benchgraph: the same
 # bench with CUDA-graph replay (--timing graph).
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchgraph, benchmodel, model, union, builds, pingpong or pingpongtrace}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchgraph, benchmodel, model, union, builds, pingpong, pingpongtrace or pingpongceiling}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -55,10 +56,13 @@ case $step in
             [ -f "$out/best.json" ] || echo '{}' > "$out/best.json"
             python3 scripts/bench_with_builds.py "$out/best.json" --heads 16,32 --quiet --out "$rec/bench" 2>&1 \
               | tee "$out/bench.txt" | tail -n 22 ;;
-  pingpong) python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
+  pingpong) shift 2  # optional probe arguments after STEP, e.g. --variant consumer_regs=232
+            python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_union.py -k pingpong 2>&1 \
               | tee "$out/pytest.txt" | tail -n 5
-            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 2>&1 | tee "$out/probe.txt" ;;
+            python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 "$@" 2>&1 | tee "$out/probe.txt" ;;
   pingpongtrace)
             python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt" ;;
+  pingpongceiling)
+            python3 scripts/pingpong_ceiling.py --seq-len 8192 --heads 64 8 2>&1 | tee "$out/ceiling.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

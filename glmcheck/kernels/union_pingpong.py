@@ -73,6 +73,13 @@ P_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, O_LAYOUT, 2))
 ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
 MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [WARPGROUP_WARPS, 1], [1, 0]))
 TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
+# DIAG (diagnostic only; the launchers never set it): what the kernel does besides the barrier
+# protocol. NONE is the kernel. GATHER_ONLY: the consumers only wait for each piece they release and
+# release it (no MMA, no softmax; the output is the zero tile), so the time is the producer's pace
+# with two stages. COMPUTE_ONLY: the producer gathers the first pair only and then just arrives, so
+# every later pair computes on the first pair's (real) rows and the time is the consumers' pace
+# with free gathers. scripts/pingpong_ceiling.py times the three.
+DIAG_NONE, DIAG_GATHER_ONLY, DIAG_COMPUTE_ONLY = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)
 
 
 @gluon.jit
@@ -243,20 +250,21 @@ def _publish(row_max, p, max_buf, p_buf, bar):
 
 @gluon.jit
 def _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr,
-                o_layout: gl.constexpr):
+                o_layout: gl.constexpr, OUT_EVICT: gl.constexpr):
     """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
-    group's G tokens."""
+    group's G tokens, with L2 eviction policy OUT_EVICT ("" for the default)."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
     token = group * G + offs_m // H
     head = offs_m % H
     offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    gl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od, out)
+    gl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od, out,
+             eviction_policy=OUT_EVICT)
 
 
 @gluon.jit
 def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, col0,
                stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, o_layout: gl.constexpr,
-               row_layout: gl.constexpr):
+               row_layout: gl.constexpr, OUT_EVICT: gl.constexpr):
     """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
     of the sum barriers, 0 for a program's only group)."""
     sum_mine.store(row_sum)
@@ -266,7 +274,7 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_
     total = row_sum + sum_peer.load(row_layout)
     denom = gl.convert_layout(gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
     out = (acc / denom[:, None]).to(gl.bfloat16)
-    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout)
+    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout, OUT_EVICT)
 
 
 @gluon.jit
@@ -391,24 +399,36 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 
 
 @gluon.jit
+def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
+    """DIAG_GATHER_ONLY: wait until a piece has landed (this pair's phase) and release it at once."""
+    mbarrier.wait(full_bars.index(index), phase)
+    mbarrier.arrive(empty_bars.index(index))
+
+
+@gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   stamps, trace_ptr, TRACE: gl.constexpr):
-    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)."""
+                   stamps, trace_ptr, TRACE: gl.constexpr, OUT_EVICT: gl.constexpr, DIAG: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
+    (DIAG_GATHER_ONLY: only releases 0L and 1L as they land)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                              TRACE)
-        acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
-                                                   empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, union_bits,
-                                                   length, stamps, pair, H, BLOCK_N, TRACE)
+        if DIAG == DIAG_GATHER_ONLY:
+            _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
+            _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
+        else:
+            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
+                                  TRACE)
+            acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
+                                                       odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
+                                                       union_bits, length, stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
-               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT, OUT_EVICT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
@@ -418,22 +438,28 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr):
-    """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)."""
+                  stamps, trace_ptr, TRACE: gl.constexpr, OUT_EVICT: gl.constexpr, DIAG: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
+    (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
-        scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars,
-                                                     pub_bars, max_bufs, zero_s, acc, row_sum, run_max, phase,
-                                                     stamps, pair, TRACE)
-        acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
-                                                  empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits, length,
-                                                  stamps, pair, H, BLOCK_N, TRACE)
+        if DIAG == DIAG_GATHER_ONLY:
+            _release_piece(full_bars, empty_bars, _half(0, RIGHT), phase)
+            _release_piece(full_bars, empty_bars, ODD_TAIL, phase)
+            _release_piece(full_bars, empty_bars, _half(1, RIGHT), phase)
+        else:
+            scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
+                                                         empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
+                                                         run_max, phase, stamps, pair, TRACE)
+            acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
+                                                      empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
+                                                      length, stamps, pair, H, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
-               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT, OUT_EVICT)
     _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
@@ -474,19 +500,30 @@ def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, 
 
 @gluon.jit
 def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bars, stage: gl.constexpr,
-               half: gl.constexpr, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr):
+               half: gl.constexpr, pair, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr,
+               DIAG: gl.constexpr):
     """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have
-    each thread's copies arrive on its full barrier when they land."""
+    each thread's copies arrive on its full barrier when they land (DIAG_COMPUTE_ONLY: gathers
+    the first pair only)."""
     mbarrier.wait(empty_bars.index(_half(stage, half)), phase ^ 1)
-    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL)
+    if DIAG == DIAG_COMPUTE_ONLY:
+        if pair == 0:
+            _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL,
+                         WITH_TAIL)
+    else:
+        _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(_half(stage, half)), increment_count=False)
 
 
 @gluon.jit
-def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phase, D_TAIL: gl.constexpr):
+def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL: gl.constexpr, DIAG: gl.constexpr):
     """As _fill_half, for stage 1's rope tail, a piece of its own."""
     mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
-    _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
+    if DIAG == DIAG_COMPUTE_ONLY:
+        if pair == 0:
+            _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
+    else:
+        _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(ODD_TAIL), increment_count=False)
 
 
@@ -506,30 +543,31 @@ def _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl
 
 @gluon.jit
 def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, phase,
-               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
+               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
+               DIAG: gl.constexpr):
     """Gather blocks 2 pair and 2 pair + 1 of a union group, in the order the pieces are freed:
     0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
     even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
     odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL,
-               True)
-    _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL, True)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase, D_TAIL, True, DIAG)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
+               True, DIAG)
+    _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase, D_TAIL, False, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase, D_TAIL, True, DIAG)
 
 
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr):
+                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`)."""
     group = _group_index(LONGEST_FIRST)
     length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, pair & 1,
-                   D_TAIL, BLOCK_N, KV_INT64)
+        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
@@ -595,13 +633,16 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, OUT_EVICT_FIRST: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
-    program's entry and exit (ENTRY_CLOCK ... SM_ID)."""
+    program's entry and exit (ENTRY_CLOCK ... SM_ID). OUT_EVICT_FIRST: the output stores
+    evict_first from L2 (streaming; triton 3.6's cp.async drops eviction hints, so the gathers
+    cannot take evict_last). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
+    out_evict: gl.constexpr = "evict_first" if OUT_EVICT_FIRST else ""
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
@@ -624,11 +665,13 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, out_evict,
+                          DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, out_evict,
+                         DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

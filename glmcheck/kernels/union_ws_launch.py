@@ -45,6 +45,7 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
+    out_evict_first: bool = False  # ping-pong: output stores evict_first from L2 (run 15 measures it)
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -153,10 +154,11 @@ def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale
 
 
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
-                    kv_int64: bool, config: WsConfig, trace: torch.Tensor | None = None):
-    """The ping-pong tile (`union_pingpong.py`) on checked arguments. `trace` (diagnostic):
+                    kv_int64: bool, config: WsConfig, trace: torch.Tensor | None = None, diag: int = 0):
+    """The ping-pong tile (`union_pingpong.py`) on checked arguments. Diagnostics only: `trace`,
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS] that receives %clock64 stamps, one row per
-    union group (scripts/pingpong_trace.py)."""
+    union group (scripts/pingpong_trace.py); `diag`, the kernel's DIAG mode (0 the kernel; 1 gather
+    only, 2 compute only: scripts/pingpong_ceiling.py), whose outputs are not attention."""
     from glmcheck.kernels.union_pingpong import (
         WARPGROUP_WARPS,
         sparse_mla_union_pingpong_kernel,
@@ -165,6 +167,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
-                 "num_warps": WARPGROUP_WARPS.value}
+                 "OUT_EVICT_FIRST": config.out_evict_first, "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
