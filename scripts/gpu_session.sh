@@ -61,7 +61,8 @@ case $step in
               | tee "$out/pytest.txt" | tail -n 5
             python3 scripts/pingpong_probe.py --seq-len 2048 8192 --heads 8 64 "$@" 2>&1 | tee "$out/probe.txt" ;;
   pingpongtrace)
-            python3 scripts/pingpong_trace.py --heads 64 8 2>&1 | tee "$out/trace.txt" ;;
+            shift 2  # optional arguments, e.g. --compute-only
+            python3 scripts/pingpong_trace.py --heads 64 8 "$@" 2>&1 | tee "$out/trace.txt" ;;
   pingpongceiling)
             python3 scripts/pingpong_ceiling.py --seq-len 8192 --heads 64 8 2>&1 | tee "$out/ceiling.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;

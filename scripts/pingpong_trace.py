@@ -10,7 +10,8 @@ over programs and the steady pairs (not the first or last two) of each gap, in S
 the order each warpgroup stamps them (the even one runs 0 1 2 4 3 5, the odd one 0 3 1 2 4 5).
 Then the whole program: the SM clock (%clock64 against %globaltimer), program cycles beyond its
 pairs times the steady period (prologue, epilogue, first and last pairs), and per SM the gaps
-between one program's exit and the next one's entry (launch of the next CTA).
+between one program's exit and the next one's entry (launch of the next CTA). --compute-only
+repeats all of it for the kernel's compute-only form (DIAG: free gathers, the consumers' own pace).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from glmcheck import metrics
 from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels.prefill import LOG2E, needs_int64_rows
-from glmcheck.kernels.union import token_row_sets, union_dedup
+from glmcheck.kernels.union import UnionSets, token_row_sets, union_dedup
 from glmcheck.kernels.union_pingpong import (
     ENTRY_CLOCK,
     ENTRY_NS,
@@ -122,6 +123,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
+    parser.add_argument("--compute-only", action="store_true",
+                        help="also trace the kernel's compute-only diagnostic form (free gathers)")
     ns = parser.parse_args()
     for heads in ns.heads:
         group = 64 // heads
@@ -152,7 +155,31 @@ def main() -> int:
             functools.partial(launch_pingpong, args, sets, out, x.sm_scale * LOG2E, kv_int64, config))
         period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
         report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
+        if ns.compute_only and not trace_compute_only(args, sets, x.sm_scale * LOG2E, kv_int64, trace, tokens):
+            return 1
     return 0
+
+
+def trace_compute_only(args: PrefillArgs, sets: UnionSets, scale: float, kv_int64: bool, trace: torch.Tensor,
+                       tokens: int) -> bool:
+    """The same trace with the kernel's DIAG_COMPUTE_ONLY (the producer gathers each group's first
+    pair only: scripts/pingpong_ceiling.py), so the stamps show the consumers' own pace. Its output
+    is not attention; it must be finite on every row. False (printed) when it is not."""
+    config, diag = WsConfig(tile="pingpong"), 2
+    out = poisoned_out(args.q.shape[0], args.num_heads, D_V, "cuda")
+    launch_pingpong(args, sets, out, scale, kv_int64, config, trace, diag=diag)  # compile + warm
+    trace.zero_()
+    launch_pingpong(args, sets, out, scale, kv_int64, config, trace, diag=diag)
+    torch.cuda.synchronize()
+    finite = bool(out[:tokens].isfinite().all())
+    print(f"compute only (not attention; output finite on every row: {finite})", flush=True)
+    if not finite:
+        return False
+    kernel_ms = triton.testing.do_bench(
+        functools.partial(launch_pingpong, args, sets, out, scale, kv_int64, config, diag=diag))
+    period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
+    report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
+    return True
 
 
 if __name__ == "__main__":
