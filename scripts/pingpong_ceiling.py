@@ -1,6 +1,7 @@
 """GPU diagnostic: how fast the ping-pong tile's producer and its consumers each run alone.
 
 Usage (H200): PYTHONPATH=. python3 scripts/pingpong_ceiling.py [--seq-len 8192] [--heads 64 8]
+    [--variant field=int,...] (a ping-pong WsConfig as pingpong_probe.py takes it; default the default)
 For each point the split tile and the ping-pong tile pass `pingpong_probe`'s gates first (fp32
 reference, the tiles against each other, cut lengths, empty groups). Then three launches of the
 same kernel are timed side by side (`union_pingpong.py`, DIAG):
@@ -24,45 +25,47 @@ from pingpong_probe import (  # scripts/ is on sys.path
     PINGPONG,
     ProbeSets,
     check_pingpong,
+    describe,
+    parse_variant,
     probe_sets,
 )
 
 from glmcheck.bench import D_V, time_ms
 from glmcheck.inputs import poisoned_out
-from glmcheck.kernels.union_ws_launch import launch_pingpong
+from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
 
 MODES = {"kernel": 0, "gather only": 1, "compute only": 2}
 
 
-def run_mode(point: ProbeSets, diag: int, out: torch.Tensor) -> None:
-    """One launch of the ping-pong tile in DIAG mode `diag` into `out`."""
-    launch_pingpong(point.args, point.sets, out, point.scale, point.kv_int64, PINGPONG, diag=diag)
+def run_mode(point: ProbeSets, config: WsConfig, diag: int, out: torch.Tensor) -> None:
+    """One launch of the ping-pong tile under `config` in DIAG mode `diag` into `out`."""
+    launch_pingpong(point.args, point.sets, out, point.scale, point.kv_int64, config, diag=diag)
 
 
-def check_mode(point: ProbeSets, name: str, diag: int) -> bool:
+def check_mode(point: ProbeSets, config: WsConfig, name: str, diag: int) -> bool:
     """The diagnostic's own check on a poisoned output (see the module docstring); prints it."""
     out = poisoned_out(point.args.q.shape[0], point.args.num_heads, D_V, "cuda")
-    run_mode(point, diag, out)
+    run_mode(point, config, diag, out)
     torch.cuda.synchronize()
     rows = out[:point.tokens]
     ok = bool((rows == 0).all()) if diag == MODES["gather only"] else bool(rows.isfinite().all())
     expected = "all zero" if diag == MODES["gather only"] else "all finite"
-    print(f"{point.label} {name}: output {expected}: {ok}", flush=True)
+    print(f"{point.label} {describe(config)} {name}: output {expected}: {ok}", flush=True)
     return ok
 
 
-def ceiling(seq_len: int, heads: int) -> bool:
+def ceiling(seq_len: int, heads: int, config: WsConfig) -> bool:
     """Gate, then time the three modes at one point and print them; False when a check fails."""
     point = probe_sets(seq_len, heads)
-    if point is None or check_pingpong(point, PINGPONG) is None:
+    if point is None or check_pingpong(point, config) is None:
         return False
-    if not all(check_mode(point, name, diag) for name, diag in MODES.items() if diag):
+    if not all(check_mode(point, config, name, diag) for name, diag in MODES.items() if diag):
         print(f"{point.label}: a diagnostic check failed; nothing timed", flush=True)
         return False
     out = poisoned_out(point.args.q.shape[0], point.args.num_heads, D_V, "cuda")
-    times = {name: time_ms(lambda d=diag: run_mode(point, d, out)) for name, diag in MODES.items()}
+    times = {name: time_ms(lambda d=diag: run_mode(point, config, d, out)) for name, diag in MODES.items()}
     rows = int(point.sets.lengths.sum())
-    print(f"{point.label}, {rows} rows (ms, median; ratio to the kernel):", flush=True)
+    print(f"{point.label} {describe(config)}, {rows} rows (ms, median; ratio to the kernel):", flush=True)
     for name, ms in times.items():
         print(f"  {name:<13} {ms:7.3f}  {ms / times['kernel']:5.2f}", flush=True)
     return True
@@ -72,11 +75,13 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, nargs="+", default=[8192])
     parser.add_argument("--heads", type=int, nargs="+", default=[64, 8], choices=[8, 16, 32, 64])
+    parser.add_argument("--variant", type=parse_variant, default=PINGPONG,
+                        help="the ping-pong config to diagnose, e.g. consumer_regs=232")
     ns = parser.parse_args()
     ok = True
     for seq_len in ns.seq_len:
         for heads in ns.heads:
-            ok = ceiling(seq_len, heads) and ok
+            ok = ceiling(seq_len, heads, ns.variant) and ok
     return 0 if ok else 1
 
 

@@ -22,6 +22,7 @@ import itertools
 
 import torch
 import triton.testing
+from pingpong_probe import describe, parse_variant  # scripts/ is on sys.path
 
 from glmcheck import metrics
 from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs
@@ -123,6 +124,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
     parser.add_argument("--heads", type=int, nargs="+", default=[64])
+    parser.add_argument("--variant", type=parse_variant, default=WsConfig(tile="pingpong"),
+                        help="the ping-pong config to trace (pingpong_probe.py's form), e.g. consumer_regs=232")
     parser.add_argument("--compute-only", action="store_true",
                         help="also trace the kernel's compute-only diagnostic form (free gathers)")
     ns = parser.parse_args()
@@ -136,12 +139,12 @@ def main() -> int:
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_SLOTS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
         out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
-        config = WsConfig(tile="pingpong")
+        config = ns.variant
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
         trace.zero_()
         launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)
         torch.cuda.synchronize()
-        label = f"1x{ns.seq_len} H={heads} G={group}"
+        label = f"1x{ns.seq_len} H={heads} G={group} {describe(config)}"
         reference = sparse_mla_reference(x.q[:tokens], x.kv, x.indices[:tokens], x.sm_scale, D_V,
                                          dtype=torch.float32)
         rel = metrics.rel_l2(out[:tokens], reference)
@@ -155,17 +158,18 @@ def main() -> int:
             functools.partial(launch_pingpong, args, sets, out, x.sm_scale * LOG2E, kv_int64, config))
         period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
         report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
-        if ns.compute_only and not trace_compute_only(args, sets, x.sm_scale * LOG2E, kv_int64, trace, tokens):
+        if ns.compute_only and not trace_compute_only(args, sets, x.sm_scale * LOG2E, kv_int64, config, trace,
+                                                      tokens):
             return 1
     return 0
 
 
-def trace_compute_only(args: PrefillArgs, sets: UnionSets, scale: float, kv_int64: bool, trace: torch.Tensor,
-                       tokens: int) -> bool:
+def trace_compute_only(args: PrefillArgs, sets: UnionSets, scale: float, kv_int64: bool, config: WsConfig,
+                       trace: torch.Tensor, tokens: int) -> bool:
     """The same trace with the kernel's DIAG_COMPUTE_ONLY (the producer gathers each group's first
     pair only: scripts/pingpong_ceiling.py), so the stamps show the consumers' own pace. Its output
     is not attention; it must be finite on every row. False (printed) when it is not."""
-    config, diag = WsConfig(tile="pingpong"), 2
+    diag = 2
     out = poisoned_out(args.q.shape[0], args.num_heads, D_V, "cuda")
     launch_pingpong(args, sets, out, scale, kv_int64, config, trace, diag=diag)  # compile + warm
     trace.zero_()

@@ -17,7 +17,9 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "pingpong_tra
 def trace_script():
     spec = importlib.util.spec_from_file_location("pingpong_trace", SCRIPT)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SCRIPT.parent))  # as when it runs: it imports pingpong_probe beside it
+        spec.loader.exec_module(module)
     return module
 
 

@@ -535,14 +535,14 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("out_evict_first", [False, True])
+@pytest.mark.parametrize("knob", ["", "out_evict_first", "g1_live_mask"])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, out_evict_first):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, knob):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); with and
-    without the evict-first output stores."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); the
+    default config and each WsConfig knob of the ping-pong tile switched on."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -567,7 +567,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, out_evict_fi
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, out_evict_first=out_evict_first and tile == "pingpong")
+        config = WsConfig(tile=tile, **({knob: True} if knob and tile == "pingpong" else {}))
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
         return out
 
