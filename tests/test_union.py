@@ -393,7 +393,7 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs and out_evict_first to the kernel, traces only when given
+    """launch_pingpong hands consumer_regs and the knobs to the kernel, traces only when given
     a buffer, runs the kernel itself (DIAG 0) unless asked for a diagnostic, and runs one program
     per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels import union_pingpong
@@ -418,14 +418,16 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     trace = torch.zeros((3, 2, 17, 6), dtype=torch.int64)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
-    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", out_evict_first=True), diag=2)
+    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", out_evict_first=True, g1_live_mask=True),
+                    diag=2)
     (name, grid, default), (_, traced_grid, traced), (_, _, knobs) = launches
     assert (name, grid, traced_grid) == ("pingpong", (3,), (3,))
     assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
     assert (default["TRACE"], default["trace_ptr"]) == (False, None)
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
-    assert (default["OUT_EVICT_FIRST"], default["DIAG"]) == (False, 0), "a path ran a diagnostic or a knob"
-    assert (knobs["OUT_EVICT_FIRST"], knobs["DIAG"]) == (True, 2)
+    assert (default["OUT_EVICT_FIRST"], default["G1_LIVE_MASK"], default["DIAG"]) == (False, False, 0), \
+        "a path ran a diagnostic or a knob"
+    assert (knobs["OUT_EVICT_FIRST"], knobs["G1_LIVE_MASK"], knobs["DIAG"]) == (True, True, 2)
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
