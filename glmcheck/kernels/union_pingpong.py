@@ -128,15 +128,15 @@ def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr
 
 
 @gluon.jit
-def _load_bits(union_bits, block, length, BLOCK_N: gl.constexpr, s_layout: gl.constexpr, LIVE_ONLY: gl.constexpr):
+def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`). Loaded a pair
     ahead: a load used at once stalled the warpgroup for ~1700 cycles before its barrier wait. A
     load still in flight also stalls the next `fence_async_shared`: ptxas emits MEMBAR.ALL.CTA for
     it, which waits for the thread's outstanding loads (note 53; loading them right after the
-    publish instead measured no faster, note 54). LIVE_ONLY (G = 1 only): no load, the live mask,
-    which is what every bit of a one-token group is."""
+    publish instead measured no faster, note 54). At G = 1 nothing is loaded: every bit of a
+    one-token group is its live mask, and the load's wait cost 1.05x at H = 64 (run 15, note 57)."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-    if LIVE_ONLY:  # one token per group (G = 1) owns every live row: the bits are the live mask
+    if G == 1:  # the group's one token owns every live row: the bits are the live mask
         return (offs_n < length).to(gl.uint8)
     return gl.load(union_bits + offs_n, mask=offs_n < length, other=0)
 
@@ -253,21 +253,20 @@ def _publish(row_max, p, max_buf, p_buf, bar):
 
 @gluon.jit
 def _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr,
-                o_layout: gl.constexpr, OUT_EVICT: gl.constexpr):
+                o_layout: gl.constexpr):
     """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
-    group's G tokens, with L2 eviction policy OUT_EVICT ("" for the default)."""
+    group's G tokens."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
     token = group * G + offs_m // H
     head = offs_m % H
     offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    gl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od, out,
-             eviction_policy=OUT_EVICT)
+    gl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od, out)
 
 
 @gluon.jit
 def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, col0,
                stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, o_layout: gl.constexpr,
-               row_layout: gl.constexpr, OUT_EVICT: gl.constexpr):
+               row_layout: gl.constexpr):
     """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
     of the sum barriers, 0 for a program's only group)."""
     sum_mine.store(row_sum)
@@ -277,12 +276,11 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_
     total = row_sum + sum_peer.load(row_layout)
     denom = gl.convert_layout(gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
     out = (acc / denom[:, None]).to(gl.bfloat16)
-    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout, OUT_EVICT)
+    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout)
 
 
 @gluon.jit
-def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, BLOCK_N: gl.constexpr,
-                    LIVE_ONLY: gl.constexpr):
+def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
     """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first
     block) for one union group."""
     length = gl.load(len_ptr + group)
@@ -290,7 +288,7 @@ def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, BLOCK_N: g
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
     row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
-    bits = _load_bits(union_bits, first_block, length, BLOCK_N, S_LAYOUT, LIVE_ONLY)
+    bits = _load_bits(union_bits, first_block, length, G, BLOCK_N, S_LAYOUT)
     return length, union_bits, run_max, row_sum, acc, bits
 
 
@@ -321,7 +319,7 @@ def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase,
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
                  qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
-                 BLOCK_N: gl.constexpr, TRACE: gl.constexpr, LIVE_ONLY: gl.constexpr):
+                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
     ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
@@ -345,7 +343,7 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
-    bits = _load_bits(union_bits, 2 * pair + 2, length, BLOCK_N, S_LAYOUT, LIVE_ONLY)
+    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, peer_max, bits
 
 
@@ -381,8 +379,8 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
 
 @gluon.jit
 def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                qk_scale_log2, union_bits, length, stamps, pair, H: gl.constexpr, BLOCK_N: gl.constexpr,
-                TRACE: gl.constexpr, LIVE_ONLY: gl.constexpr):
+                qk_scale_log2, union_bits, length, stamps, pair, H: gl.constexpr, G: gl.constexpr,
+                BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
     publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max, the ownership bits of
     the warpgroup's next block, loaded at the end: loading them earlier cost 18 more spill loads
@@ -398,7 +396,7 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
     _stamp(stamps, 1, pair, 5, TRACE)
-    bits = _load_bits(union_bits, 2 * pair + 3, length, BLOCK_N, S_LAYOUT, LIVE_ONLY)
+    bits = _load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, new_max, bits
 
 
@@ -413,13 +411,12 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   stamps, trace_ptr, TRACE: gl.constexpr, OUT_EVICT: gl.constexpr, DIAG: gl.constexpr,
-                   LIVE_ONLY: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
     (DIAG_GATHER_ONLY: only releases 0L and 1L as they land)."""
     group = _group_index(LONGEST_FIRST)
-    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0,
-                                                                      BLOCK_N, LIVE_ONLY)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
+                                                                      BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
@@ -431,10 +428,10 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                                   TRACE)
             acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
-                                                       union_bits, length, stamps, pair, H, BLOCK_N, TRACE,
-                                                       LIVE_ONLY)
+                                                       union_bits, length, stamps, pair, H, G, BLOCK_N,
+                                                       TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
-               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT, OUT_EVICT)
+               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
@@ -444,13 +441,12 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr, OUT_EVICT: gl.constexpr, DIAG: gl.constexpr,
-                   LIVE_ONLY: gl.constexpr):
+                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
     group = _group_index(LONGEST_FIRST)
-    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1,
-                                                                      BLOCK_N, LIVE_ONLY)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
+                                                                      BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         phase = pair & 1
@@ -464,9 +460,9 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                                                          run_max, phase, stamps, pair, TRACE)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
-                                                      length, stamps, pair, H, BLOCK_N, TRACE, LIVE_ONLY)
+                                                      length, stamps, pair, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
-               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT, OUT_EVICT)
+               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
@@ -640,19 +636,13 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, OUT_EVICT_FIRST: gl.constexpr = False, DIAG: gl.constexpr = 0,
-    G1_LIVE_MASK: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
-    program's entry and exit (ENTRY_CLOCK ... SM_ID). OUT_EVICT_FIRST: the output stores
-    evict_first from L2 (streaming; triton 3.6's cp.async drops eviction hints, so the gathers
-    cannot take evict_last). G1_LIVE_MASK: at G = 1 the
-    consumers take the live mask for the ownership bits instead of loading them (`_load_bits`). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
+    program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
-    out_evict: gl.constexpr = "evict_first" if OUT_EVICT_FIRST else ""
-    live_only: gl.constexpr = G1_LIVE_MASK and G == 1
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
@@ -678,10 +668,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, out_evict,
-                          DIAG, live_only)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, out_evict,
-                         DIAG, live_only)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
