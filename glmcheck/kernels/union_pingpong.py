@@ -79,7 +79,11 @@ TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1]
 # with two stages. COMPUTE_ONLY: the producer gathers the first pair only and then just arrives, so
 # every later pair computes on the first pair's (real) rows and the time is the consumers' pace
 # with free gathers. scripts/pingpong_ceiling.py times the three.
+# NO_LANDED_FENCE: the kernel without the proxy fence after each piece's full-barrier wait, to
+# measure what the fences cost (the memory model asks for them; not a path).
 DIAG_NONE, DIAG_GATHER_ONLY, DIAG_COMPUTE_ONLY = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)
+DIAG_NO_LANDED_FENCE = gl.constexpr(3)
+DIAG_ACQUIRE_FENCE = gl.constexpr(4)  # the one-way acquire proxy fence there instead (`_acquire_proxy_fence`)
 
 
 @gluon.jit
@@ -89,16 +93,29 @@ def _half(stage: gl.constexpr, half: gl.constexpr):
 
 
 @gluon.jit
-def _wait_piece(full_bars, index: gl.constexpr, phase):
+def _wait_piece(full_bars, index: gl.constexpr, phase, DIAG: gl.constexpr):
     """Wait until the stage piece with barrier `index` has landed (this pair's phase)."""
     mbarrier.wait(full_bars.index(index), phase)
-    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+    if DIAG == DIAG_ACQUIRE_FENCE:
+        _acquire_proxy_fence()
+    elif DIAG != DIAG_NO_LANDED_FENCE:
+        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
 
 
 @gluon.jit
-def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
+def _acquire_proxy_fence():
+    """fence.proxy.async::generic.acquire (PTX 8.6, sm_90): the one-way proxy fence for a reader
+    that has acquired generic-proxy writes through a barrier and reads them through the async proxy."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    gl.inline_asm_elementwise("fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster; "
+                              "mov.u32 $0, 0;", "=r,r", [gl.arange(0, 1, layout)], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase, DIAG: gl.constexpr):
     """Wait until a stage half has landed (this pair's phase)."""
-    _wait_piece(full_bars, _half(stage, half), phase)
+    _wait_piece(full_bars, _half(stage, half), phase, DIAG)
 
 
 @gluon.jit
@@ -303,13 +320,13 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 @gluon.jit
 def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                 TRACE: gl.constexpr):
+                 TRACE: gl.constexpr, DIAG: gl.constexpr):
     """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
     own_main = main_bufs.index(0)
-    _wait_half(full_bars, 0, LEFT, phase)
+    _wait_half(full_bars, 0, LEFT, phase, DIAG)
     _stamp(stamps, 0, pair, 0, TRACE)
     scores = _scores_left(q_main, own_main, zero_s, False)
-    _wait_half(full_bars, 0, RIGHT, phase)
+    _wait_half(full_bars, 0, RIGHT, phase, DIAG)
     scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     _stamp(stamps, 0, pair, 1, TRACE)
@@ -349,16 +366,16 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
+                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
     warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
     (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
     o_layout: gl.constexpr = O_LAYOUT
     own_main = main_bufs.index(1)
-    _wait_half(full_bars, 1, RIGHT, phase)
+    _wait_half(full_bars, 1, RIGHT, phase, DIAG)
     _stamp(stamps, 1, pair, 0, TRACE)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
-    _wait_piece(full_bars, ODD_TAIL, phase)
+    _wait_piece(full_bars, ODD_TAIL, phase, DIAG)
     scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
     mbarrier.wait(pub_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
@@ -366,7 +383,7 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
     acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
     # The peer's block first (its P is taken against peer_max), queued before the left half of S.
     acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-    _wait_half(full_bars, 1, LEFT, phase)
+    _wait_half(full_bars, 1, LEFT, phase, DIAG)
     scores = _scores_left(q_main, own_main, scores, True)
     # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
     acc = warpgroup_mma_wait(1, deps=(acc,))
@@ -425,7 +442,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
             _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
         else:
             scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                                  TRACE)
+                                  TRACE, DIAG)
             acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
                                                        union_bits, length, stamps, pair, H, G, BLOCK_N,
@@ -457,7 +474,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         else:
             scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
                                                          empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
-                                                         run_max, phase, stamps, pair, TRACE)
+                                                         run_max, phase, stamps, pair, TRACE, DIAG)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
                                                       length, stamps, pair, H, G, BLOCK_N, TRACE)
