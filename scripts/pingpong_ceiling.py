@@ -11,12 +11,8 @@ same kernel are timed side by side (`union_pingpong.py`, DIAG):
                 must be the zero tile on every row (the protocol ran to the end);
   compute only  the producer gathers each group's first pair and then only arrives, so every later
                 pair computes on those real rows and the time is the consumers' own pace; its
-                output must be finite on every row (nothing left poisoned);
-  no landed fence  the kernel without the proxy fence after each piece's full-barrier wait (what
-                the fences cost); it must pass the kernel's own checks against the fp32 reference
-                and the split tile;
-  acquire fence  the same with the one-way acquire proxy fence there (PTX 8.6), same checks.
-The last four never run in a path. If the kernel's time is near the larger of
+                output must be finite on every row (nothing left poisoned).
+The last two are not attention and never run in a path. If the kernel's time is near the larger of
 the two, the tile is bound by that side; if it is near their sum, the two sides do not overlap.
 """
 
@@ -27,7 +23,6 @@ import argparse
 import torch
 from pingpong_probe import (  # scripts/ is on sys.path
     PINGPONG,
-    TILES_VS_EACH_OTHER_REL_L2,
     ProbeSets,
     check_pingpong,
     describe,
@@ -35,12 +30,11 @@ from pingpong_probe import (  # scripts/ is on sys.path
     probe_sets,
 )
 
-from glmcheck import metrics
-from glmcheck.bench import D_V, GATE_REL_L2, time_ms
+from glmcheck.bench import D_V, time_ms
 from glmcheck.inputs import poisoned_out
 from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
 
-MODES = {"kernel": 0, "gather only": 1, "compute only": 2, "no landed fence": 3, "acquire fence": 4}
+MODES = {"kernel": 0, "gather only": 1, "compute only": 2}
 
 
 def run_mode(point: ProbeSets, config: WsConfig, diag: int, out: torch.Tensor) -> None:
@@ -56,12 +50,8 @@ def check_mode(point: ProbeSets, config: WsConfig, name: str, diag: int) -> bool
     rows = out[:point.tokens]
     if diag == MODES["gather only"]:
         ok, expected = bool((rows == 0).all()), "all zero"
-    elif diag == MODES["compute only"]:
-        ok, expected = bool(rows.isfinite().all()), "all finite"
     else:
-        rel, between = metrics.rel_l2(rows, point.reference), metrics.rel_l2(rows, point.split)
-        ok = not rows.isnan().any() and rel <= GATE_REL_L2 and between <= TILES_VS_EACH_OTHER_REL_L2
-        expected = f"NaN-free, rel-L2 vs fp32 {rel:.3e}, vs split {between:.2e}"
+        ok, expected = bool(rows.isfinite().all()), "all finite"
     print(f"{point.label} {describe(config)} {name}: output {expected}: {ok}", flush=True)
     return ok
 

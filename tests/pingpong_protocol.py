@@ -30,10 +30,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
-    > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
-    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
+    """odd_max_first: the kernel's ODD_MAX_FIRST order (the odd warpgroup waits for M0 and issues
+    O += P0 V0 before any of S1). The rest are planted bugs for the model's own test (the defaults
+    are the kernel): odd_release_outstanding > 1 frees 0R while O += P0 V0 may still read it (the
+    groups left in flight, beyond the ones issued after that MMA); even_release_unwaited frees 0L
+    without waiting for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
+    odd_max_first: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
@@ -189,6 +192,9 @@ def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
 
 def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     """Pair p of the odd warpgroup."""
+    if options.odd_max_first:
+        yield from odd_pair_max_first(m, options, p)
+        return
     yield wait_phase(m, "full 1R", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
     yield wait_phase(m, "full 1T", p)
@@ -202,6 +208,29 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     yield ("do", lambda: m.arrive("empty 0R"))
     yield wait_group(m, "odd", 0)
     yield ("do", lambda: m.arrive("empty 1T"))
+    yield from odd_pair_end(m, p)
+
+
+def odd_pair_max_first(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """Pair p of the odd warpgroup in the ODD_MAX_FIRST order."""
+    yield wait_phase(m, "pub0", p)
+    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
+    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
+    yield wait_phase(m, "full 1R", p)
+    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
+    yield wait_phase(m, "full 1T", p)
+    yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q",)}, "odd S1 tail"))
+    yield wait_group(m, "odd", options.odd_release_outstanding + 1)  # S1 right and tail may run on
+    yield ("do", lambda: m.arrive("empty 0R"))
+    yield wait_phase(m, "full 1L", p)
+    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
+    yield wait_group(m, "odd", 0)
+    yield ("do", lambda: m.arrive("empty 1T"))
+    yield from odd_pair_end(m, p)
+
+
+def odd_pair_end(m: Machine, p: int) -> Partition:
+    """The odd warpgroup's publish and O += P1 V1, the same in both orders."""
     yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
                           m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))

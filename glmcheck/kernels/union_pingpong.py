@@ -79,11 +79,7 @@ TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1]
 # with two stages. COMPUTE_ONLY: the producer gathers the first pair only and then just arrives, so
 # every later pair computes on the first pair's (real) rows and the time is the consumers' pace
 # with free gathers. scripts/pingpong_ceiling.py times the three.
-# NO_LANDED_FENCE: the kernel without the proxy fence after each piece's full-barrier wait, to
-# measure what the fences cost (the memory model asks for them; not a path).
 DIAG_NONE, DIAG_GATHER_ONLY, DIAG_COMPUTE_ONLY = gl.constexpr(0), gl.constexpr(1), gl.constexpr(2)
-DIAG_NO_LANDED_FENCE = gl.constexpr(3)
-DIAG_ACQUIRE_FENCE = gl.constexpr(4)  # the one-way acquire proxy fence there instead (`_acquire_proxy_fence`)
 
 
 @gluon.jit
@@ -93,29 +89,16 @@ def _half(stage: gl.constexpr, half: gl.constexpr):
 
 
 @gluon.jit
-def _wait_piece(full_bars, index: gl.constexpr, phase, DIAG: gl.constexpr):
+def _wait_piece(full_bars, index: gl.constexpr, phase):
     """Wait until the stage piece with barrier `index` has landed (this pair's phase)."""
     mbarrier.wait(full_bars.index(index), phase)
-    if DIAG == DIAG_ACQUIRE_FENCE:
-        _acquire_proxy_fence()
-    elif DIAG != DIAG_NO_LANDED_FENCE:
-        fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
 
 
 @gluon.jit
-def _acquire_proxy_fence():
-    """fence.proxy.async::generic.acquire (PTX 8.6, sm_90): the one-way proxy fence for a reader
-    that has acquired generic-proxy writes through a barrier and reads them through the async proxy."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    gl.inline_asm_elementwise("fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster; "
-                              "mov.u32 $0, 0;", "=r,r", [gl.arange(0, 1, layout)], dtype=gl.int32,
-                              is_pure=False, pack=1)
-
-
-@gluon.jit
-def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase, DIAG: gl.constexpr):
+def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
     """Wait until a stage half has landed (this pair's phase)."""
-    _wait_piece(full_bars, _half(stage, half), phase, DIAG)
+    _wait_piece(full_bars, _half(stage, half), phase)
 
 
 @gluon.jit
@@ -320,13 +303,13 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 @gluon.jit
 def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                 TRACE: gl.constexpr, DIAG: gl.constexpr):
+                 TRACE: gl.constexpr):
     """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
     own_main = main_bufs.index(0)
-    _wait_half(full_bars, 0, LEFT, phase, DIAG)
+    _wait_half(full_bars, 0, LEFT, phase)
     _stamp(stamps, 0, pair, 0, TRACE)
     scores = _scores_left(q_main, own_main, zero_s, False)
-    _wait_half(full_bars, 0, RIGHT, phase, DIAG)
+    _wait_half(full_bars, 0, RIGHT, phase)
     scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     _stamp(stamps, 0, pair, 1, TRACE)
@@ -366,16 +349,19 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr, ODD_MAX_FIRST: gl.constexpr):
     """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
     warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
     (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
+    if ODD_MAX_FIRST:
+        return _odd_scores_max_first(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs,
+                                     zero_s, acc, row_sum, run_max, phase, stamps, pair, TRACE)
     o_layout: gl.constexpr = O_LAYOUT
     own_main = main_bufs.index(1)
-    _wait_half(full_bars, 1, RIGHT, phase, DIAG)
+    _wait_half(full_bars, 1, RIGHT, phase)
     _stamp(stamps, 1, pair, 0, TRACE)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
-    _wait_piece(full_bars, ODD_TAIL, phase, DIAG)
+    _wait_piece(full_bars, ODD_TAIL, phase)
     scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
     mbarrier.wait(pub_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
@@ -383,11 +369,41 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
     acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
     # The peer's block first (its P is taken against peer_max), queued before the left half of S.
     acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-    _wait_half(full_bars, 1, LEFT, phase, DIAG)
+    _wait_half(full_bars, 1, LEFT, phase)
     scores = _scores_left(q_main, own_main, scores, True)
     # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
     acc = warpgroup_mma_wait(1, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    mbarrier.arrive(empty_bars.index(ODD_TAIL))
+    _stamp(stamps, 1, pair, 1, TRACE)
+    return scores, peer_max, acc, row_sum
+
+
+@gluon.jit
+def _odd_scores_max_first(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s,
+                          acc, row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
+    """As `_odd_scores`, but the even warpgroup's max first: O += P0 V0[:, 256:] is issued before
+    any of S1 (1R, 1T, 1L), so the odd warpgroup sees the max without first queueing S1's right
+    half behind the even warpgroup's S0 (run 15's trace: 1 831 cycles from the even publish to the
+    odd seeing it, note 57). Frees 0R once that MMA is done and 1T once S1 is."""
+    o_layout: gl.constexpr = O_LAYOUT
+    own_main = main_bufs.index(1)
+    mbarrier.wait(pub_bars.index(0), phase)
+    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
+    _stamp(stamps, 1, pair, 3, TRACE)
+    acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
+    acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+    _wait_half(full_bars, 1, RIGHT, phase)
+    _stamp(stamps, 1, pair, 0, TRACE)
+    scores = _scores_right_main(q_main, own_main, zero_s, False)
+    _wait_piece(full_bars, ODD_TAIL, phase)
+    scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
+    # Groups in flight: O += P0 V0, S1 right, S1 tail; the oldest is 0R's last read.
+    acc = warpgroup_mma_wait(2, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+    _wait_half(full_bars, 1, LEFT, phase)
+    scores = _scores_left(q_main, own_main, scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     mbarrier.arrive(empty_bars.index(ODD_TAIL))
     _stamp(stamps, 1, pair, 1, TRACE)
@@ -442,7 +458,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
             _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
         else:
             scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                                  TRACE, DIAG)
+                                  TRACE)
             acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
                                                        union_bits, length, stamps, pair, H, G, BLOCK_N,
@@ -458,7 +474,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr, ODD_MAX_FIRST: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
     group = _group_index(LONGEST_FIRST)
@@ -474,7 +490,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         else:
             scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
                                                          empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
-                                                         run_max, phase, stamps, pair, TRACE, DIAG)
+                                                         run_max, phase, stamps, pair, TRACE, ODD_MAX_FIRST)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
                                                       length, stamps, pair, H, G, BLOCK_N, TRACE)
@@ -536,7 +552,8 @@ def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bar
 
 
 @gluon.jit
-def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL: gl.constexpr, DIAG: gl.constexpr):
+def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL: gl.constexpr,
+                   DIAG: gl.constexpr):
     """As _fill_half, for stage 1's rope tail, a piece of its own."""
     mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
     if DIAG == DIAG_COMPUTE_ONLY:
@@ -569,12 +586,15 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
     0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
     even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
     odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase, D_TAIL, True, DIAG)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase,
+               D_TAIL, True, DIAG)
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
                True, DIAG)
     _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL, DIAG)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase, D_TAIL, False, DIAG)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase, D_TAIL, True, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase,
+               D_TAIL, False, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase,
+               D_TAIL, True, DIAG)
 
 
 @gluon.jit
@@ -653,12 +673,14 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, ODD_MAX_FIRST: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
-    program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
+    program's entry and exit (ENTRY_CLOCK ... SM_ID). ODD_MAX_FIRST: the odd warpgroup's pair
+    starts with the even warpgroup's max (`_odd_scores_max_first`). DIAG (diagnostic, not a
+    kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
@@ -688,5 +710,6 @@ def sparse_mla_union_pingpong_kernel(
                           sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG,
+                         ODD_MAX_FIRST)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
