@@ -30,10 +30,6 @@ for heads in 64 8; do
   check --tile pingpong --heads "$heads" --longest-first
   check --tile pingpong --heads "$heads" --trace
 done
-check --tile pingpong --heads 64 --odd-max-first
-check --tile pingpong --heads 64 --even-s0-behind
-check --tile pingpong --heads 64 --odd-max-first --even-s0-behind --trace
-check --tile pingpong --heads 8 --odd-max-first --even-s0-behind
 for diag in 1 2; do check --tile pingpong --heads 64 --diag "$diag"; done  # scripts/pingpong_ceiling.py
 check --tile pingpong --heads 64 --diag 2 --trace  # scripts/pingpong_trace.py --compute-only
 [ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a" >&2; exit 1; }

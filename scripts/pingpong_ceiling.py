@@ -48,16 +48,14 @@ def check_mode(point: ProbeSets, config: WsConfig, name: str, diag: int) -> bool
     run_mode(point, config, diag, out)
     torch.cuda.synchronize()
     rows = out[:point.tokens]
-    if diag == MODES["gather only"]:
-        ok, expected = bool((rows == 0).all()), "all zero"
-    else:
-        ok, expected = bool(rows.isfinite().all()), "all finite"
+    ok = bool((rows == 0).all()) if diag == MODES["gather only"] else bool(rows.isfinite().all())
+    expected = "all zero" if diag == MODES["gather only"] else "all finite"
     print(f"{point.label} {describe(config)} {name}: output {expected}: {ok}", flush=True)
     return ok
 
 
 def ceiling(seq_len: int, heads: int, config: WsConfig) -> bool:
-    """Gate, then time every mode at one point and print them; False when a check fails."""
+    """Gate, then time the three modes at one point and print them; False when a check fails."""
     point = probe_sets(seq_len, heads)
     if point is None or check_pingpong(point, config) is None:
         return False

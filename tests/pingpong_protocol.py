@@ -30,15 +30,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """odd_max_first, even_s0_behind: the kernel's ODD_MAX_FIRST and EVEN_S0_BEHIND orders (the odd
-    warpgroup waits for M0 and issues O += P0 V0 before any of S1; the even one issues each next
-    S0 behind its O += P1 V1). The rest are planted bugs for the model's own test (the defaults
-    are the kernel): odd_release_outstanding > 1 frees 0R while O += P0 V0 may still read it (the
-    groups left in flight, beyond the ones issued after that MMA); even_release_unwaited frees 0L
-    without waiting for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
+    """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
+    > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
-    odd_max_first: bool = False
-    even_s0_behind: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
@@ -172,48 +167,12 @@ def write_out(m: Machine, me: int) -> Partition:
 
 def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     """Pair p of the even warpgroup."""
-    yield from even_scores_left(m, p)
-    yield from even_scores_right(m, p)
-    yield wait_group(m, "even", 0)
-    yield from even_blocks_to_pv1(m, options, p)
-    if not options.odd_block_release_unwaited:
-        yield wait_group(m, "even", 0)
-    yield ("do", lambda: m.arrive("empty 1L"))
-
-
-def even_pairs_s0_behind(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
-    """The even warpgroup's pairs in the EVEN_S0_BEHIND order: each next S0's left half is issued
-    behind O += P1 V1, 1L is freed once that MMA is done, then the right half goes in."""
-    if not pairs:
-        return
-    yield from even_scores_left(m, 0)
-    yield from even_scores_right(m, 0)
-    for p in range(pairs):
-        yield wait_group(m, "even", 0)
-        yield from even_blocks_to_pv1(m, options, p)
-        last = p + 1 == pairs
-        if not last:
-            yield from even_scores_left(m, p + 1)
-        if not options.odd_block_release_unwaited:
-            yield wait_group(m, "even", 0 if last else 1)
-        yield ("do", lambda: m.arrive("empty 1L"))
-        if not last:
-            yield from even_scores_right(m, p + 1)
-
-
-def even_scores_left(m: Machine, p: int) -> Partition:
     yield wait_phase(m, "full 0L", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
-
-
-def even_scores_right(m: Machine, p: int) -> Partition:
     yield wait_phase(m, "full 0R", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
     yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
-
-
-def even_blocks_to_pv1(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """The even warpgroup's pair p from its softmax to issuing O += P1 V1 (S0 done)."""
+    yield wait_group(m, "even", 0)
     yield ("do", lambda: (m.write("max0", ("M0", p), "even publish"),
                           m.write("tail0", ("P0", p), "even publish"), m.arrive("pub0")))
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
@@ -223,13 +182,13 @@ def even_blocks_to_pv1(m: Machine, options: PipelineOptions, p: int) -> Partitio
     yield wait_phase(m, "pub1", p)
     yield ("do", lambda: m.read("max1", ("M1", p), "even reads M1"))
     yield ("do", lambda: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
+    if not options.odd_block_release_unwaited:
+        yield wait_group(m, "even", 0)
+    yield ("do", lambda: m.arrive("empty 1L"))
 
 
 def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     """Pair p of the odd warpgroup."""
-    if options.odd_max_first:
-        yield from odd_pair_max_first(m, options, p)
-        return
     yield wait_phase(m, "full 1R", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
     yield wait_phase(m, "full 1T", p)
@@ -243,29 +202,6 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     yield ("do", lambda: m.arrive("empty 0R"))
     yield wait_group(m, "odd", 0)
     yield ("do", lambda: m.arrive("empty 1T"))
-    yield from odd_pair_end(m, p)
-
-
-def odd_pair_max_first(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """Pair p of the odd warpgroup in the ODD_MAX_FIRST order."""
-    yield wait_phase(m, "pub0", p)
-    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
-    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
-    yield wait_phase(m, "full 1R", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
-    yield wait_phase(m, "full 1T", p)
-    yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q",)}, "odd S1 tail"))
-    yield wait_group(m, "odd", options.odd_release_outstanding + 1)  # S1 right and tail may run on
-    yield ("do", lambda: m.arrive("empty 0R"))
-    yield wait_phase(m, "full 1L", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
-    yield wait_group(m, "odd", 0)
-    yield ("do", lambda: m.arrive("empty 1T"))
-    yield from odd_pair_end(m, p)
-
-
-def odd_pair_end(m: Machine, p: int) -> Partition:
-    """The odd warpgroup's publish and O += P1 V1, the same in both orders."""
     yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
                           m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
@@ -277,11 +213,8 @@ def consumer(pair: Callable, me: int) -> Callable:
     """A consumer partition: the group's pairs, then its row-sum exchange (none for an empty group,
     which stores zeros)."""
     def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
-        if me == 0 and options.even_s0_behind:
-            yield from even_pairs_s0_behind(m, options, pairs)
-        else:
-            for p in range(pairs):
-                yield from pair(m, options, p)
+        for p in range(pairs):
+            yield from pair(m, options, p)
         if pairs:
             yield from write_out(m, me)
     return partition

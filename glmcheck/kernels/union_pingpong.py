@@ -305,26 +305,15 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
                  TRACE: gl.constexpr):
     """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
-    scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, phase, stamps, pair, TRACE)
-    scores = _even_scores_right(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, phase)
+    own_main = main_bufs.index(0)
+    _wait_half(full_bars, 0, LEFT, phase)
+    _stamp(stamps, 0, pair, 0, TRACE)
+    scores = _scores_left(q_main, own_main, zero_s, False)
+    _wait_half(full_bars, 0, RIGHT, phase)
+    scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     _stamp(stamps, 0, pair, 1, TRACE)
     return scores
-
-
-@gluon.jit
-def _even_scores_left(q_main, main_bufs, full_bars, zero_s, phase, stamps, pair, TRACE: gl.constexpr):
-    """Issue S0 = Q[:, :256] K0[:, :256]^T once 0L has landed (async, not waited for)."""
-    _wait_half(full_bars, 0, LEFT, phase)
-    _stamp(stamps, 0, pair, 0, TRACE)
-    return _scores_left(q_main, main_bufs.index(0), zero_s, False)
-
-
-@gluon.jit
-def _even_scores_right(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, phase):
-    """Issue S0 += the right half and the rope tail once 0R has landed (async, not waited for)."""
-    _wait_half(full_bars, 0, RIGHT, phase)
-    return _scores_right(q_main, q_tail, main_bufs.index(0), tail_bufs.index(0), scores, True)
 
 
 @gluon.jit
@@ -334,21 +323,6 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
     the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
     ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
-    acc, row_sum, peer_max = _even_blocks_to_pv1(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
-                                                 empty_bars, pub_bars, max_bufs, qk_scale_log2, phase, stamps, pair,
-                                                 H, TRACE)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
-    _stamp(stamps, 0, pair, 5, TRACE)
-    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, peer_max, bits
-
-
-@gluon.jit
-def _even_blocks_to_pv1(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars,
-                        max_bufs, qk_scale_log2, phase, stamps, pair, H: gl.constexpr, TRACE: gl.constexpr):
-    """`_even_blocks` up to issuing O += P1 V1[:, :256] (async, not waited for; 1L still held).
-    Returns (acc, row_sum, the odd warpgroup's max)."""
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
@@ -366,54 +340,19 @@ def _even_blocks_to_pv1(scores, bits, acc, row_sum, run_max, main_bufs, tail_buf
     _stamp(stamps, 0, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
     acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
-    return acc, row_sum, peer_max
-
-
-@gluon.jit
-def _even_pairs_s0_behind(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          zero_s, acc, row_sum, run_max, bits, union_bits, length, num_pairs, qk_scale_log2, stamps,
-                          H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
-    """The even warpgroup's pairs with each next S0 issued behind O += P1 V1 (EVEN_S0_BEHIND): the
-    next pair's S0 left half goes in as soon as that MMA is issued, 1L is freed once it is done,
-    then the right half; the last pair has no next S0. Returns (acc, row_sum, run_max)."""
-    if num_pairs > 0:
-        scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, 0, stamps, 0, TRACE)
-        scores = _even_scores_right(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, 0)
-        for pair in range(num_pairs - 1):
-            phase = pair & 1
-            scores = warpgroup_mma_wait(0, deps=(scores,))
-            _stamp(stamps, 0, pair, 1, TRACE)
-            acc, row_sum, run_max = _even_blocks_to_pv1(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
-                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
-                                                        stamps, pair, H, TRACE)
-            scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, phase ^ 1, stamps, pair + 1, TRACE)
-            # Groups in flight: O += P1 V1 (1L's last read), then the next S0's left half.
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
-            _stamp(stamps, 0, pair, 5, TRACE)
-            scores = _even_scores_right(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, phase ^ 1)
-            bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
-        last = num_pairs - 1
-        scores = warpgroup_mma_wait(0, deps=(scores,))
-        _stamp(stamps, 0, last, 1, TRACE)
-        acc, row_sum, run_max = _even_blocks_to_pv1(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
-                                                    empty_bars, pub_bars, max_bufs, qk_scale_log2, last & 1, stamps,
-                                                    last, H, TRACE)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
-        _stamp(stamps, 0, last, 5, TRACE)
-    return acc, row_sum, run_max
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
+    _stamp(stamps, 0, pair, 5, TRACE)
+    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
+    return acc, row_sum, peer_max, bits
 
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr, ODD_MAX_FIRST: gl.constexpr):
+                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
     """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
     warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
     (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
-    if ODD_MAX_FIRST:
-        return _odd_scores_max_first(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs,
-                                     zero_s, acc, row_sum, run_max, phase, stamps, pair, TRACE)
     o_layout: gl.constexpr = O_LAYOUT
     own_main = main_bufs.index(1)
     _wait_half(full_bars, 1, RIGHT, phase)
@@ -432,36 +371,6 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
     # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
     acc = warpgroup_mma_wait(1, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-    scores = warpgroup_mma_wait(0, deps=(scores,))
-    mbarrier.arrive(empty_bars.index(ODD_TAIL))
-    _stamp(stamps, 1, pair, 1, TRACE)
-    return scores, peer_max, acc, row_sum
-
-
-@gluon.jit
-def _odd_scores_max_first(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s,
-                          acc, row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
-    """As `_odd_scores`, but the even warpgroup's max first: O += P0 V0[:, 256:] is issued before
-    any of S1 (1R, 1T, 1L), so the odd warpgroup sees the max without first queueing S1's right
-    half behind the even warpgroup's S0 (run 15's trace: 1 831 cycles from the even publish to the
-    odd seeing it, note 57). Frees 0R once that MMA is done and 1T once S1 is."""
-    o_layout: gl.constexpr = O_LAYOUT
-    own_main = main_bufs.index(1)
-    mbarrier.wait(pub_bars.index(0), phase)
-    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
-    _stamp(stamps, 1, pair, 3, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-    acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-    _wait_half(full_bars, 1, RIGHT, phase)
-    _stamp(stamps, 1, pair, 0, TRACE)
-    scores = _scores_right_main(q_main, own_main, zero_s, False)
-    _wait_piece(full_bars, ODD_TAIL, phase)
-    scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
-    # Groups in flight: O += P0 V0, S1 right, S1 tail; the oldest is 0R's last read.
-    acc = warpgroup_mma_wait(2, deps=(acc,))
-    mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
-    _wait_half(full_bars, 1, LEFT, phase)
-    scores = _scores_left(q_main, own_main, scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     mbarrier.arrive(empty_bars.index(ODD_TAIL))
     _stamp(stamps, 1, pair, 1, TRACE)
@@ -502,31 +411,25 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr, EVEN_S0_BEHIND: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
     (DIAG_GATHER_ONLY: only releases 0L and 1L as they land)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    if EVEN_S0_BEHIND and DIAG != DIAG_GATHER_ONLY:
-        acc, row_sum, run_max = _even_pairs_s0_behind(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars,
-                                                      empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum, run_max,
-                                                      bits, union_bits, length, gl.cdiv(length, 2 * BLOCK_N),
-                                                      qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
-    else:
-        for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-            phase = pair & 1
-            if DIAG == DIAG_GATHER_ONLY:
-                _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
-                _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
-            else:
-                scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                                      TRACE)
-                acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs,
-                                                           tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                                                           qk_scale_log2, phase, union_bits, length, stamps, pair, H,
-                                                           G, BLOCK_N, TRACE)
+    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+        phase = pair & 1
+        if DIAG == DIAG_GATHER_ONLY:
+            _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
+            _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
+        else:
+            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
+                                  TRACE)
+            acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
+                                                       odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
+                                                       union_bits, length, stamps, pair, H, G, BLOCK_N,
+                                                       TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -538,7 +441,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr, ODD_MAX_FIRST: gl.constexpr):
+                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
     group = _group_index(LONGEST_FIRST)
@@ -554,7 +457,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
         else:
             scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
                                                          empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
-                                                         run_max, phase, stamps, pair, TRACE, ODD_MAX_FIRST)
+                                                         run_max, phase, stamps, pair, TRACE)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
                                                       length, stamps, pair, H, G, BLOCK_N, TRACE)
@@ -616,8 +519,7 @@ def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bar
 
 
 @gluon.jit
-def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL: gl.constexpr,
-                   DIAG: gl.constexpr):
+def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL: gl.constexpr, DIAG: gl.constexpr):
     """As _fill_half, for stage 1's rope tail, a piece of its own."""
     mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
     if DIAG == DIAG_COMPUTE_ONLY:
@@ -650,15 +552,12 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
     0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
     even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
     odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase,
-               D_TAIL, True, DIAG)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase, D_TAIL, True, DIAG)
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
                True, DIAG)
     _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL, DIAG)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase,
-               D_TAIL, False, DIAG)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase,
-               D_TAIL, True, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase, D_TAIL, False, DIAG)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase, D_TAIL, True, DIAG)
 
 
 @gluon.jit
@@ -737,16 +636,12 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, ODD_MAX_FIRST: gl.constexpr = False,
-    EVEN_S0_BEHIND: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
-    program's entry and exit (ENTRY_CLOCK ... SM_ID). ODD_MAX_FIRST: the odd warpgroup's pair
-    starts with the even warpgroup's max (`_odd_scores_max_first`). EVEN_S0_BEHIND: the even
-    warpgroup issues each next S0 behind its O += P1 V1 (`_even_pairs_s0_behind`). DIAG (diagnostic, not a
-    kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
+    program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
@@ -773,10 +668,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG,
-                          EVEN_S0_BEHIND)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG,
-                         ODD_MAX_FIRST)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
