@@ -36,6 +36,10 @@ Each partition's pair is a helper (`_even_scores`/`_even_blocks`, `_odd_scores`/
 `_fill_pair`). GPU run 14 (docs/performance.md, note 54) measured and removed two more variants: a
 persistent form (one program per SM walking the groups: 0.99x at H = 64, 0.79-0.97x at union 8)
 and the even warpgroup loading its next ownership bits right after its publish (0.99-1.00x).
+GPU run 15 (notes 57-58): at G = 1 the bits are the live mask, not loaded (1.05x at H = 64); with
+free gathers (DIAG_COMPUTE_ONLY) the tile still takes 0.81 of its time, so the consumers' chain
+of softmaxes and max/P handoffs bounds it; two reorders of that chain (the odd warpgroup waiting
+for M0 first, the even one issuing its next S0 behind O += P1 V1) measured 0.97x and 0.98x.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
