@@ -30,8 +30,6 @@ for heads in 64 8; do
   check --tile pingpong --heads "$heads" --longest-first
   check --tile pingpong --heads "$heads" --trace
 done
-for heads in 64 8; do check --tile pingpong --heads "$heads" --rendezvous; done
-check --tile pingpong --heads 64 --rendezvous --trace
 for diag in 1 2; do check --tile pingpong --heads 64 --diag "$diag"; done  # scripts/pingpong_ceiling.py
 check --tile pingpong --heads 64 --diag 2 --trace  # scripts/pingpong_trace.py --compute-only
 [ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a" >&2; exit 1; }

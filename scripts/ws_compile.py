@@ -73,7 +73,6 @@ def main() -> None:
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
-    parser.add_argument("--rendezvous", action="store_true", help="ping-pong: RENDEZVOUS=True")
     parser.add_argument("--diag", type=int, default=0, help="ping-pong: DIAG (0 the kernel, 1 gather only, "
                                                              "2 compute only; diagnostic)")
     ns = parser.parse_args()
@@ -87,19 +86,18 @@ def main() -> None:
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
-        "trace_ptr": "*i64", "TRACE": "constexpr", "DIAG": "constexpr", "RENDEZVOUS": "constexpr",
+        "trace_ptr": "*i64", "TRACE": "constexpr", "DIAG": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "TRACE": ns.trace, "DIAG": ns.diag, "RENDEZVOUS": ns.rendezvous}
+                  "TRACE": ns.trace, "DIAG": ns.diag}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
-        for name in ("DIAG", "RENDEZVOUS"):
-            del signature[name], constexprs[name]
+        del signature["DIAG"], constexprs["DIAG"]
     else:
         kernel_fn = module.sparse_mla_union_pingpong_kernel
         num_warps = module.WARPGROUP_WARPS.value

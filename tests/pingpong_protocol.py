@@ -30,13 +30,10 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """rendezvous: the kernel's RENDEZVOUS pair (each warpgroup's softmax against the previous
-    pair's max, the maxima and then the P exchanged). The rest are planted bugs for the model's
-    own test (the defaults are the kernel): odd_release_outstanding > 1 frees 0R while O += P0 V0
-    may still read it; even_release_unwaited frees 0L without waiting for the MMA that reads it;
-    odd_block_release_unwaited frees 1L the same way."""
+    """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
+    > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
 
-    rendezvous: bool = False
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
@@ -212,67 +209,12 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     yield ("do", lambda: m.arrive("empty 1R"))
 
 
-def even_pair_rendezvous(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """Pair p of the even warpgroup in the RENDEZVOUS order."""
-    yield wait_phase(m, "full 0L", p)
-    yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
-    yield wait_phase(m, "full 0R", p)
-    yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
-    yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
-    yield wait_group(m, "even", 0)
-    yield from rendezvous_blocks(m, options, p, me=0)
-
-
-def odd_pair_rendezvous(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """Pair p of the odd warpgroup in the RENDEZVOUS order."""
-    yield wait_phase(m, "full 1R", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
-    yield wait_phase(m, "full 1T", p)
-    yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q",)}, "odd S1 tail"))
-    yield wait_phase(m, "full 1L", p)
-    yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
-    yield wait_group(m, "odd", 0)
-    yield ("do", lambda: m.arrive("empty 1T"))
-    yield from rendezvous_blocks(m, options, p, me=1)
-
-
-# RENDEZVOUS: per warpgroup, (its V piece, the peer's V piece, where its P goes, the peer's P).
-RENDEZVOUS_BUFFERS = {0: ("main0 L", "main1 L", "tail0", "odd_p"), 1: ("main1 R", "main0 R", "odd_p", "tail0")}
-
-
-def rendezvous_blocks(m: Machine, options: PipelineOptions, p: int, me: int) -> Partition:
-    """A warpgroup's RENDEZVOUS pair after its S: publish its max, O += P V on its own block, the
-    peer's max, its P (moved to the pair's max) published, then O += P V on the peer's block."""
-    wg, peer = ("even", "odd") if me == 0 else ("odd", "even")
-    own_v, peer_v, own_p, peer_p = RENDEZVOUS_BUFFERS[me]
-    own_piece, peer_piece = ("0L", "1L") if me == 0 else ("1R", "0R")
-    yield ("do", lambda: (m.write(f"max{me}", (f"M{me}", p), f"{wg} publishes its max"), m.arrive(f"pub{me}")))
-    yield ("do", lambda: m.issue_mma(wg, {own_v: kv(p)}, f"{wg} O += P V, own block"))
-    yield wait_phase(m, f"pub{1 - me}", p)
-    yield ("do", lambda: m.read(f"max{1 - me}", (f"M{1 - me}", p), f"{wg} reads the {peer} max"))
-    yield ("do", lambda: (m.write(own_p, (f"P{me}", p), f"{wg} publishes its P"), m.arrive(f"p{me}")))
-    unwaited = options.even_release_unwaited if me == 0 else False
-    if not unwaited:
-        yield wait_group(m, wg, 0)
-    yield ("do", lambda: m.arrive(f"empty {own_piece}"))
-    yield wait_phase(m, f"p{1 - me}", p)
-    yield ("do", lambda: m.issue_mma(wg, {peer_p: (f"P{1 - me}", p), peer_v: kv(p)}, f"{wg} O += P V, peer block"))
-    if me == 0 and not options.odd_block_release_unwaited:
-        yield wait_group(m, wg, 0)
-    if me == 1:
-        yield wait_group(m, wg, options.odd_release_outstanding - 1)
-    yield ("do", lambda: m.arrive(f"empty {peer_piece}"))
-
-
 def consumer(pair: Callable, me: int) -> Callable:
     """A consumer partition: the group's pairs, then its row-sum exchange (none for an empty group,
     which stores zeros)."""
     def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
         for p in range(pairs):
-            if options.rendezvous:
-                yield from (even_pair_rendezvous if me == 0 else odd_pair_rendezvous)(m, options, p)
-            else:
-                yield from pair(m, options, p)
+            yield from pair(m, options, p)
         if pairs:
             yield from write_out(m, me)
     return partition

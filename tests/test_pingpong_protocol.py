@@ -5,8 +5,6 @@ and then, so the protocol is also checked here."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from tests.pingpong_protocol import PipelineOptions, ProtocolViolation, run_schedule
@@ -15,10 +13,9 @@ SCHEDULES = 400
 PAIRS = 4
 
 
-@pytest.mark.parametrize("rendezvous", [False, True], ids=["default", "rendezvous"])
 @pytest.mark.parametrize("pairs", [PAIRS, 1, 0], ids=["four pairs", "one pair", "empty group"])
-def test_pingpong_protocol_has_no_race_or_deadlock(pairs, rendezvous):
-    steps = [run_schedule(PipelineOptions(rendezvous=rendezvous), pairs, seed) for seed in range(SCHEDULES)]
+def test_pingpong_protocol_has_no_race_or_deadlock(pairs):
+    steps = [run_schedule(PipelineOptions(), pairs, seed) for seed in range(SCHEDULES)]
     assert min(steps) >= 40 * pairs, "the model ran too few steps to be the kernel's pipeline"
 
 
@@ -28,9 +25,7 @@ def test_pingpong_protocol_has_no_race_or_deadlock(pairs, rendezvous):
     PipelineOptions(odd_block_release_unwaited=True),
 ], ids=["0R freed before O += P0 V0 is done", "0L freed before O += P0 V0 is done",
         "1L freed before O += P1 V1 is done"])
-@pytest.mark.parametrize("rendezvous", [False, True], ids=["default", "rendezvous"])
-def test_pingpong_protocol_catches_a_planted_early_release(options, rendezvous):
-    options = dataclasses.replace(options, rendezvous=rendezvous)
+def test_pingpong_protocol_catches_a_planted_early_release(options):
     with pytest.raises(ProtocolViolation, match="while an MMA still reads it"):
         for seed in range(SCHEDULES):
             run_schedule(options, PAIRS, seed)

@@ -393,9 +393,9 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
 
 
 def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
-    """launch_pingpong hands consumer_regs and rendezvous to the kernel, traces only when given a
-    buffer, runs the kernel itself (DIAG 0) unless asked for a diagnostic form, and runs one
-    program per union group (the kernel object stubbed: it needs an sm_90 GPU)."""
+    """launch_pingpong hands consumer_regs to the kernel, traces only when given a buffer, runs the
+    kernel itself (DIAG 0) unless asked for a diagnostic form, and runs one program per union
+    group (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels import union_pingpong
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
@@ -418,14 +418,14 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     trace = torch.zeros((3, 2, 17, 6), dtype=torch.int64)
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
     launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", consumer_regs=232), trace)
-    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", rendezvous=True), diag=2)
+    launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"), diag=2)
     (name, grid, default), (_, traced_grid, traced), (_, _, diagnostic) = launches
     assert (name, grid, traced_grid) == ("pingpong", (3,), (3,))
     assert [default["CONSUMER_REGS"], traced["CONSUMER_REGS"]] == [224, 232]
     assert (default["TRACE"], default["trace_ptr"]) == (False, None)
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
     assert default["DIAG"] == 0 and traced["DIAG"] == 0, "a path ran a diagnostic form of the kernel"
-    assert (default["RENDEZVOUS"], diagnostic["RENDEZVOUS"], diagnostic["DIAG"]) == (False, True, 2)
+    assert diagnostic["DIAG"] == 2
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
@@ -535,14 +535,12 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rendezvous", [False, True])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, rendezvous):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1); with and
-    without WsConfig.rendezvous."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -567,8 +565,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, rendezvous):
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, rendezvous=rendezvous and tile == "pingpong")
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

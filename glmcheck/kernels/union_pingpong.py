@@ -39,7 +39,9 @@ and the even warpgroup loading its next ownership bits right after its publish (
 GPU run 15 (notes 57-58): at G = 1 the bits are the live mask, not loaded (1.05x at H = 64); with
 free gathers (DIAG_COMPUTE_ONLY) the tile still takes 0.81 of its time, so the consumers' chain
 of softmaxes and max/P handoffs bounds it; two reorders of that chain (the odd warpgroup waiting
-for M0 first, the even one issuing its next S0 behind O += P1 V1) measured 0.97x and 0.98x.
+for M0 first, the even one issuing its next S0 behind O += P1 V1) measured 0.97x and 0.98x, and
+a chain-free form (both softmaxes against the previous pair's max, the maxima exchanged once per
+pair) 0.90x: the warpgroups then run in step and lose the ping-pong overlap.
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
@@ -405,96 +407,6 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
 
 
 @gluon.jit
-def _publish_max(row_max, max_buf, bar):
-    """RENDEZVOUS: hand this block's max (taken against the previous pair's) to the other warpgroup."""
-    max_buf.store(row_max)
-    gl.thread_barrier()  # every thread's store is done before the single arrive
-    mbarrier.arrive(bar)
-
-
-@gluon.jit
-def _publish_scaled_p(p, own_max, pair_max, p_buf, bar):
-    """RENDEZVOUS: P taken against `own_max`, moved to the pair's max and stored (bf16) for the
-    other warpgroup's MMA."""
-    alpha = gl.exp2(own_max - _shift(pair_max))
-    p_buf.store((p * alpha[:, None]).to(gl.bfloat16))
-    fence_async_shared()  # P is read by the peer's wgmma (async proxy)
-    gl.thread_barrier()
-    mbarrier.arrive(bar)
-
-
-@gluon.jit
-def _rendezvous_blocks(scores, bits, acc, row_sum, run_max, own_v, peer_v, own_p_buf, peer_p_buf, max_bufs, pub_bars,
-                       empty_bars, own_v_piece: gl.constexpr, peer_v_piece: gl.constexpr, me: gl.constexpr,
-                       qk_scale_log2, phase, stamps, pair, H: gl.constexpr, TRACE: gl.constexpr):
-    """RENDEZVOUS, one warpgroup's pair after its S (either warpgroup; `me` 0 even, 1 odd): softmax
-    against the previous pair's max, publish that max, O += P V on its own block at once, then the
-    pair's max from both, its P moved there and published, O moved there, and O += P V on the
-    peer's block. Frees `own_v_piece` and `peer_v_piece` after their last reads. pub_bars: [max
-    even, max odd, P even, P odd]. Returns (acc, row_sum, the pair's max)."""
-    own_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    _publish_max(own_max, max_bufs.index(me), pub_bars.index(me))
-    _stamp(stamps, me, pair, 2, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, run_max, own_max, O_LAYOUT)
-    row_sum += gl.sum(p, 1)
-    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), own_v, acc, is_async=True)
-    mbarrier.wait(pub_bars.index(1 - me), phase)
-    pair_max = gl.maximum(own_max, max_bufs.index(1 - me).load(ROW_LAYOUT))
-    _stamp(stamps, me, pair, 3, TRACE)
-    _publish_scaled_p(p, own_max, pair_max, own_p_buf, pub_bars.index(2 + me))
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty_bars.index(own_v_piece))
-    _stamp(stamps, me, pair, 4, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, own_max, pair_max, O_LAYOUT)
-    mbarrier.wait(pub_bars.index(3 - me), phase)
-    acc = warpgroup_mma(peer_p_buf, peer_v, acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty_bars.index(peer_v_piece))
-    _stamp(stamps, me, pair, 5, TRACE)
-    return acc, row_sum, pair_max
-
-
-@gluon.jit
-def _even_pair_rendezvous(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          zero_s, bits, acc, row_sum, run_max, qk_scale_log2, phase, union_bits, length, stamps,
-                          pair, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
-    """RENDEZVOUS: the even warpgroup's pair. Returns (acc, row_sum, run_max, next bits)."""
-    scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair, TRACE)
-    acc, row_sum, run_max = _rendezvous_blocks(
-        scores, bits, acc, row_sum, run_max, main_bufs.index(0).slice(0, D_HALF, dim=1),
-        main_bufs.index(1).slice(0, D_HALF, dim=1), tail_bufs.index(0), odd_p, max_bufs, pub_bars, empty_bars,
-        _half(0, LEFT), _half(1, LEFT), 0, qk_scale_log2, phase, stamps, pair, H, TRACE)
-    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, run_max, bits
-
-
-@gluon.jit
-def _odd_pair_rendezvous(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         zero_s, bits, acc, row_sum, run_max, qk_scale_log2, phase, union_bits, length, stamps,
-                         pair, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
-    """RENDEZVOUS: the odd warpgroup's pair: all of S1 (1R, 1T, 1L; frees 1T), then as the even
-    one with 1R freed after its own O += P V and 0R after the peer's. Returns (acc, row_sum,
-    run_max, next bits)."""
-    own_main = main_bufs.index(1)
-    _wait_half(full_bars, 1, RIGHT, phase)
-    _stamp(stamps, 1, pair, 0, TRACE)
-    scores = _scores_right_main(q_main, own_main, zero_s, False)
-    _wait_piece(full_bars, ODD_TAIL, phase)
-    scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
-    _wait_half(full_bars, 1, LEFT, phase)
-    scores = _scores_left(q_main, own_main, scores, True)
-    scores = warpgroup_mma_wait(0, deps=(scores,))
-    mbarrier.arrive(empty_bars.index(ODD_TAIL))
-    _stamp(stamps, 1, pair, 1, TRACE)
-    acc, row_sum, run_max = _rendezvous_blocks(
-        scores, bits, acc, row_sum, run_max, own_main.slice(D_HALF, D_HALF, dim=1),
-        main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), odd_p, tail_bufs.index(0), max_bufs, pub_bars, empty_bars,
-        _half(1, RIGHT), _half(0, RIGHT), 1, qk_scale_log2, phase, stamps, pair, H, TRACE)
-    bits = _load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, run_max, bits
-
-
-@gluon.jit
 def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
     """DIAG_GATHER_ONLY: wait until a piece has landed (this pair's phase) and release it at once."""
     mbarrier.wait(full_bars.index(index), phase)
@@ -505,7 +417,7 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr, RENDEZVOUS: gl.constexpr):
+                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
     (DIAG_GATHER_ONLY: only releases 0L and 1L as they land)."""
     group = _group_index(LONGEST_FIRST)
@@ -517,10 +429,6 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
         if DIAG == DIAG_GATHER_ONLY:
             _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
             _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
-        elif RENDEZVOUS:
-            acc, row_sum, run_max, bits = _even_pair_rendezvous(
-                q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, bits,
-                acc, row_sum, run_max, qk_scale_log2, phase, union_bits, length, stamps, pair, H, G, BLOCK_N, TRACE)
         else:
             scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
                                   TRACE)
@@ -539,7 +447,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr, RENDEZVOUS: gl.constexpr):
+                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
     group = _group_index(LONGEST_FIRST)
@@ -552,10 +460,6 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             _release_piece(full_bars, empty_bars, _half(0, RIGHT), phase)
             _release_piece(full_bars, empty_bars, ODD_TAIL, phase)
             _release_piece(full_bars, empty_bars, _half(1, RIGHT), phase)
-        elif RENDEZVOUS:
-            acc, row_sum, run_max, bits = _odd_pair_rendezvous(
-                q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, bits,
-                acc, row_sum, run_max, qk_scale_log2, phase, union_bits, length, stamps, pair, H, G, BLOCK_N, TRACE)
         else:
             scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
                                                          empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
@@ -718,13 +622,11 @@ def _allocate_stages(D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.conste
 
 
 @gluon.jit
-def _init_barriers(RENDEZVOUS: gl.constexpr):
-    """(full, empty: one per stage piece; pub, sum: one per warpgroup, RENDEZVOUS two more pub for
-    the P that follows each max) mbarriers, initialised."""
+def _init_barriers():
+    """(full, empty: one per stage piece; pub, sum: one per warpgroup) mbarriers, initialised."""
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
-    num_pub: gl.constexpr = 4 if RENDEZVOUS else 2
-    pub_bars = gl.allocate_shared_memory(gl.int64, [num_pub, 1], mbarrier.MBarrierLayout())
+    pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     sum_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_PIECES):
         mbarrier.init(full_bars.index(i), count=WARPGROUP_WARPS * 32)  # every producer thread's copies
@@ -732,8 +634,6 @@ def _init_barriers(RENDEZVOUS: gl.constexpr):
     for i in gl.static_range(2):
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
-    for i in gl.static_range(2, num_pub):
-        mbarrier.init(pub_bars.index(i), count=1)
     return full_bars, empty_bars, pub_bars, sum_bars
 
 
@@ -746,14 +646,13 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, RENDEZVOUS: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
-    program's entry and exit (ENTRY_CLOCK ... SM_ID). RENDEZVOUS: each warpgroup takes its softmax
-    against the previous pair's max and the two maxima are exchanged once per pair
-    (`_rendezvous_blocks`). DIAG (diagnostic, not a kernel path): DIAG_NONE ... DIAG_COMPUTE_ONLY."""
+    program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path):
+    DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
@@ -764,7 +663,7 @@ def sparse_mla_union_pingpong_kernel(
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
     _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
-    full_bars, empty_bars, pub_bars, sum_bars = _init_barriers(RENDEZVOUS)
+    full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
@@ -780,10 +679,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG,
-                          RENDEZVOUS)),
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG,
-                          RENDEZVOUS)),
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

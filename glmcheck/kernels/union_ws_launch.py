@@ -45,7 +45,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    rendezvous: bool = False  # ping-pong: softmax against the previous pair's max, maxima swapped once (run 15)
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -167,7 +166,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
-                 "DIAG": diag,
-                 "RENDEZVOUS": config.rendezvous, "num_warps": WARPGROUP_WARPS.value}
+                 "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
