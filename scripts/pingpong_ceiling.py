@@ -28,6 +28,7 @@ from pingpong_probe import (  # scripts/ is on sys.path
     describe,
     parse_variant,
     probe_sets,
+    run_points,
 )
 
 from glmcheck.bench import D_V, time_ms
@@ -78,11 +79,7 @@ def main() -> int:
     parser.add_argument("--variant", type=parse_variant, default=PINGPONG,
                         help="the ping-pong config to diagnose, e.g. consumer_regs=232")
     ns = parser.parse_args()
-    ok = True
-    for seq_len in ns.seq_len:
-        for heads in ns.heads:
-            ok = ceiling(seq_len, heads, ns.variant) and ok
-    return 0 if ok else 1
+    return run_points(ns.seq_len, ns.heads, lambda seq_len, heads: ceiling(seq_len, heads, ns.variant))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -156,11 +157,14 @@ def main() -> int:
                         help="extra ping-pong configs to check and time, e.g. consumer_regs=232 "
                              "(repeatable)")
     ns = parser.parse_args()
-    ok = True
-    for seq_len in ns.seq_len:
-        for heads in ns.heads:
-            ok = probe(seq_len, heads, ns.variant) and ok
-    return 0 if ok else 1
+    return run_points(ns.seq_len, ns.heads, lambda seq_len, heads: probe(seq_len, heads, ns.variant))
+
+
+def run_points(seq_lens: list[int], heads: list[int], check: Callable[[int, int], bool]) -> int:
+    """check(seq_len, heads) at every point (each one runs even when an earlier one failed); the
+    exit status: 0 when every point passed, else 1."""
+    results = [check(seq_len, h) for seq_len in seq_lens for h in heads]
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":
