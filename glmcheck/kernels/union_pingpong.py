@@ -140,7 +140,7 @@ def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr
     load still in flight also stalls the next `fence_async_shared`: ptxas emits MEMBAR.ALL.CTA for
     it, which waits for the thread's outstanding loads (note 53; loading them right after the
     publish instead measured no faster, note 54). At G = 1 nothing is loaded: every bit of a
-    one-token group is its live mask, and the load's wait cost 1.05x at H = 64 (run 15, note 57)."""
+    one-token group is its live mask (dropping the load measured 1.05x at H = 64, note 57)."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
     if G == 1:  # the group's one token owns every live row: the bits are the live mask
         return (offs_n < length).to(gl.uint8)
