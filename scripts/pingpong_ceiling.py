@@ -33,9 +33,14 @@ from pingpong_probe import (  # scripts/ is on sys.path
 
 from glmcheck.bench import D_V, time_ms
 from glmcheck.inputs import poisoned_out
+from glmcheck.kernels.union_pingpong import (
+    DIAG_COMPUTE_ONLY,
+    DIAG_GATHER_ONLY,
+    DIAG_NONE,
+)
 from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
 
-MODES = {"kernel": 0, "gather only": 1, "compute only": 2}
+MODES = {"kernel": DIAG_NONE.value, "gather only": DIAG_GATHER_ONLY.value, "compute only": DIAG_COMPUTE_ONLY.value}
 
 
 def run_mode(point: ProbeSets, config: WsConfig, diag: int, out: torch.Tensor) -> None:

@@ -30,6 +30,8 @@ from glmcheck.inputs import poisoned_out
 from glmcheck.kernels.prefill import LOG2E, needs_int64_rows
 from glmcheck.kernels.union import UnionSets, token_row_sets, union_dedup
 from glmcheck.kernels.union_pingpong import (
+    DIAG_COMPUTE_ONLY,
+    DIAG_NONE,
     ENTRY_CLOCK,
     ENTRY_NS,
     EXIT_CLOCK,
@@ -138,12 +140,9 @@ def main() -> int:
                 else union_dedup(x.indices, group, num_kv_rows=args.num_kv_rows))
         tokens = sets.lengths.shape[0] * group
         trace = torch.zeros(sets.lengths.shape[0], 2, TRACE_SLOTS, TRACE_EVENTS, dtype=torch.int64, device="cuda")
-        out = poisoned_out(x.q.shape[0], heads, D_V, "cuda")
         config = ns.variant
-        launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)  # compile + warm
-        trace.zero_()
-        launch_pingpong(args, sets, out, x.sm_scale * LOG2E, kv_int64, config, trace)
-        torch.cuda.synchronize()
+        run = make_run(args, sets, x.sm_scale * LOG2E, kv_int64, config)
+        out = traced_run(run, trace, DIAG_NONE.value)
         label = f"1x{ns.seq_len} H={heads} G={group} {describe(config)}"
         reference = sparse_mla_reference(x.q[:tokens], x.kv, x.indices[:tokens], x.sm_scale, D_V,
                                          dtype=torch.float32)
@@ -153,37 +152,47 @@ def main() -> int:
             return 1
         label += f" (rel-L2 {rel:.2e})"
         print(label, flush=True)
-        # The untraced kernel's time, for the span's comparison.
-        kernel_ms = triton.testing.do_bench(
-            functools.partial(launch_pingpong, args, sets, out, x.sm_scale * LOG2E, kv_int64, config))
-        period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
-        report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
-        if ns.compute_only and not trace_compute_only(args, sets, x.sm_scale * LOG2E, kv_int64, config, trace,
-                                                      tokens):
-            return 1
+        time_and_report(run, out, trace, sets.lengths, DIAG_NONE.value)
+        if ns.compute_only:
+            # The kernel's compute-only form (the producer gathers each group's first pair only:
+            # scripts/pingpong_ceiling.py), so the stamps show the consumers' own pace. Its output is
+            # not attention; it must be finite on every row.
+            out = traced_run(run, trace, DIAG_COMPUTE_ONLY.value)
+            finite = bool(out[:tokens].isfinite().all())
+            print(f"compute only (not attention; output finite on every row: {finite})", flush=True)
+            if not finite:
+                return 1
+            time_and_report(run, out, trace, sets.lengths, DIAG_COMPUTE_ONLY.value)
     return 0
 
 
-def trace_compute_only(args: PrefillArgs, sets: UnionSets, scale: float, kv_int64: bool, config: WsConfig,
-                       trace: torch.Tensor, tokens: int) -> bool:
-    """The same trace with the kernel's DIAG_COMPUTE_ONLY (the producer gathers each group's first
-    pair only: scripts/pingpong_ceiling.py), so the stamps show the consumers' own pace. Its output
-    is not attention; it must be finite on every row. False (printed) when it is not."""
-    diag = 2
-    out = poisoned_out(args.q.shape[0], args.num_heads, D_V, "cuda")
-    launch_pingpong(args, sets, out, scale, kv_int64, config, trace, diag=diag)  # compile + warm
+def make_run(args: PrefillArgs, sets: UnionSets, qk_scale_log2: float, kv_int64: bool,
+             config: WsConfig) -> functools.partial:
+    """launch_pingpong on this point, still to be given out= and (optionally) trace= and diag=."""
+    return functools.partial(launch_pingpong, args, sets, qk_scale_log2=qk_scale_log2, kv_int64=kv_int64,
+                             config=config)
+
+
+def traced_run(run: functools.partial, trace: torch.Tensor, diag: int) -> torch.Tensor:
+    """`make_run`'s launch once to compile and warm, then once more into a zeroed trace; the
+    second run's poisoned-then-written output [T, H, D_V]."""
+    args = run.args[0]
+    out = poisoned_out(args.q.shape[0], args.num_heads, D_V, args.q.device)
+    run(out=out, trace=trace, diag=diag)
     trace.zero_()
-    launch_pingpong(args, sets, out, scale, kv_int64, config, trace, diag=diag)
-    torch.cuda.synchronize()
-    finite = bool(out[:tokens].isfinite().all())
-    print(f"compute only (not attention; output finite on every row: {finite})", flush=True)
-    if not finite:
-        return False
-    kernel_ms = triton.testing.do_bench(
-        functools.partial(launch_pingpong, args, sets, out, scale, kv_int64, config, diag=diag))
-    period = report(trace[:, :, :TRACE_PAIRS], sets.lengths)
-    report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], sets.lengths, period, kernel_ms)
-    return True
+    run(out=out, trace=trace, diag=diag)
+    if out.is_cuda:
+        torch.cuda.synchronize()
+    return out
+
+
+def time_and_report(run: functools.partial, out: torch.Tensor, trace: torch.Tensor, lengths: torch.Tensor,
+                    diag: int) -> None:
+    """Time the untraced kernel (for the span's comparison), then print `report` and
+    `report_programs` of the trace."""
+    kernel_ms = triton.testing.do_bench(functools.partial(run, out=out, diag=diag))
+    period = report(trace[:, :, :TRACE_PAIRS], lengths)
+    report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], lengths, period, kernel_ms)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,36 @@ def test_report_programs_reads_clock_rate_overhead_and_gaps(trace_script, capsys
     assert "entry -> first stage full 3000" in printed
     assert "program cycles - pairs x period: median 2000, mean 2000" in printed
     assert "gap between an SM's programs median 500 ns" in printed
+
+
+def test_traced_run_warms_then_traces_into_a_zeroed_buffer_with_the_launchers_arguments(trace_script,
+                                                                                       monkeypatch):
+    """traced_run launches twice (compile and warm, then the traced run) with keywords the real
+    launch_pingpong takes, zeroes the trace in between, and hands back the output it launched
+    into (launch stubbed: the kernel needs an sm_90 GPU)."""
+    import inspect
+
+    from glmcheck.kernels.union import UnionSets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
+    from glmcheck.kernels.validate import PrefillArgs
+    signature = inspect.signature(launch_pingpong)
+    calls: list[dict] = []
+
+    def fake_launch(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)  # TypeError on a keyword the launcher lacks
+        calls.append(dict(bound.arguments))
+        bound.arguments["trace"].add_(1)  # what the kernel would stamp
+        bound.arguments["out"].zero_()
+
+    monkeypatch.setattr(trace_script, "launch_pingpong", fake_launch)
+    q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
+    args = PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None, 0.1, 512)
+    sets = UnionSets(torch.zeros((1, 64), dtype=torch.int32), torch.zeros((1, 64), dtype=torch.uint8),
+                     torch.zeros(1, dtype=torch.int32), 8)
+    trace = torch.full((1, 2, 17, 6), 7, dtype=torch.int64)
+    run = trace_script.make_run(args, sets, 0.25, False, WsConfig(tile="pingpong"))
+    out = trace_script.traced_run(run, trace, 2)
+    assert len(calls) == 2 and all(call["diag"] == 2 and call["trace"] is trace for call in calls)
+    assert calls[1]["out"] is out and calls[0]["qk_scale_log2"] == 0.25
+    assert torch.equal(trace, torch.ones_like(trace)), "the traced run's stamps sit on the warm-up's"
+    assert out.shape == (8, 8, 512) and not out.isnan().any()
