@@ -64,6 +64,7 @@ case $step in
             shift 2  # optional arguments, e.g. --compute-only
             python3 scripts/pingpong_trace.py --heads 64 8 "$@" 2>&1 | tee "$out/trace.txt" ;;
   pingpongceiling)
-            python3 scripts/pingpong_ceiling.py --seq-len 8192 --heads 64 8 2>&1 | tee "$out/ceiling.txt" ;;
+            shift 2  # optional arguments, e.g. --variant rebuild_descriptors=1
+            python3 scripts/pingpong_ceiling.py --seq-len 8192 --heads 64 8 "$@" 2>&1 | tee "$out/ceiling.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

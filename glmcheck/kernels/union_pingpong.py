@@ -41,7 +41,10 @@ free gathers (DIAG_COMPUTE_ONLY) the tile still takes 0.81 of its time, so the c
 of softmaxes and max/P handoffs bounds it; two reorders of that chain (the odd warpgroup waiting
 for M0 first, the even one issuing its next S0 behind O += P1 V1) measured 0.97x and 0.98x, and
 a chain-free form (both softmaxes against the previous pair's max, the maxima exchanged once per
-pair) 0.90x: the warpgroups then run in step and lose the ping-pong overlap.
+pair) 0.90x: the warpgroups then run in step and lose the ping-pong overlap. GPU run 16 (note 59):
+the odd warpgroup indexes Q and the stages with a zero the compiler cannot see through
+(`_first_stage`), so ptxas builds its wgmma descriptors in the loop instead of spilling them
+(1.05x at H = 64, 1.11x at union 8).
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
@@ -92,6 +95,18 @@ DIAG_NONE, DIAG_GATHER_ONLY, DIAG_COMPUTE_ONLY = gl.constexpr(0), gl.constexpr(1
 def _half(stage: gl.constexpr, half: gl.constexpr):
     """Index of a stage half in the barrier arrays [NUM_PIECES, 1]."""
     return stage * 2 + half
+
+
+@gluon.jit
+def _first_stage(length, pair):
+    """Index 0 of stage 0 (and of Q) for the odd warpgroup's buffer views in one pair, computed from
+    values the compiler cannot bound: (length + pair) >> 31 is 0, as both are non-negative and their
+    sum stays far below 2**31. Views indexed by it are not loop-invariant, so their wgmma
+    descriptors are built in the pair (one add each) instead of hoisted out of the loop: the ~40
+    hoisted 64-bit descriptors of the odd warpgroup's S and O += P V did not fit its registers,
+    and ptxas spilled them (38 local loads per pair at H = 64, 61 at union 8) and reloaded them
+    between the MMAs it issues. GPU run 16: 1.05x at H = 64, 1.11x at union 8 (note 59)."""
+    return (length + pair) >> 31
 
 
 @gluon.jit
@@ -355,23 +370,25 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, stamps, pair, TRACE: gl.constexpr):
+                row_sum, run_max, phase, stage0, stamps, pair, TRACE: gl.constexpr):
     """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
     warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
-    (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max."""
+    (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max. stage0:
+    `_first_stage`; q_main and q_tail are the Q views it indexed."""
     o_layout: gl.constexpr = O_LAYOUT
-    own_main = main_bufs.index(1)
+    own_main = main_bufs.index(stage0 + 1)
     _wait_half(full_bars, 1, RIGHT, phase)
     _stamp(stamps, 1, pair, 0, TRACE)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
     _wait_piece(full_bars, ODD_TAIL, phase)
-    scores = _scores_tail(q_tail, tail_bufs.index(1), scores)
+    scores = _scores_tail(q_tail, tail_bufs.index(stage0 + 1), scores)
     mbarrier.wait(pub_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
     _stamp(stamps, 1, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
     # The peer's block first (its P is taken against peer_max), queued before the left half of S.
-    acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+    acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
+                        is_async=True)
     _wait_half(full_bars, 1, LEFT, phase)
     scores = _scores_left(q_main, own_main, scores, True)
     # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
@@ -385,7 +402,7 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub
 
 @gluon.jit
 def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                qk_scale_log2, union_bits, length, stamps, pair, H: gl.constexpr, G: gl.constexpr,
+                qk_scale_log2, union_bits, length, stage0, stamps, pair, H: gl.constexpr, G: gl.constexpr,
                 BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
     publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max, the ownership bits of
@@ -398,7 +415,7 @@ def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_ba
     acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
-                        main_bufs.index(1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+                        main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
     _stamp(stamps, 1, pair, 5, TRACE)
@@ -419,7 +436,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                    sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                    stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
-    (DIAG_GATHER_ONLY: only releases 0L and 1L as they land)."""
+    (DIAG_GATHER_ONLY: only releases 0L and 1L as they land). q_main, q_tail: [1, ...] views."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
@@ -430,8 +447,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
             _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
             _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
         else:
-            scores = _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                                  TRACE)
+            scores = _even_scores(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, zero_s, phase,
+                                  stamps, pair, TRACE)
             acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
                                                        odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
                                                        union_bits, length, stamps, pair, H, G, BLOCK_N,
@@ -449,7 +466,8 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
-    (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land)."""
+    (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land). q_main, q_tail: [1, ...] views
+    (`_first_stage` indexes them)."""
     group = _group_index(LONGEST_FIRST)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
                                                                       BLOCK_N)
@@ -461,12 +479,13 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             _release_piece(full_bars, empty_bars, ODD_TAIL, phase)
             _release_piece(full_bars, empty_bars, _half(1, RIGHT), phase)
         else:
-            scores, peer_max, acc, row_sum = _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars,
-                                                         empty_bars, pub_bars, max_bufs, zero_s, acc, row_sum,
-                                                         run_max, phase, stamps, pair, TRACE)
+            stage0 = _first_stage(length, pair)
+            scores, peer_max, acc, row_sum = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs,
+                                                         tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s,
+                                                         acc, row_sum, run_max, phase, stage0, stamps, pair, TRACE)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
-                                                      length, stamps, pair, H, G, BLOCK_N, TRACE)
+                                                      length, stage0, stamps, pair, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -596,11 +615,12 @@ def _assert_tile_shape(H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TA
 
 @gluon.jit
 def _allocate_q(D_V: gl.constexpr, D_TAIL: gl.constexpr):
-    """Shared memory for the Q tile: (main columns [64, D_V], rope tail [64, D_TAIL]), bf16."""
+    """Shared memory for the Q tile: (main columns [1, 64, D_V], rope tail [1, 64, D_TAIL]), bf16; the
+    leading dimension of one lets the odd warpgroup index Q like the stages (`_first_stage`)."""
     dtype: gl.constexpr = gl.bfloat16
-    q_main = gl.allocate_shared_memory(dtype, [BLOCK_M, D_V], gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V],
-                                                                                                   dtype))
-    q_tail = gl.allocate_shared_memory(dtype, [BLOCK_M, D_TAIL],
+    q_main = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_V],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], dtype))
+    q_tail = gl.allocate_shared_memory(dtype, [1, BLOCK_M, D_TAIL],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_TAIL], dtype))
     return q_main, q_tail
 
@@ -661,7 +681,7 @@ def sparse_mla_union_pingpong_kernel(
     # the first gathers already run under Q's latency.
     group = _group_index(LONGEST_FIRST)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
-    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H, G, D_V, D_TAIL)
+    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
