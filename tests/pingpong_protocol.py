@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 class PipelineOptions:
     """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
     > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
-    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way."""
+    for the MMA that reads it; odd_block_release_unwaited frees 1L the same way;
+    next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
+    next_left_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -165,10 +167,20 @@ def write_out(m: Machine, me: int) -> Partition:
     yield ("do", lambda: m.read(f"sum{peer}", ("sum",), f"consumer {me} reads the peer's row sums"))
 
 
-def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
-    """Pair p of the even warpgroup."""
-    yield wait_phase(m, "full 0L", p)
+def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
+    """The even warpgroup's S0 left half of pair p, once 0L has landed (`waited`)."""
+    if waited:
+        yield wait_phase(m, "full 0L", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
+
+
+def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
+    """Pair p of the even warpgroup (of `pairs`): S0's left half was issued in the previous pair
+    (the first pair's before it, waited for), and each pair but the last issues the next one's
+    while it waits for the odd warpgroup's max."""
+    if p == 0:
+        yield from even_left_scores(m, p)
+        yield wait_group(m, "even", 0)
     yield wait_phase(m, "full 0R", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
     yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
@@ -179,6 +191,8 @@ def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
+    if p + 1 < pairs:
+        yield from even_left_scores(m, p + 1, waited=not options.next_left_unwaited)
     yield wait_phase(m, "pub1", p)
     yield ("do", lambda: m.read("max1", ("M1", p), "even reads M1"))
     yield ("do", lambda: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
@@ -187,7 +201,7 @@ def even_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
     yield ("do", lambda: m.arrive("empty 1L"))
 
 
-def odd_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
     """Pair p of the odd warpgroup."""
     yield wait_phase(m, "full 1R", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
@@ -214,7 +228,7 @@ def consumer(pair: Callable, me: int) -> Callable:
     which stores zeros)."""
     def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
         for p in range(pairs):
-            yield from pair(m, options, p)
+            yield from pair(m, options, p, pairs)
         if pairs:
             yield from write_out(m, me)
     return partition

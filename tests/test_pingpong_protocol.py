@@ -13,7 +13,7 @@ SCHEDULES = 400
 PAIRS = 4
 
 
-@pytest.mark.parametrize("pairs", [PAIRS, 1, 0], ids=["four pairs", "one pair", "empty group"])
+@pytest.mark.parametrize("pairs", [PAIRS, 2, 1, 0], ids=["four pairs", "two pairs", "one pair", "empty group"])
 def test_pingpong_protocol_has_no_race_or_deadlock(pairs):
     steps = [run_schedule(PipelineOptions(), pairs, seed) for seed in range(SCHEDULES)]
     assert min(steps) >= 40 * pairs, "the model ran too few steps to be the kernel's pipeline"
@@ -29,3 +29,11 @@ def test_pingpong_protocol_catches_a_planted_early_release(options):
     with pytest.raises(ProtocolViolation, match="while an MMA still reads it"):
         for seed in range(SCHEDULES):
             run_schedule(options, PAIRS, seed)
+
+
+def test_pingpong_protocol_catches_the_next_s0_left_half_read_before_its_refill():
+    """The next pair's S0 left half issued without waiting for 0L's refill reads the buffer while
+    the gather writes it, or finds the previous pair's rows."""
+    with pytest.raises(ProtocolViolation, match="while a gather is writing it|expected"):
+        for seed in range(SCHEDULES):
+            run_schedule(PipelineOptions(next_left_unwaited=True), PAIRS, seed)

@@ -20,8 +20,10 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     piece of its own (T) in stage 1, read only by S1. Each warpgroup starts S on the piece the
     producer fills first for it. A block count that is odd gets one more block that is all masked.
 Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T):
-  even: S0 (0L, then 0R); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256];
-        wait for it (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256] (release 1L)
+  even: S0 on 0R (its left half, on 0L, was issued in the previous pair; the first pair's before the
+        loop); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]; wait for
+        it (release 0L); the next pair's S0 on 0L once refilled (none in the last pair); wait pub[1];
+        O *= alpha; O += P1 V1[:, :256]; wait for both (release 1L)
   odd:  S1 on 1R, then 1T; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0
         (release 0R), then for S1 (release 1T); softmax with M0; publish M1, P1 (pub[1]); O *= alpha;
         O += P1 V1[:, 256:] (release 1R)
@@ -32,7 +34,7 @@ the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower); bot
 tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
-Each partition's pair is a helper (`_even_scores`/`_even_blocks`, `_odd_scores`/`_odd_blocks`,
+Each partition's pair is a helper (`_even_scores_rest`/`_even_blocks`, `_odd_scores`/`_odd_blocks`,
 `_fill_pair`). GPU run 14 (docs/performance.md, note 54) measured and removed two more variants: a
 persistent form (one program per SM walking the groups: 0.99x at H = 64, 0.79-0.97x at union 8)
 and the even warpgroup loading its next ownership bits right after its publish (0.99-1.00x).
@@ -44,7 +46,9 @@ a chain-free form (both softmaxes against the previous pair's max, the maxima ex
 pair) 0.90x: the warpgroups then run in step and lose the ping-pong overlap. GPU run 16 (note 59):
 the odd warpgroup indexes Q and the stages with a zero the compiler cannot see through
 (`_first_stage`), so ptxas builds its wgmma descriptors in the loop instead of spilling them
-(1.05x at H = 64, 1.11x at union 8).
+(1.05x at H = 64, 1.11x at union 8); the even warpgroup then issues the next pair's S0 left half
+during its wait for the odd warpgroup's max (1.11x at H = 64, 1.02x at union 8; run 14 had
+measured this order 0.94x while ptxas spilled the even warpgroup's descriptors, 86 loads a pair).
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
@@ -323,15 +327,21 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 
 @gluon.jit
-def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase, stamps, pair,
-                 TRACE: gl.constexpr):
-    """The even warpgroup's S0 = Q K0^T [64, 64] fp32 of one pair (stage 0, left half first)."""
-    own_main = main_bufs.index(0)
+def _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase):
+    """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for),
+    once 0L of this `phase` has landed. stage0: `_first_stage`."""
     _wait_half(full_bars, 0, LEFT, phase)
-    _stamp(stamps, 0, pair, 0, TRACE)
-    scores = _scores_left(q_main, own_main, zero_s, False)
+    return _scores_left(q_main, main_bufs.index(stage0), zero_s, False)
+
+
+@gluon.jit
+def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, stage0, phase, stamps, pair,
+                      TRACE: gl.constexpr):
+    """The even warpgroup's S0 (fp32 [64, 64]) from its finished left half `scores`: the right half
+    and the rope tail once 0R has landed, waited for. Trace event 0 is 0R's wait here."""
     _wait_half(full_bars, 0, RIGHT, phase)
-    scores = _scores_right(q_main, q_tail, own_main, tail_bufs.index(0), scores, True)
+    _stamp(stamps, 0, pair, 0, TRACE)
+    scores = _scores_right(q_main, q_tail, main_bufs.index(stage0), tail_bufs.index(stage0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
     _stamp(stamps, 0, pair, 1, TRACE)
     return scores
@@ -340,32 +350,74 @@ def _even_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, zero_s, phase,
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
                  qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
-                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
+                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr, zero_s, q_main, full_bars, stage0,
+                 NEXT_LEFT: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
-    the odd warpgroup's max, O += P1 V1[:, :256] (free 1L). Returns (acc, row_sum, run_max, the
-    ownership bits of the warpgroup's next block, loaded at the end: see `_load_bits`)."""
+    with NEXT_LEFT the next pair's S0 left half (`_even_scores_left`), the odd warpgroup's max,
+    O += P1 V1[:, :256] (free 1L). The left half goes in once 0L is refilled, before the wait for
+    the max, so the tensor cores run it during that wait; it is waited for with O += P1 V1.
+    Returns (acc, row_sum, run_max, the ownership bits of the warpgroup's next block, loaded at
+    the end: see `_load_bits`; that left half, or zero_s without NEXT_LEFT). stage0: `_first_stage`."""
     o_layout: gl.constexpr = O_LAYOUT
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    _publish(new_max, p, max_bufs.index(0), tail_bufs.index(0), pub_bars.index(0))
+    _publish(new_max, p, max_bufs.index(0), tail_bufs.index(stage0), pub_bars.index(0))
     _stamp(stamps, 0, pair, 2, TRACE)
     acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
     row_sum += gl.sum(p, 1)
-    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1),
-                        acc, is_async=True)
+    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
+                        main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
     # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
     _stamp(stamps, 0, pair, 4, TRACE)
+    next_scores = zero_s
+    if NEXT_LEFT:
+        next_scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase ^ 1)
     mbarrier.wait(pub_bars.index(1), phase)
     peer_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
-    acc = warpgroup_mma(odd_p, main_bufs.index(1).slice(0, D_HALF, dim=1), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
+    acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
+    if NEXT_LEFT:
+        acc, next_scores = warpgroup_mma_wait(0, deps=(acc, next_scores))
+    else:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
     bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, peer_max, bits
+    return acc, row_sum, peer_max, bits, next_scores
+
+
+@gluon.jit
+def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
+                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, H: gl.constexpr,
+                G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
+    """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half during
+    its wait for the odd warpgroup's max (`_even_blocks`); the first pair's is issued here and the
+    last pair runs after the loop without one. In the loop, Q and the stages are indexed with
+    `_first_stage` as in the odd warpgroup (the next left half keeps 32 more registers live).
+    Returns (acc, row_sum, run_max)."""
+    num_pairs = gl.cdiv(length, 2 * BLOCK_N)
+    if num_pairs > 0:
+        scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
+        for pair in range(num_pairs - 1):
+            phase = pair & 1
+            stage0 = _first_stage(length, pair)
+            q_view = q_main.index(stage0)
+            scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores, stage0,
+                                       phase, stamps, pair, TRACE)
+            acc, row_sum, run_max, bits, scores = _even_blocks(
+                scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
+                qk_scale_log2, phase, union_bits, length, stamps, pair, H, G, BLOCK_N, TRACE, zero_s, q_view,
+                full_bars, stage0, True)
+        last = num_pairs - 1
+        scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
+                                   last & 1, stamps, last, TRACE)
+        acc, row_sum, run_max, bits, scores = _even_blocks(
+            scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
+            qk_scale_log2, last & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s, q_main.index(0),
+            full_bars, 0, False)
+    return acc, row_sum, run_max
 
 
 @gluon.jit
@@ -441,18 +493,14 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-        phase = pair & 1
-        if DIAG == DIAG_GATHER_ONLY:
-            _release_piece(full_bars, empty_bars, _half(0, LEFT), phase)
-            _release_piece(full_bars, empty_bars, _half(1, LEFT), phase)
-        else:
-            scores = _even_scores(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, zero_s, phase,
-                                  stamps, pair, TRACE)
-            acc, row_sum, run_max, bits = _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs,
-                                                       odd_p, empty_bars, pub_bars, max_bufs, qk_scale_log2, phase,
-                                                       union_bits, length, stamps, pair, H, G, BLOCK_N,
-                                                       TRACE)
+    if DIAG == DIAG_GATHER_ONLY:
+        for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+            _release_piece(full_bars, empty_bars, _half(0, LEFT), pair & 1)
+            _release_piece(full_bars, empty_bars, _half(1, LEFT), pair & 1)
+    else:
+        acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
+                                            pub_bars, max_bufs, zero_s, acc, row_sum, run_max, bits, union_bits,
+                                            length, qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
