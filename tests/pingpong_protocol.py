@@ -177,7 +177,7 @@ def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
 def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
     """Pair p of the even warpgroup (of `pairs`): S0's left half was issued in the previous pair
     (the first pair's before it, waited for), and each pair but the last issues the next one's
-    while it waits for the odd warpgroup's max."""
+    behind its O += P1 V1."""
     if p == 0:
         yield from even_left_scores(m, p)
         yield wait_group(m, "even", 0)
@@ -191,14 +191,17 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
-    if p + 1 < pairs:
-        yield from even_left_scores(m, p + 1, waited=not options.next_left_unwaited)
     yield wait_phase(m, "pub1", p)
     yield ("do", lambda: m.read("max1", ("M1", p), "even reads M1"))
     yield ("do", lambda: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
+    next_left = p + 1 < pairs
+    if next_left:
+        yield from even_left_scores(m, p + 1, waited=not options.next_left_unwaited)
     if not options.odd_block_release_unwaited:
-        yield wait_group(m, "even", 0)
+        yield wait_group(m, "even", 1 if next_left else 0)
     yield ("do", lambda: m.arrive("empty 1L"))
+    if next_left:
+        yield wait_group(m, "even", 0)
 
 
 def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:

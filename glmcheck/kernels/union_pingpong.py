@@ -22,8 +22,8 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
 Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T):
   even: S0 on 0R (its left half, on 0L, was issued in the previous pair; the first pair's before the
         loop); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]; wait for
-        it (release 0L); the next pair's S0 on 0L once refilled (none in the last pair); wait pub[1];
-        O *= alpha; O += P1 V1[:, :256]; wait for both (release 1L)
+        it (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256]; the next pair's S0 on 0L once
+        refilled (none in the last pair); wait for O += P1 V1 (release 1L), then for that left half
   odd:  S1 on 1R, then 1T; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0
         (release 0R), then for S1 (release 1T); softmax with M0; publish M1, P1 (pub[1]); O *= alpha;
         O += P1 V1[:, 256:] (release 1R)
@@ -47,8 +47,13 @@ pair) 0.90x: the warpgroups then run in step and lose the ping-pong overlap. GPU
 the odd warpgroup indexes Q and the stages with a zero the compiler cannot see through
 (`_first_stage`), so ptxas builds its wgmma descriptors in the loop instead of spilling them
 (1.05x at H = 64, 1.11x at union 8); the even warpgroup then issues the next pair's S0 left half
-during its wait for the odd warpgroup's max (1.11x at H = 64, 1.02x at union 8; run 14 had
-measured this order 0.94x while ptxas spilled the even warpgroup's descriptors, 86 loads a pair).
+in its pair, not in the next one's: during its wait for the odd warpgroup's max (1.11x at H = 64,
+1.02x at union 8; run 14 had measured it 0.94x while ptxas spilled the even warpgroup's
+descriptors, 86 loads a pair), and then, as the trace showed that wait on the 0L refill making the
+even warpgroup take the odd one's max ~570 cycles late, behind O += P1 V1 (1.02x at H = 64 and at
+union 8). Measured and removed in run 16: the rest of S0 behind O += P1 V1 as well (1.00x), the
+odd warpgroup taking M0 before S1 (1.00x at H = 64, 0.96x at union 8) or after S1's tail (1.01x,
+0.97x), 216 consumer registers (0.98x).
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
@@ -329,7 +334,8 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 @gluon.jit
 def _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase):
     """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for),
-    once 0L of this `phase` has landed. stage0: `_first_stage`."""
+    once 0L of this `phase` has landed (before the loop, and in each pair for the next). stage0:
+    `_first_stage`."""
     _wait_half(full_bars, 0, LEFT, phase)
     return _scores_left(q_main, main_bufs.index(stage0), zero_s, False)
 
@@ -353,9 +359,9 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
                  G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr, zero_s, q_main, full_bars, stage0,
                  NEXT_LEFT: gl.constexpr):
     """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
-    with NEXT_LEFT the next pair's S0 left half (`_even_scores_left`), the odd warpgroup's max,
-    O += P1 V1[:, :256] (free 1L). The left half goes in once 0L is refilled, before the wait for
-    the max, so the tensor cores run it during that wait; it is waited for with O += P1 V1.
+    the odd warpgroup's max, O += P1 V1[:, :256] (free 1L), and with NEXT_LEFT the next pair's S0
+    left half (`_even_scores_left`) behind it. Issued before the max wait instead, the left half
+    first waited for 0L's refill, which held up the max wait (~570 cycles a pair, run 16 trace).
     Returns (acc, row_sum, run_max, the ownership bits of the warpgroup's next block, loaded at
     the end: see `_load_bits`; that left half, or zero_s without NEXT_LEFT). stage0: `_first_stage`."""
     o_layout: gl.constexpr = O_LAYOUT
@@ -370,20 +376,21 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
     _stamp(stamps, 0, pair, 4, TRACE)
-    next_scores = zero_s
-    if NEXT_LEFT:
-        next_scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase ^ 1)
     mbarrier.wait(pub_bars.index(1), phase)
     peer_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
     acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
     acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
+    next_scores = zero_s
     if NEXT_LEFT:
-        acc, next_scores = warpgroup_mma_wait(0, deps=(acc, next_scores))
+        next_scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase ^ 1)
+        acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1, the older group: 1L's last read
     else:
         acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(1, LEFT)))
     _stamp(stamps, 0, pair, 5, TRACE)
+    if NEXT_LEFT:
+        next_scores = warpgroup_mma_wait(0, deps=(next_scores,))
     bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, peer_max, bits, next_scores
 
@@ -392,9 +399,9 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
                 row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, H: gl.constexpr,
                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
-    """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half during
-    its wait for the odd warpgroup's max (`_even_blocks`); the first pair's is issued here and the
-    last pair runs after the loop without one. In the loop, Q and the stages are indexed with
+    """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
+    its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
+    the loop without one. In the loop, Q and the stages are indexed with
     `_first_stage` as in the odd warpgroup (the next left half keeps 32 more registers live).
     Returns (acc, row_sum, run_max)."""
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
