@@ -108,13 +108,14 @@ def _half(stage: gl.constexpr, half: gl.constexpr):
 
 @gluon.jit
 def _first_stage(length, pair):
-    """Index 0 of stage 0 (and of Q) for the odd warpgroup's buffer views in one pair, computed from
-    values the compiler cannot bound: (length + pair) >> 31 is 0, as both are non-negative and their
-    sum stays far below 2**31. Views indexed by it are not loop-invariant, so their wgmma
+    """Index 0 of stage 0 (and of Q) for a consumer warpgroup's buffer views in one pair, computed
+    from values the compiler cannot bound: (length + pair) >> 31 is 0, as both are non-negative and
+    their sum stays far below 2**31. Views indexed by it are not loop-invariant, so their wgmma
     descriptors are built in the pair (one add each) instead of hoisted out of the loop: the ~40
     hoisted 64-bit descriptors of the odd warpgroup's S and O += P V did not fit its registers,
     and ptxas spilled them (38 local loads per pair at H = 64, 61 at union 8) and reloaded them
-    between the MMAs it issues. GPU run 16: 1.05x at H = 64, 1.11x at union 8 (note 59)."""
+    between the MMAs it issues. GPU run 16: 1.05x at H = 64, 1.11x at union 8 (note 59). The even
+    warpgroup's loop uses it too since it carries the next S0 left half (note 60)."""
     return (length + pair) >> 31
 
 
@@ -401,9 +402,9 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
-    the loop without one. In the loop, Q and the stages are indexed with
-    `_first_stage` as in the odd warpgroup (the next left half keeps 32 more registers live).
-    Returns (acc, row_sum, run_max)."""
+    the loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left
+    half carried across the loop keeps 32 more registers live, and with hoisted descriptors ptxas
+    spilled 86 loads a pair here (run 14). Returns (acc, row_sum, run_max)."""
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
     if num_pairs > 0:
         scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
