@@ -3,7 +3,10 @@
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
         [--producer-warps 4] [--consumer-regs 224] [--trace] [--ptx out.ptx] [--sass out.sass]
-Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX.
+        [--no-consumer-spills]
+Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX;
+with --no-consumer-spills also each loop that issues warpgroup MMAs, and exits 1 if one of them
+loads or stores local memory (scripts/sass_loops.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 import types
 
 import triton
+from sass_loops import consumer_spills, loops  # scripts/ is on sys.path
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -75,6 +79,9 @@ def main() -> None:
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     parser.add_argument("--diag", type=int, default=0, help="ping-pong: DIAG (0 the kernel, 1 gather only, "
                                                              "2 compute only; diagnostic)")
+    parser.add_argument("--no-consumer-spills", action="store_true",
+                        help="print each loop that issues warpgroup MMAs and exit 1 if one of them loads or "
+                             "stores local memory (register spills; scripts/sass_loops.py)")
     ns = parser.parse_args()
     load_kernel_module("union_ws")  # the ping-pong file imports a helper from it
     module = load_kernel_module(TILE_FILES[ns.tile])
@@ -118,6 +125,15 @@ def main() -> None:
         pathlib.Path(ns.ptx).write_text(ptx)
     if ns.sass:
         pathlib.Path(ns.sass).write_text(cuobjdump(kernel.asm["cubin"], "-sass"))
+    if ns.no_consumer_spills:
+        stats = loops(cuobjdump(kernel.asm["cubin"], "-sass"))
+        for loop in stats:
+            if loop.wgmma:
+                print(f"  {loop.describe()}")
+        spilled = consumer_spills(stats)
+        if spilled:
+            print(f"{len(spilled)} consumer loop(s) spill registers to local memory", file=sys.stderr)
+            sys.exit(1)
 
 
 if __name__ == "__main__":
