@@ -123,10 +123,11 @@ def main() -> None:
           f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")
     if ns.ptx:
         pathlib.Path(ns.ptx).write_text(ptx)
+    sass = cuobjdump(kernel.asm["cubin"], "-sass") if ns.sass or ns.no_consumer_spills else ""
     if ns.sass:
-        pathlib.Path(ns.sass).write_text(cuobjdump(kernel.asm["cubin"], "-sass"))
+        pathlib.Path(ns.sass).write_text(sass)
     if ns.no_consumer_spills:
-        stats = loops(cuobjdump(kernel.asm["cubin"], "-sass"))
+        stats = loops(sass)
         for loop in stats:
             if loop.wgmma:
                 print(f"  {loop.describe()}")

@@ -5,9 +5,6 @@ launch need an sm_90 GPU; gpu_session.sh runs them there."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import pathlib
-import sys
 
 import pytest
 
@@ -16,23 +13,12 @@ from glmcheck.kernels.union_pingpong import (
     DIAG_GATHER_ONLY,
     DIAG_NONE,
 )
-
-SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "scripts"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(SCRIPTS))  # as when they run: the ceiling script imports the probe
-        patch.setitem(sys.modules, name, module)  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return module
+from tests.script_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def probe():
-    return load("pingpong_probe")
+    return load_script("pingpong_probe")
 
 
 def test_run_points_runs_every_point_and_fails_when_one_fails(probe):
@@ -57,7 +43,7 @@ def test_parse_variant_builds_a_pingpong_config_and_names_a_bad_field(probe):
 
 
 def test_ceiling_script_times_the_kernel_and_both_diagnostic_forms():
-    ceiling = load("pingpong_ceiling")
+    ceiling = load_script("pingpong_ceiling")
     assert ceiling.MODES == {"kernel": DIAG_NONE.value, "gather only": DIAG_GATHER_ONLY.value,
                              "compute only": DIAG_COMPUTE_ONLY.value}
     assert ceiling.MODES["kernel"] == 0, "the kernel's own form is DIAG 0, what every path runs"

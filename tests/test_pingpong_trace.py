@@ -4,23 +4,15 @@ are taken modulo 2^32; the per-pair and per-program reports give back planted fi
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 import torch
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "pingpong_trace.py"
+from tests.script_loader import load_script
 
 
 @pytest.fixture(scope="module")
 def trace_script():
-    spec = importlib.util.spec_from_file_location("pingpong_trace", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(SCRIPT.parent))  # as when it runs: it imports pingpong_probe beside it
-        spec.loader.exec_module(module)
-    return module
+    return load_script("pingpong_trace")
 
 
 def low32(clock: torch.Tensor) -> torch.Tensor:

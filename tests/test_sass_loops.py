@@ -4,13 +4,7 @@ loops that issue warpgroup MMAs reported as spilling consumer loops."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
-
-import pytest
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "sass_loops.py"
+from tests.script_loader import load_script
 
 # A cuobjdump -sass shaped listing: a consumer loop (0x0100-0x0160) with one spill reload, a
 # producer loop (0x0200-0x0240) with a spill store, a forward branch, and a barrier retry stub that
@@ -32,24 +26,15 @@ LISTING = """
 """
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "sass_loops", module)  # its dataclass looks its module up there
-        spec.loader.exec_module(module)
-    return module
-
-
 def test_instructions_parse_offsets_and_text():
-    found = load().instructions(LISTING)
+    found = load_script("sass_loops").instructions(LISTING)
     assert found[0] == (0x0000, "MOV R1, c[0x0][0x28]")
     assert found[-1] == (0x0300, "BRA 0x0150")
     assert len(found) == 13
 
 
 def test_loops_are_the_predicated_backward_branches_with_their_counts():
-    sass_loops = load()
+    sass_loops = load_script("sass_loops")
     consumer, producer = sass_loops.loops(LISTING)
     assert (consumer.start, consumer.end, consumer.instructions) == (0x0100, 0x0160, 7)
     assert (consumer.wgmma, consumer.cp_async, consumer.local_loads, consumer.local_stores) == (2, 0, 1, 0)
@@ -58,7 +43,7 @@ def test_loops_are_the_predicated_backward_branches_with_their_counts():
 
 
 def test_only_loops_that_issue_mmas_count_as_spilling_consumers():
-    sass_loops = load()
+    sass_loops = load_script("sass_loops")
     spilled = sass_loops.consumer_spills(sass_loops.loops(LISTING))
     assert [(loop.start, loop.spills) for loop in spilled] == [(0x0100, 1)]
     clean = LISTING.replace("LDL.64 R16, [R1+0x8]", "MOV R16, R17")
