@@ -397,16 +397,14 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, pair_base, q_free,
-                H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr,
-                PERSISTENT: gl.constexpr):
+                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, pair_base,
+                H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
     the loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left
     half carried across the loop keeps 32 more registers live, and with hoisted descriptors ptxas
     spilled 86 loads a pair here (run 14). pair_base: the pairs of the program's earlier groups
-    (0 without PERSISTENT), which the barrier phases count on from; with PERSISTENT, arrives on
-    q_free once the group's last read of Q is done. Returns (acc, row_sum, run_max)."""
+    (0 without PERSISTENT), which the barrier phases count on from. Returns (acc, row_sum, run_max)."""
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
     if num_pairs > 0:
         scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0,
@@ -424,8 +422,6 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
         last = num_pairs - 1
         scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
                                    (pair_base + last) & 1, stamps, last, TRACE)
-        if PERSISTENT:
-            mbarrier.arrive(q_free)  # the group's last read of Q (the producer copies the next group's)
         acc, row_sum, run_max, bits, scores = _even_blocks(
             scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
             qk_scale_log2, (pair_base + last) & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s, q_main.index(0),
@@ -519,8 +515,8 @@ def _work_item(wave, num_groups, LONGEST_FIRST: gl.constexpr):
 @gluon.jit
 def _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
                 main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                length, pair_base, sum_phase, q_free, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
-                BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr, PERSISTENT: gl.constexpr):
+                length, pair_base, sum_phase, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
+                BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """The even warpgroup's work on one union group of `length` rows, output stored: its pairs
     (phases counted on from pair_base) and the row-sum exchange (sum barriers' phase sum_phase)."""
     union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, stride_bg, group, length, 0, G, BLOCK_N)
@@ -531,8 +527,7 @@ def _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_
     else:
         acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                             pub_bars, max_bufs, zero_s, acc, row_sum, run_max, bits, union_bits,
-                                            length, qk_scale_log2, stamps, pair_base, q_free, H, G, BLOCK_N, TRACE,
-                                            PERSISTENT)
+                                            length, qk_scale_log2, stamps, pair_base, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), sum_phase,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
 
@@ -540,7 +535,8 @@ def _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_
 @gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                    stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                   sum_bufs, sum_bars, q_free, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                   sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H: gl.constexpr,
+                   G: gl.constexpr, BLOCK_N: gl.constexpr,
                    LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr,
                    PERSISTENT: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2) of the
@@ -556,10 +552,16 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, strid
             if valid:
                 length = gl.load(len_ptr + group)
                 if length > 0:
+                    # Q is free: this warpgroup's previous _write_out waited for the odd one's row
+                    # sums, which come after its last S
+                    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G,
+                            2 * D_HALF, BLOCK_N)
+                    async_copy.mbarrier_arrive(q_full.index(0), increment_count=False)
+                    _wait_piece(q_full, 0, written & 1)
                     _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                                 qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                                sum_bufs, sum_bars, group, length, pairs_done, written & 1, q_free, zero_s, stamps,
-                                H, G, BLOCK_N, TRACE, DIAG, PERSISTENT)
+                                sum_bufs, sum_bars, group, length, pairs_done, written & 1, zero_s, stamps, H,
+                                G, BLOCK_N, TRACE, DIAG)
                     written += 1
                     pairs_done += gl.cdiv(length, 2 * BLOCK_N)
                 else:
@@ -570,7 +572,7 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, strid
         length = gl.load(len_ptr + group)
         _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
                     main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                    length, 0, 0, q_free, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG, PERSISTENT)
+                    length, 0, 0, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG)
         _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
         _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
         _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
@@ -579,10 +581,9 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, strid
 @gluon.jit
 def _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
                main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-               length, pair_base, sum_phase, q_free, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
-               BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr, PERSISTENT: gl.constexpr):
-    """The odd warpgroup's work on one union group, as `_even_group`; with PERSISTENT it arrives on
-    q_free once the group's last S (its last read of Q) is done."""
+               length, pair_base, sum_phase, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
+               BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+    """The odd warpgroup's work on one union group, as `_even_group`."""
     union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, stride_bg, group, length, 1, G, BLOCK_N)
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
     for pair in range(num_pairs):
@@ -596,9 +597,6 @@ def _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_o
             scores, peer_max, acc, row_sum = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs,
                                                          tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s,
                                                          acc, row_sum, run_max, phase, stage0, stamps, pair, TRACE)
-            if PERSISTENT:  # noqa: SIM102 (a constexpr test apart from the runtime one)
-                if pair == num_pairs - 1:
-                    mbarrier.arrive(q_free)  # the group's last read of Q (the producer copies the next group's)
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
                                                       length, stage0, stamps, pair, H, G, BLOCK_N, TRACE)
@@ -609,7 +607,8 @@ def _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_o
 @gluon.jit
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                   stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                  sum_bufs, sum_bars, q_free, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                  sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H: gl.constexpr,
+                  G: gl.constexpr, BLOCK_N: gl.constexpr,
                   LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr,
                   PERSISTENT: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V), of
@@ -624,10 +623,11 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride
             if valid:
                 length = gl.load(len_ptr + group)
                 if length > 0:
+                    _wait_piece(q_full, 0, written & 1)  # the even warpgroup's copy of the group's Q
                     _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                                qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                               sum_bufs, sum_bars, group, length, pairs_done, written & 1, q_free, zero_s, stamps,
-                               H, G, BLOCK_N, TRACE, DIAG, PERSISTENT)
+                               sum_bufs, sum_bars, group, length, pairs_done, written & 1, zero_s, stamps, H,
+                               G, BLOCK_N, TRACE, DIAG)
                     written += 1
                     pairs_done += gl.cdiv(length, 2 * BLOCK_N)
                 else:
@@ -638,7 +638,7 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride
         length = gl.load(len_ptr + group)
         _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
                    main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                   length, 0, 0, q_free, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG, PERSISTENT)
+                   length, 0, 0, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG)
         _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
         _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
         _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
@@ -751,27 +751,18 @@ def _fill_group(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, fu
 
 
 @gluon.jit
-def _pair_producer(q_ptr, kv_ptr, rows_ptr, len_ptr, num_groups, stride_qt, stride_qh, stride_qd, stride_kvs,
-                   stride_rg, q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, q_free, H: gl.constexpr,
-                   G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
-                   KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr,
-                   PERSISTENT: gl.constexpr):
-    """Default partition: every pair of the program's union group (`_fill_pair`). PERSISTENT: of
-    each of its groups (`_work_item`), each non-empty one's Q copied first, once both consumers
-    are done with the previous one's (q_free); the first piece's barrier arrive then covers Q."""
+def _pair_producer(kv_ptr, rows_ptr, len_ptr, num_groups, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
+                   empty_bars, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
+                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr, PERSISTENT: gl.constexpr):
+    """Default partition: every pair of the program's union group (`_fill_pair`), or with
+    PERSISTENT of each of its groups (`_work_item`; the even consumer copies their Q)."""
     if PERSISTENT:
         pairs_done = 0
-        loaded = 0  # groups whose Q was copied
         for wave in range(_waves(num_groups)):
             group, valid = _work_item(wave, num_groups, LONGEST_FIRST)
             if valid:
                 length = gl.load(len_ptr + group)
                 if length > 0:
-                    if loaded > 0:
-                        mbarrier.wait(q_free, (loaded - 1) & 1)
-                    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G,
-                            D_V, D_TAIL)
-                    loaded += 1
                     _fill_group(kv_ptr, rows_ptr + group * stride_rg, length, stride_kvs, main_bufs, tail_bufs,
                                 full_bars, empty_bars, pairs_done, D_TAIL, BLOCK_N, KV_INT64, DIAG)
                     pairs_done += gl.cdiv(length, 2 * BLOCK_N)
@@ -780,7 +771,8 @@ def _pair_producer(q_ptr, kv_ptr, rows_ptr, len_ptr, num_groups, stride_qt, stri
         length = gl.load(len_ptr + group)
         _fill_group(kv_ptr, rows_ptr + group * stride_rg, length, stride_kvs, main_bufs, tail_bufs, full_bars,
                     empty_bars, 0, D_TAIL, BLOCK_N, KV_INT64, DIAG)
-    async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
+    if not PERSISTENT:
+        async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
 @gluon.jit
@@ -823,8 +815,8 @@ def _allocate_stages(D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.conste
 
 @gluon.jit
 def _init_barriers():
-    """(full, empty: one per stage piece; pub, sum: one per warpgroup; q_free: PERSISTENT's Q
-    buffer free, both consumers' last S of a group) mbarriers, initialised."""
+    """(full, empty: one per stage piece; pub, sum: one per warpgroup; q_full: PERSISTENT's Q
+    landed: the even consumer's copy of a group's Q) mbarriers, initialised."""
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -835,9 +827,9 @@ def _init_barriers():
     for i in gl.static_range(2):
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
-    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_free, count=2)
-    return full_bars, empty_bars, pub_bars, sum_bars, q_free
+    q_full = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_full.index(0), count=WARPGROUP_WARPS * 32)  # every even consumer thread's copies of Q
+    return full_bars, empty_bars, pub_bars, sum_bars, q_full
 
 
 @gluon.jit
@@ -871,7 +863,7 @@ def sparse_mla_union_pingpong_kernel(
     if not PERSISTENT:  # a persistent producer copies each group's Q itself
         _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
-    full_bars, empty_bars, pub_bars, sum_bars, q_free = _init_barriers()
+    full_bars, empty_bars, pub_bars, sum_bars, q_full = _init_barriers()
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
@@ -883,15 +875,16 @@ def sparse_mla_union_pingpong_kernel(
     # The producer is the default partition (the launch's warps); the two consumer warpgroups are
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
-        (_pair_producer, (q_ptr, kv_ptr, rows_ptr, len_ptr, num_groups, stride_qt, stride_qh, stride_qd, stride_kvs,
-                          stride_rg, q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, q_free, H, G, D_V,
-                          D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG, PERSISTENT)),
+        (_pair_producer, (kv_ptr, rows_ptr, len_ptr, num_groups, stride_kvs, stride_rg, main_bufs, tail_bufs,
+                          full_bars, empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG, PERSISTENT)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                           stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                          max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr,
+                          max_bufs, sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H, G, BLOCK_N, LONGEST_FIRST, stamps,
+                          trace_ptr,
                           TRACE, DIAG, PERSISTENT)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
                          stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                         max_bufs, sum_bufs, sum_bars, q_free, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr,
+                         max_bufs, sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H, G, BLOCK_N, LONGEST_FIRST, stamps,
+                          trace_ptr,
                          TRACE, DIAG, PERSISTENT)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
