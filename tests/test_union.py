@@ -426,39 +426,6 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     assert traced["TRACE"] is True and traced["trace_ptr"] is trace
     assert default["DIAG"] == 0 and traced["DIAG"] == 0, "a path ran a diagnostic form of the kernel"
     assert diagnostic["DIAG"] == 2
-    assert default["PERSISTENT"] is False
-
-
-def test_persistent_pingpong_launches_one_program_per_sm_at_most(monkeypatch):
-    """With WsConfig(persistent=True) the grid is min(groups, SMs), the kernel gets PERSISTENT and
-    the group count after the shared arguments; the diagnostics are refused (the kernel object
-    and the SM count stubbed: it needs an sm_90 GPU)."""
-    from glmcheck.kernels import union_pingpong, union_ws_launch
-    from glmcheck.kernels.union import UnionSets
-    from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
-    from glmcheck.kernels.validate import PrefillArgs
-    launches: list[tuple[tuple, tuple, dict]] = []
-
-    class FakeKernel:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append((grid, args, kwargs))
-
-    monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel())
-    monkeypatch.setattr(union_ws_launch, "sm_count", lambda device: 4)
-    q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
-    args = PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None, 0.1, 512)
-    out = torch.zeros((80, 8, 512))
-    for groups in (3, 10):
-        sets = UnionSets(torch.zeros((groups, 64), dtype=torch.int32), torch.zeros((groups, 64), dtype=torch.uint8),
-                         torch.zeros(groups, dtype=torch.int32), 8)
-        launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", persistent=True))
-        launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong"))
-    grids = [grid for grid, _, _ in launches]
-    assert grids == [(3,), (3,), (4,), (10,)]
-    assert [kwargs["PERSISTENT"] for _, _, kwargs in launches] == [True, False, True, False]
-    assert [args[16] for _, args, _ in launches] == [3, 3, 10, 10], "num_groups is not the 17th argument"
-    with pytest.raises(ValueError, match="not config.persistent; got trace=None, diag=1"):
-        launch_pingpong(args, sets, out, 0.25, False, WsConfig(tile="pingpong", persistent=True), diag=1)
 
 
 def test_gluon_tiles_take_the_shared_positional_arguments():
@@ -474,7 +441,6 @@ def test_gluon_tiles_take_the_shared_positional_arguments():
              "qk_scale_log2"]
     for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_ws_kernel):
         assert kernel.arg_names[:16] == names
-    assert sparse_mla_union_pingpong_kernel.arg_names[16] == "num_groups"  # launch_pingpong passes it next
     q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
     sets = UnionSets(torch.zeros((1, 40), dtype=torch.int32), torch.zeros((1, 48), dtype=torch.uint8),
                      torch.zeros(1, dtype=torch.int32), 8)
@@ -569,14 +535,12 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, persistent):
+def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
     and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
     within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1). The
-    persistent form walks 4-8 groups per program, empty ones among them when cut."""
+    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.union_ws_launch import (
@@ -601,8 +565,7 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads, persistent):
 
     def run(sets: UnionSets, tile: str) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        config = WsConfig(tile=tile, persistent=persistent and tile == "pingpong")
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, config)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, WsConfig(tile=tile))
         return out
 
     pingpong, split = run(whole, "pingpong"), run(whole, "split")

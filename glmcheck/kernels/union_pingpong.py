@@ -311,15 +311,16 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_
 
 
 @gluon.jit
-def _consumer_start(bits_ptr, stride_bg, group, length, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """A consumer's (its bits row, running max, row sums, O half, bits of its first block) for one
-    union group of `length` rows."""
+def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first
+    block) for one union group."""
+    length = gl.load(len_ptr + group)
     union_bits = bits_ptr + group * stride_bg
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
     row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
     acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
     bits = _load_bits(union_bits, first_block, length, G, BLOCK_N, S_LAYOUT)
-    return union_bits, run_max, row_sum, acc, bits
+    return length, union_bits, run_max, row_sum, acc, bits
 
 
 @gluon.jit
@@ -397,20 +398,18 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 @gluon.jit
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, pair_base,
-                H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
+                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, H: gl.constexpr,
+                G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
     the loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left
     half carried across the loop keeps 32 more registers live, and with hoisted descriptors ptxas
-    spilled 86 loads a pair here (run 14). pair_base: the pairs of the program's earlier groups
-    (0 without PERSISTENT), which the barrier phases count on from. Returns (acc, row_sum, run_max)."""
+    spilled 86 loads a pair here (run 14). Returns (acc, row_sum, run_max)."""
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
     if num_pairs > 0:
-        scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0,
-                                                               pair_base & 1),))
+        scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
         for pair in range(num_pairs - 1):
-            phase = (pair_base + pair) & 1
+            phase = pair & 1
             stage0 = _first_stage(length, pair)
             q_view = q_main.index(stage0)
             scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores, stage0,
@@ -421,10 +420,10 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
                 full_bars, stage0, True)
         last = num_pairs - 1
         scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
-                                   (pair_base + last) & 1, stamps, last, TRACE)
+                                   last & 1, stamps, last, TRACE)
         acc, row_sum, run_max, bits, scores = _even_blocks(
             scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-            qk_scale_log2, (pair_base + last) & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s, q_main.index(0),
+            qk_scale_log2, last & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s, q_main.index(0),
             full_bars, 0, False)
     return acc, row_sum, run_max
 
@@ -492,34 +491,16 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 
 
 @gluon.jit
-def _waves(num_groups):
-    """PERSISTENT: how many waves of work items the grid walks, cdiv(num_groups, num_programs)."""
-    return gl.cdiv(num_groups, gl.num_programs(0))
-
-
-@gluon.jit
-def _work_item(wave, num_groups, LONGEST_FIRST: gl.constexpr):
-    """PERSISTENT: (union group, whether it exists) of this program's work item in `wave`. The
-    programs take a wave's items in snake order (program p item p of even waves and item
-    num_programs - 1 - p of odd ones), so that with the longest groups first no program takes the
-    longest group of every wave; LONGEST_FIRST maps item w to group num_groups - 1 - w."""
-    pid = gl.program_id(0)
-    grid = gl.num_programs(0)
-    work = wave * grid + pid + (wave & 1) * (grid - 1 - 2 * pid)
-    group = work.to(gl.int64)
-    if LONGEST_FIRST:
-        group = num_groups - 1 - group
-    return group, work < num_groups
-
-
-@gluon.jit
-def _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
-                main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                length, pair_base, sum_phase, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
-                BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr):
-    """The even warpgroup's work on one union group of `length` rows, output stored: its pairs
-    (phases counted on from pair_base) and the row-sum exchange (sum barriers' phase sum_phase)."""
-    union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, stride_bg, group, length, 0, G, BLOCK_N)
+def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
+                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
+    (DIAG_GATHER_ONLY: only releases 0L and 1L as they land). q_main, q_tail: [1, ...] views."""
+    group = _group_index(LONGEST_FIRST)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
+                                                                      BLOCK_N)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     if DIAG == DIAG_GATHER_ONLY:
         for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
             _release_piece(full_bars, empty_bars, _half(0, LEFT), pair & 1)
@@ -527,67 +508,28 @@ def _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_
     else:
         acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                             pub_bars, max_bufs, zero_s, acc, row_sum, run_max, bits, union_bits,
-                                            length, qk_scale_log2, stamps, pair_base, H, G, BLOCK_N, TRACE)
-    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), sum_phase,
+                                            length, qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
+    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+    _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
+    _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
+    _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
 
 
 @gluon.jit
-def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
-                   stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                   sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H: gl.constexpr,
-                   G: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr,
-                   PERSISTENT: gl.constexpr):
-    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2) of the
-    program's group, or with PERSISTENT of each of its groups (`_work_item`; an empty one has no
-    pairs and no row-sum exchange, its half of the output is stored as zeros). DIAG_GATHER_ONLY:
-    only releases 0L and 1L as they land. q_main, q_tail: [1, ...] views."""
+def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                  qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
+                  sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
+                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
+    (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land). q_main, q_tail: [1, ...] views
+    (`_first_stage` indexes them)."""
+    group = _group_index(LONGEST_FIRST)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
+                                                                      BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    if PERSISTENT:
-        pairs_done = 0
-        written = 0  # groups whose row sums were exchanged: the sum barriers' phase
-        for wave in range(_waves(num_groups)):
-            group, valid = _work_item(wave, num_groups, LONGEST_FIRST)
-            if valid:
-                length = gl.load(len_ptr + group)
-                if length > 0:
-                    # Q is free: this warpgroup's previous _write_out waited for the odd one's row
-                    # sums, which come after its last S
-                    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G,
-                            2 * D_HALF, BLOCK_N)
-                    async_copy.mbarrier_arrive(q_full.index(0), increment_count=False)
-                    _wait_piece(q_full, 0, written & 1)
-                    _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                                qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                                sum_bufs, sum_bars, group, length, pairs_done, written & 1, zero_s, stamps, H,
-                                G, BLOCK_N, TRACE, DIAG)
-                    written += 1
-                    pairs_done += gl.cdiv(length, 2 * BLOCK_N)
-                else:
-                    _store_half(gl.zeros([BLOCK_M, D_HALF], gl.bfloat16, O_LAYOUT), out_ptr, group, 0, stride_ot,
-                                stride_oh, stride_od, H, G, O_LAYOUT)
-    else:
-        group = _group_index(LONGEST_FIRST)
-        length = gl.load(len_ptr + group)
-        _even_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
-                    main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                    length, 0, 0, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG)
-        _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
-        _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
-        _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
-
-
-@gluon.jit
-def _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
-               main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-               length, pair_base, sum_phase, zero_s, stamps, H: gl.constexpr, G: gl.constexpr,
-               BLOCK_N: gl.constexpr, TRACE: gl.constexpr, DIAG: gl.constexpr):
-    """The odd warpgroup's work on one union group, as `_even_group`."""
-    union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, stride_bg, group, length, 1, G, BLOCK_N)
-    num_pairs = gl.cdiv(length, 2 * BLOCK_N)
-    for pair in range(num_pairs):
-        phase = (pair_base + pair) & 1
+    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+        phase = pair & 1
         if DIAG == DIAG_GATHER_ONLY:
             _release_piece(full_bars, empty_bars, _half(0, RIGHT), phase)
             _release_piece(full_bars, empty_bars, ODD_TAIL, phase)
@@ -600,48 +542,11 @@ def _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_o
             acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
                                                       empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
                                                       length, stage0, stamps, pair, H, G, BLOCK_N, TRACE)
-    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), sum_phase,
+    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
-
-
-@gluon.jit
-def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
-                  stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                  sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H: gl.constexpr,
-                  G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr,
-                  PERSISTENT: gl.constexpr):
-    """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V), of
-    the program's group or each of its groups as `_even_consumer`. DIAG_GATHER_ONLY: only releases
-    0R, 1T and 1R as they land. q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    if PERSISTENT:
-        pairs_done = 0
-        written = 0
-        for wave in range(_waves(num_groups)):
-            group, valid = _work_item(wave, num_groups, LONGEST_FIRST)
-            if valid:
-                length = gl.load(len_ptr + group)
-                if length > 0:
-                    _wait_piece(q_full, 0, written & 1)  # the even warpgroup's copy of the group's Q
-                    _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                               qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                               sum_bufs, sum_bars, group, length, pairs_done, written & 1, zero_s, stamps, H,
-                               G, BLOCK_N, TRACE, DIAG)
-                    written += 1
-                    pairs_done += gl.cdiv(length, 2 * BLOCK_N)
-                else:
-                    _store_half(gl.zeros([BLOCK_M, D_HALF], gl.bfloat16, O_LAYOUT), out_ptr, group, D_HALF,
-                                stride_ot, stride_oh, stride_od, H, G, O_LAYOUT)
-    else:
-        group = _group_index(LONGEST_FIRST)
-        length = gl.load(len_ptr + group)
-        _odd_group(q_main, q_tail, bits_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
-                   main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs, sum_bars, group,
-                   length, 0, 0, zero_s, stamps, H, G, BLOCK_N, TRACE, DIAG)
-        _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
-        _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
-        _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
+    _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
+    _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
+    _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
 
 
 @gluon.jit
@@ -741,38 +646,17 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
 
 
 @gluon.jit
-def _fill_group(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair_base,
-                D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, DIAG: gl.constexpr):
-    """Every pair of one union group of `length` rows (`_fill_pair`), phases counted on from
-    pair_base (the pairs of the program's earlier groups)."""
+def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
+                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr):
+    """Default partition: every pair of the program's union group (`_fill_pair`)."""
+    group = _group_index(LONGEST_FIRST)
+    length = gl.load(len_ptr + group)
+    union_rows = rows_ptr + group * stride_rg
     for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
         _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                   (pair_base + pair) & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
-
-
-@gluon.jit
-def _pair_producer(kv_ptr, rows_ptr, len_ptr, num_groups, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                   empty_bars, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Default partition: every pair of the program's union group (`_fill_pair`), or with
-    PERSISTENT of each of its groups (`_work_item`; the even consumer copies their Q)."""
-    if PERSISTENT:
-        pairs_done = 0
-        for wave in range(_waves(num_groups)):
-            group, valid = _work_item(wave, num_groups, LONGEST_FIRST)
-            if valid:
-                length = gl.load(len_ptr + group)
-                if length > 0:
-                    _fill_group(kv_ptr, rows_ptr + group * stride_rg, length, stride_kvs, main_bufs, tail_bufs,
-                                full_bars, empty_bars, pairs_done, D_TAIL, BLOCK_N, KV_INT64, DIAG)
-                    pairs_done += gl.cdiv(length, 2 * BLOCK_N)
-    else:
-        group = _group_index(LONGEST_FIRST)
-        length = gl.load(len_ptr + group)
-        _fill_group(kv_ptr, rows_ptr + group * stride_rg, length, stride_kvs, main_bufs, tail_bufs, full_bars,
-                    empty_bars, 0, D_TAIL, BLOCK_N, KV_INT64, DIAG)
-    if not PERSISTENT:
-        async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
+    async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
 @gluon.jit
@@ -815,8 +699,7 @@ def _allocate_stages(D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.conste
 
 @gluon.jit
 def _init_barriers():
-    """(full, empty: one per stage piece; pub, sum: one per warpgroup; q_full: PERSISTENT's Q
-    landed: the even consumer's copy of a group's Q) mbarriers, initialised."""
+    """(full, empty: one per stage piece; pub, sum: one per warpgroup) mbarriers, initialised."""
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -827,9 +710,7 @@ def _init_barriers():
     for i in gl.static_range(2):
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
-    q_full = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_full.index(0), count=WARPGROUP_WARPS * 32)  # every even consumer thread's copies of Q
-    return full_bars, empty_bars, pub_bars, sum_bars, q_full
+    return full_bars, empty_bars, pub_bars, sum_bars
 
 
 @gluon.jit
@@ -838,21 +719,17 @@ def sparse_mla_union_pingpong_kernel(
     stride_qt, stride_qh, stride_qd, stride_kvs,
     stride_rg, stride_bg,
     stride_ot, stride_oh, stride_od,
-    qk_scale_log2, num_groups,
+    qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, PERSISTENT: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
-    """Grid (num_groups,), or with PERSISTENT (min(num_groups, SMs),): each program walks the union
-    groups (`_work_item`); launch with num_warps=WARPGROUP_WARPS. num_groups: the rows of
-    rows/bits/len. kv rows contiguous (stride 1 along D). rows/bits/len from the union build (rows
-    in [0, S)). trace_ptr (diagnostic, TRACE; not with PERSISTENT):
+    """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
+    along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
     program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path):
     DIAG_NONE ... DIAG_COMPUTE_ONLY."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
-    gl.static_assert(not PERSISTENT or (not TRACE and DIAG == DIAG_NONE),
-                     "the trace and the diagnostic modes are for the one-group program")
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
@@ -860,10 +737,9 @@ def sparse_mla_union_pingpong_kernel(
     # the first gathers already run under Q's latency.
     group = _group_index(LONGEST_FIRST)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
-    if not PERSISTENT:  # a persistent producer copies each group's Q itself
-        _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
+    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
-    full_bars, empty_bars, pub_bars, sum_bars, q_full = _init_barriers()
+    full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
@@ -875,16 +751,12 @@ def sparse_mla_union_pingpong_kernel(
     # The producer is the default partition (the launch's warps); the two consumer warpgroups are
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
-        (_pair_producer, (kv_ptr, rows_ptr, len_ptr, num_groups, stride_kvs, stride_rg, main_bufs, tail_bufs,
-                          full_bars, empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG, PERSISTENT)),
-        (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
-                          stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                          max_bufs, sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H, G, BLOCK_N, LONGEST_FIRST, stamps,
-                          trace_ptr,
-                          TRACE, DIAG, PERSISTENT)),
-        (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, num_groups, stride_bg, stride_ot, stride_oh,
-                         stride_od, qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars,
-                         max_bufs, sum_bufs, sum_bars, q_full, q_ptr, stride_qt, stride_qh, stride_qd, H, G, BLOCK_N, LONGEST_FIRST, stamps,
-                          trace_ptr,
-                         TRACE, DIAG, PERSISTENT)),
+        (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
+        (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
+                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+        (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                         qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
+                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

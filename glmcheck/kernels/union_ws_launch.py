@@ -45,9 +45,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong only: one program per SM walks the union groups (PERSISTENT; docs/performance.md,
-    # note 62), so a group's start (length, rows, Q, first gathers) runs under the previous one's end.
-    persistent: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -80,12 +77,6 @@ def device_capability(device: torch.device) -> tuple[int, int]:
     """(major, minor) compute capability of a CUDA device, looked up once per device (it cannot
     change within a process; the prefill path asks on every call)."""
     return torch.cuda.get_device_capability(device)
-
-
-@functools.cache
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (the persistent ping-pong grid), looked up once."""
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def ws_available(device: torch.device) -> bool:
@@ -163,9 +154,7 @@ def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale
 
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
                     kv_int64: bool, config: WsConfig, trace: torch.Tensor | None = None, diag: int = 0):
-    """The ping-pong tile (`union_pingpong.py`) on checked arguments, one program per union group or,
-    with config.persistent, min(groups, SMs) programs that walk them. Diagnostics only (not with
-    config.persistent): `trace`,
+    """The ping-pong tile (`union_pingpong.py`) on checked arguments. Diagnostics only: `trace`,
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS] that receives %clock64 stamps, one row per
     union group (scripts/pingpong_trace.py); `diag`, the kernel's DIAG mode (0 the kernel; 1 gather
     only, 2 compute only: scripts/pingpong_ceiling.py), whose outputs are not attention."""
@@ -174,14 +163,9 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         sparse_mla_union_pingpong_kernel,
     )
 
-    if config.persistent and (trace is not None or diag):
-        raise ValueError(f"trace and diag are for the one-group program, not config.persistent; got "
-                         f"trace={'a tensor' if trace is not None else None}, diag={diag}")
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
-                 "DIAG": diag, "PERSISTENT": config.persistent, "num_warps": WARPGROUP_WARPS.value}
-    num_groups = sets.lengths.shape[0]
-    grid = min(num_groups, sm_count(args.q.device)) if config.persistent else num_groups
-    return sparse_mla_union_pingpong_kernel[(grid,)](
-        *_shared_kernel_args(args, sets, out, qk_scale_log2), num_groups, **constants)
+                 "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
+    return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
+        *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
