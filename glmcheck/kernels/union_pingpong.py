@@ -550,14 +550,34 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 
 
 @gluon.jit
+def _scaled_rows(rows, stride_kvs, KV_INT64: gl.constexpr):
+    """Element offsets of KV rows `rows` (int32 row numbers), int64 with KV_INT64."""
+    if KV_INT64:
+        return rows.to(gl.int64) * stride_kvs
+    return rows * stride_kvs
+
+
+@gluon.jit
 def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
     """(element offsets of block's KV rows, live mask), both [BLOCK_N] in MAIN_GATHER's row slice."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
     live = offs_n < length
     rows = gl.load(rows_ptr + offs_n, mask=live, other=0)
-    if KV_INT64:
-        return rows.to(gl.int64) * stride_kvs, live
-    return rows * stride_kvs, live
+    return _scaled_rows(rows, stride_kvs, KV_INT64), live
+
+
+@gluon.jit
+def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
+    """ROWS_EARLY: block's row numbers loaded before the group's length is known (int32 [BLOCK_N],
+    0 past the row width `row_width`; entries past the length are unspecified and masked later)."""
+    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
+    return gl.load(rows_ptr + offs_n, mask=offs_n < row_width, other=0)
+
+
+@gluon.jit
+def _live(block, length, BLOCK_N: gl.constexpr):
+    """[BLOCK_N] live mask of block's rows in MAIN_GATHER's row slice."""
+    return block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER)) < length
 
 
 @gluon.jit
@@ -630,10 +650,18 @@ def _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl
 def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, phase,
                D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
                DIAG: gl.constexpr):
-    """Gather blocks 2 pair and 2 pair + 1 of a union group, in the order the pieces are freed:
-    0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
+    """Gather blocks 2 pair and 2 pair + 1 of a union group (`_fill_pair_at`)."""
     even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
     odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
+    _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                  phase, D_TAIL, DIAG)
+
+
+@gluon.jit
+def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                  phase, D_TAIL: gl.constexpr, DIAG: gl.constexpr):
+    """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces
+    are freed: 0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase,
                D_TAIL, True, DIAG)
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
@@ -648,14 +676,29 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr):
-    """Default partition: every pair of the program's union group (`_fill_pair`)."""
+                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr, ROWS_EARLY: gl.constexpr):
+    """Default partition: every pair of the program's union group (`_fill_pair`). ROWS_EARLY: the
+    first pair's row numbers are loaded alongside the length instead of after it (rows are
+    contiguous, so stride_rg is their width), which takes one dependent global round trip off the
+    program's start (docs/performance.md, note 62)."""
     group = _group_index(LONGEST_FIRST)
-    length = gl.load(len_ptr + group)
     union_rows = rows_ptr + group * stride_rg
-    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                   pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
+    if ROWS_EARLY:
+        even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
+        odd_rows = _early_rows(union_rows, 1, stride_rg, BLOCK_N)
+        length = gl.load(len_ptr + group)
+        if length > 0:
+            _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
+                          _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs,
+                          tail_bufs, full_bars, empty_bars, 0, 0, D_TAIL, DIAG)
+        for pair in range(1, gl.cdiv(length, 2 * BLOCK_N)):
+            _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                       pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
+    else:
+        length = gl.load(len_ptr + group)
+        for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+            _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                       pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
@@ -722,7 +765,8 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, ROWS_EARLY: gl.constexpr = False,
+    Q_AFTER_FENCE: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
@@ -737,12 +781,15 @@ def sparse_mla_union_pingpong_kernel(
     # the first gathers already run under Q's latency.
     group = _group_index(LONGEST_FIRST)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
-    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
+    if not Q_AFTER_FENCE:
+        _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
+    if Q_AFTER_FENCE:  # the fence is a MEMBAR.ALL.CTA, which may wait for Q's copies in flight (note 62)
+        _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     # Entry stamps after that fence (a MEMBAR.ALL.CTA, which would wait for their global stores).
     _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
@@ -752,7 +799,7 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG, ROWS_EARLY)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                           sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
