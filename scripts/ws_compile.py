@@ -79,8 +79,6 @@ def main() -> None:
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
     parser.add_argument("--diag", type=int, default=0, help="ping-pong: DIAG (0 the kernel, 1 gather only, "
                                                              "2 compute only; diagnostic)")
-    parser.add_argument("--rows-early", action="store_true", help="ping-pong: ROWS_EARLY=True")
-    parser.add_argument("--q-after-fence", action="store_true", help="ping-pong: Q_AFTER_FENCE=True")
     parser.add_argument("--no-consumer-spills", action="store_true",
                         help="print each loop that issues warpgroup MMAs and exit 1 if one of them loads or "
                              "stores local memory (register spills; scripts/sass_loops.py)")
@@ -95,21 +93,18 @@ def main() -> None:
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
-        "trace_ptr": "*i64", "TRACE": "constexpr", "DIAG": "constexpr", "ROWS_EARLY": "constexpr",
-        "Q_AFTER_FENCE": "constexpr",
+        "trace_ptr": "*i64", "TRACE": "constexpr", "DIAG": "constexpr",
     }
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
                   "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "TRACE": ns.trace, "DIAG": ns.diag, "ROWS_EARLY": ns.rows_early, "Q_AFTER_FENCE": ns.q_after_fence}
+                  "TRACE": ns.trace, "DIAG": ns.diag}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
         del signature["DIAG"], constexprs["DIAG"]
-        for name in ("ROWS_EARLY", "Q_AFTER_FENCE"):
-            del signature[name], constexprs[name]
     else:
         kernel_fn = module.sparse_mla_union_pingpong_kernel
         num_warps = module.WARPGROUP_WARPS.value

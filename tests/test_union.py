@@ -428,6 +428,34 @@ def test_pingpong_launcher_passes_the_config_knobs_to_the_kernel(monkeypatch):
     assert diagnostic["DIAG"] == 2
 
 
+def test_pingpong_launcher_hands_the_kernel_contiguous_rows(monkeypatch):
+    """The ping-pong producer takes the row stride as the row width (its first row numbers are
+    loaded before the length): launch_pingpong passes contiguous rows as they are and copies a
+    strided view (the kernel object stubbed: it needs an sm_90 GPU)."""
+    from glmcheck.kernels import union_pingpong
+    from glmcheck.kernels.union import UnionSets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
+    from glmcheck.kernels.validate import PrefillArgs
+    launched: list[tuple] = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append(args)
+
+    monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel())
+    q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
+    args = PrefillArgs(q, kv, torch.zeros((8, 4), dtype=torch.int32), None, 0.1, 512)
+    wide = torch.arange(3 * 80, dtype=torch.int32).view(3, 80)
+    contiguous = wide[:, :40].contiguous()
+    for rows in (contiguous, wide[:, :40]):
+        sets = UnionSets(rows, torch.zeros((3, 40), dtype=torch.uint8), torch.zeros(3, dtype=torch.int32), 8)
+        launch_pingpong(args, sets, torch.zeros((24, 8, 512)), 0.25, False, WsConfig(tile="pingpong"))
+    (same, copied) = launched
+    assert same[2] is contiguous, "contiguous rows were copied"
+    assert copied[2].is_contiguous() and torch.equal(copied[2], wide[:, :40])
+    assert (same[10], copied[10]) == (40, 40), "stride_rg is not the row width"
+
+
 def test_gluon_tiles_take_the_shared_positional_arguments():
     """The Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order (the
     kernels need an sm_90 GPU, their signatures and the argument tuple do not)."""
@@ -532,6 +560,35 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at
     monkeypatch.setattr(prefill, "USE_WS_TILE", True)
     again = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G)
     assert torch.equal(out, again)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topk", [40, 130])
+def test_gpu_pingpong_tile_on_rows_narrower_than_a_pair(topk):
+    """The ping-pong producer loads a group's first 128 row numbers before it knows the length,
+    masked by the row width: sets whose rows are 40 or 130 wide (less than a pair, or a pair and a
+    bit), given as a column slice of wider rows (not contiguous, so the launcher copies them),
+    still match the fp32 reference at H = 64 with every output written."""
+    from glmcheck.kernels.prefill import LOG2E
+    from glmcheck.kernels.union import UnionSets, token_row_sets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws, ws_available
+    from glmcheck.kernels.validate import PrefillArgs
+    device = torch.device("cuda")
+    if not ws_available(device):
+        pytest.skip("the warp-specialised tiles need an sm_90 GPU and Gluon")
+    heads, tokens = 64, 300
+    indices = drifting_indices([tokens], topk, 0.10, seed=topk).to(device)
+    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(topk), device)
+    args = PrefillArgs(q, kv, indices, None, 576 ** -0.5, 512)
+    sets = token_row_sets(indices, None, tokens)
+    padded = torch.full((tokens, topk + 16), -1, dtype=sets.rows.dtype, device=device)
+    padded[:, :sets.rows.shape[1]] = sets.rows
+    narrow = UnionSets(padded[:, :sets.rows.shape[1]], sets.bits, sets.lengths, 1)
+    assert not narrow.rows.is_contiguous()
+    out = poisoned_out(tokens, heads, 512, device)
+    launch_union_attention_ws(args, narrow, out, LOG2E * args.sm_scale, False, WsConfig(tile="pingpong"))
+    assert not out.isnan().any(), "the ping-pong tile left outputs unwritten"
+    assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))
 
 
 @pytest.mark.gpu

@@ -568,7 +568,7 @@ def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_
 
 @gluon.jit
 def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
-    """ROWS_EARLY: block's row numbers loaded before the group's length is known (int32 [BLOCK_N],
+    """Block's row numbers loaded before the group's length is known (int32 [BLOCK_N],
     0 past the row width `row_width`; entries past the length are unspecified and masked later)."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
     return gl.load(rows_ptr + offs_n, mask=offs_n < row_width, other=0)
@@ -676,29 +676,24 @@ def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tai
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr, ROWS_EARLY: gl.constexpr):
-    """Default partition: every pair of the program's union group (`_fill_pair`). ROWS_EARLY: the
-    first pair's row numbers are loaded alongside the length instead of after it (rows are
-    contiguous, so stride_rg is their width), which takes one dependent global round trip off the
-    program's start (docs/performance.md, note 62)."""
+                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr):
+    """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's
+    row numbers are loaded alongside the group's length, not after it (rows are contiguous, so
+    stride_rg is their width): one dependent global round trip less before the first gather, of
+    the three (length, rows, gather) that note 49 found at a program's start. GPU run 17: 1.02x at
+    H = 64, 1 x 8192, 1.03-1.04x at 1 x 2048, 1.00x at union 8, 1 x 8192 (note 62)."""
     group = _group_index(LONGEST_FIRST)
     union_rows = rows_ptr + group * stride_rg
-    if ROWS_EARLY:
-        even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
-        odd_rows = _early_rows(union_rows, 1, stride_rg, BLOCK_N)
-        length = gl.load(len_ptr + group)
-        if length > 0:
-            _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
-                          _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs,
-                          tail_bufs, full_bars, empty_bars, 0, 0, D_TAIL, DIAG)
-        for pair in range(1, gl.cdiv(length, 2 * BLOCK_N)):
-            _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                       pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
-    else:
-        length = gl.load(len_ptr + group)
-        for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
-            _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                       pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
+    even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
+    odd_rows = _early_rows(union_rows, 1, stride_rg, BLOCK_N)
+    length = gl.load(len_ptr + group)
+    if length > 0:
+        _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
+                      _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs, tail_bufs,
+                      full_bars, empty_bars, 0, 0, D_TAIL, DIAG)
+    for pair in range(1, gl.cdiv(length, 2 * BLOCK_N)):
+        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
 
 
@@ -765,11 +760,11 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
-    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0, ROWS_EARLY: gl.constexpr = False,
-    Q_AFTER_FENCE: gl.constexpr = False,
+    trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
-    along D). rows/bits/len from the union build (rows in [0, S)). trace_ptr (diagnostic, TRACE):
+    along D). rows/bits/len from the union build (rows in [0, S); rows contiguous, since the
+    producer takes stride_rg as their width). trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
     program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path):
     DIAG_NONE ... DIAG_COMPUTE_ONLY."""
@@ -781,15 +776,12 @@ def sparse_mla_union_pingpong_kernel(
     # the first gathers already run under Q's latency.
     group = _group_index(LONGEST_FIRST)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
-    if not Q_AFTER_FENCE:
-        _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
+    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
-    if Q_AFTER_FENCE:  # the fence is a MEMBAR.ALL.CTA, which may wait for Q's copies in flight (note 62)
-        _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
     # Entry stamps after that fence (a MEMBAR.ALL.CTA, which would wait for their global stores).
     _stamp_program(trace_ptr, group, 0, 0, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 1, 1, TRACE)
@@ -799,7 +791,7 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG, ROWS_EARLY)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
                           sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),

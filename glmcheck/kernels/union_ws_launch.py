@@ -10,6 +10,7 @@ Triton kernel and times both (H200 run 9, 1 x 8192: 1.011 vs 1.448 ms at H = 8, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -45,11 +46,6 @@ class WsConfig:
     producer_regs: int = 56
     tile: str = "auto"
     consumer_regs: int = 224  # H200 run 12: 224 beat 232 and 240 (spills, and the producer's share)
-    # Ping-pong only, off until a GPU run times them (docs/performance.md, note 62): the producer
-    # loads the first pair's rows alongside the group's length (ROWS_EARLY), and Q's copy is issued
-    # after the barrier-init fence instead of before it (Q_AFTER_FENCE).
-    rows_early: bool = False
-    q_after_fence: bool = False
 
     def __post_init__(self) -> None:
         if self.tile not in TILES:
@@ -171,10 +167,8 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
     constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
-                 "DIAG": diag, "ROWS_EARLY": config.rows_early, "Q_AFTER_FENCE": config.q_after_fence,
-                 "num_warps": WARPGROUP_WARPS.value}
-    if config.rows_early and not sets.rows.is_contiguous():
-        raise ValueError("rows_early reads the row width from the row stride: sets.rows must be contiguous, "
-                         f"got strides {sets.rows.stride()}")
+                 "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
+    if not sets.rows.is_contiguous():  # the producer reads the row width from the row stride
+        sets = dataclasses.replace(sets, rows=sets.rows.contiguous())
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
