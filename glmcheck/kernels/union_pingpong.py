@@ -53,7 +53,10 @@ descriptors, 86 loads a pair), and then, as the trace showed that wait on the 0L
 even warpgroup take the odd one's max ~570 cycles late, behind O += P1 V1 (1.02x at H = 64 and at
 union 8). Measured and removed in run 16: the rest of S0 behind O += P1 V1 as well (1.00x), the
 odd warpgroup taking M0 before S1 (1.00x at H = 64, 0.96x at union 8) or after S1's tail (1.01x,
-0.97x), 216 consumer registers (0.98x).
+0.97x), 216 consumer registers (0.98x). GPU run 17 (notes 62-63): the producer loads the first
+pair's row numbers alongside the group's length (1.02x at H = 64); a persistent form (one program
+per SM walking the groups, Q copied per group by the producer or by the even warpgroup) measured
+0.93x and 0.89x at H = 64 and was removed, as was Q's copy after the barrier-init fence (1.00x).
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
