@@ -571,7 +571,11 @@ def test_gpu_pingpong_tile_on_rows_narrower_than_a_pair(topk):
     still match the fp32 reference at H = 64 with every output written."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
-    from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws, ws_available
+    from glmcheck.kernels.union_ws_launch import (
+        WsConfig,
+        launch_union_attention_ws,
+        ws_available,
+    )
     from glmcheck.kernels.validate import PrefillArgs
     device = torch.device("cuda")
     if not ws_available(device):
