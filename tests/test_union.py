@@ -529,16 +529,23 @@ def test_gpu_graph_capture_runs_the_requested_path(monkeypatch, heads, G):
         assert torch.equal(out, expected), f"replay {step} differs from the eager call"
 
 
+def ws_device() -> torch.device:
+    """The CUDA device, or skip the test where the warp-specialised tiles cannot run (they need an
+    sm_90 GPU and Gluon)."""
+    from glmcheck.kernels.union_ws_launch import ws_available
+    device = torch.device("cuda")
+    if not ws_available(device):
+        pytest.skip("the warp-specialised tiles need an sm_90 GPU and Gluon")
+    return device
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads, G", [(8, 8), (16, 4), (32, 2)])
 def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # ping-pong at G = 8, split at 4 and 2
     """G*H = 64 on an H100/H200 runs the warp-specialised tile: every output written, within the
     reference gate, as close to the Triton tile as two summation orders allow, deterministic.
     Ragged topk_length, -1 and out-of-range slots, a tail of T mod G tokens."""
-    from glmcheck.kernels.union_ws_launch import ws_available
-    device = torch.device("cuda")
-    if not ws_available(device):
-        pytest.skip("the warp-specialised tile needs an sm_90 GPU and Gluon")
+    device = ws_device()
     tokens, topk = 1027, 512
     indices, kv_rows = overlapping_indices(tokens, topk, seed=heads, kv_rows=3000)
     q, kv = random_qkv(tokens, heads, kv_rows, 512, 64, torch.Generator().manual_seed(heads), device)
@@ -571,15 +578,9 @@ def test_gpu_pingpong_tile_on_rows_narrower_than_a_pair(topk):
     still match the fp32 reference at H = 64 with every output written."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
-    from glmcheck.kernels.union_ws_launch import (
-        WsConfig,
-        launch_union_attention_ws,
-        ws_available,
-    )
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws
     from glmcheck.kernels.validate import PrefillArgs
-    device = torch.device("cuda")
-    if not ws_available(device):
-        pytest.skip("the warp-specialised tiles need an sm_90 GPU and Gluon")
+    device = ws_device()
     heads, tokens = 64, 300
     indices = drifting_indices([tokens], topk, 0.10, seed=topk).to(device)
     q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(topk), device)
@@ -604,15 +605,9 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
-    from glmcheck.kernels.union_ws_launch import (
-        WsConfig,
-        launch_union_attention_ws,
-        ws_available,
-    )
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws
     from glmcheck.kernels.validate import PrefillArgs
-    device = torch.device("cuda")
-    if not ws_available(device):
-        pytest.skip("the warp-specialised tiles need an sm_90 GPU and Gluon")
+    device = ws_device()
     group, topk = 64 // heads, 512
     tokens = 1024 * group // 2 if group > 1 else 1024  # 512 union groups at H = 8, 1 024 tokens at H = 64
     indices = drifting_indices([tokens], topk, 0.10, seed=heads).to(device)

@@ -561,11 +561,22 @@ def _scaled_rows(rows, stride_kvs, KV_INT64: gl.constexpr):
 
 
 @gluon.jit
+def _block_rows(block, BLOCK_N: gl.constexpr):
+    """Positions of block's rows in its union group, [BLOCK_N] in MAIN_GATHER's row slice."""
+    return block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
+
+
+@gluon.jit
+def _live(block, length, BLOCK_N: gl.constexpr):
+    """[BLOCK_N] live mask of block's rows in MAIN_GATHER's row slice."""
+    return _block_rows(block, BLOCK_N) < length
+
+
+@gluon.jit
 def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
     """(element offsets of block's KV rows, live mask), both [BLOCK_N] in MAIN_GATHER's row slice."""
-    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
-    live = offs_n < length
-    rows = gl.load(rows_ptr + offs_n, mask=live, other=0)
+    live = _live(block, length, BLOCK_N)
+    rows = gl.load(rows_ptr + _block_rows(block, BLOCK_N), mask=live, other=0)
     return _scaled_rows(rows, stride_kvs, KV_INT64), live
 
 
@@ -573,14 +584,8 @@ def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_
 def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
     """Block's row numbers loaded before the group's length is known (int32 [BLOCK_N],
     0 past the row width `row_width`; entries past the length are unspecified and masked later)."""
-    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER))
+    offs_n = _block_rows(block, BLOCK_N)
     return gl.load(rows_ptr + offs_n, mask=offs_n < row_width, other=0)
-
-
-@gluon.jit
-def _live(block, length, BLOCK_N: gl.constexpr):
-    """[BLOCK_N] live mask of block's rows in MAIN_GATHER's row slice."""
-    return block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, MAIN_GATHER)) < length
 
 
 @gluon.jit

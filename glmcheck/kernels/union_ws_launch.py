@@ -10,9 +10,8 @@ Triton kernel and times both (H200 run 9, 1 x 8192: 1.011 vs 1.448 ms at H = 8, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -169,6 +168,6 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
                  "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
     if not sets.rows.is_contiguous():  # the producer reads the row width from the row stride
-        sets = dataclasses.replace(sets, rows=sets.rows.contiguous())
+        sets = replace(sets, rows=sets.rows.contiguous())
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
