@@ -33,12 +33,16 @@ class PipelineOptions:
     """Planted bugs for the model's own test (the defaults are the kernel): odd_release_outstanding
     > 1 frees 0R while O += P0 V0 may still read it; even_release_unwaited frees 0L without waiting
     for the MMA that reads it; odd_block_release_unwaited frees 1L the same way;
-    next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill."""
+    next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill;
+    odd_p_early stores P1 before S1 (so before 1L's refill, which says that the even warpgroup's
+    O += P1 V1 of the previous pair is done); peer_max_unwaited reads M0 without waiting for it."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
     odd_block_release_unwaited: bool = False
     next_left_unwaited: bool = False
+    odd_p_early: bool = False
+    peer_max_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -177,7 +181,8 @@ def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
 def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
     """Pair p of the even warpgroup (of `pairs`): S0's left half was issued in the previous pair
     (the first pair's before it, waited for), and each pair but the last issues the next one's
-    behind its O += P1 V1."""
+    behind its O += P1 V1. P0 stays in registers for its own O += P0 V0; it is stored (moved to
+    the pair's max) only once the odd warpgroup's max has arrived."""
     if p == 0:
         yield from even_left_scores(m, p)
         yield wait_group(m, "even", 0)
@@ -185,14 +190,15 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
     yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
     yield wait_group(m, "even", 0)
-    yield ("do", lambda: (m.write("max0", ("M0", p), "even publish"),
-                          m.write("tail0", ("P0", p), "even publish"), m.arrive("pub0")))
+    yield ("do", lambda: (m.write("max0", ("M0", p), "even publishes M0"), m.arrive("max0")))
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
-    yield wait_phase(m, "pub1", p)
+    yield wait_phase(m, "max1", p)
     yield ("do", lambda: m.read("max1", ("M1", p), "even reads M1"))
+    yield ("do", lambda: (m.write("tail0", ("P0", p), "even publishes P0"), m.arrive("pub0")))
+    yield wait_phase(m, "pub1", p)
     yield ("do", lambda: m.issue_mma("even", {"odd_p": ("P1", p), "main1 L": kv(p)}, "even O += P1 V1"))
     next_left = p + 1 < pairs
     if next_left:
@@ -205,25 +211,32 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
 
 
 def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
-    """Pair p of the odd warpgroup."""
+    """Pair p of the odd warpgroup: all of S1, then the even warpgroup's max, its own P1, and the
+    even warpgroup's P0 last."""
+    if options.odd_p_early:
+        yield ("do", lambda: m.write("odd_p", ("P1", p), "odd stores P1 early"))
     yield wait_phase(m, "full 1R", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p), "q": ("q",)}, "odd S1 right"))
     yield wait_phase(m, "full 1T", p)
     yield ("do", lambda: m.issue_mma("odd", {"tail1": kv(p), "q": ("q",)}, "odd S1 tail"))
-    yield wait_phase(m, "pub0", p)
-    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
-    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
     yield wait_phase(m, "full 1L", p)
     yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
-    yield wait_group(m, "odd", options.odd_release_outstanding)
-    yield ("do", lambda: m.arrive("empty 0R"))
     yield wait_group(m, "odd", 0)
     yield ("do", lambda: m.arrive("empty 1T"))
-    yield ("do", lambda: (m.write("max1", ("M1", p), "odd publish"),
-                          m.write("odd_p", ("P1", p), "odd publish"), m.arrive("pub1")))
+    if not options.peer_max_unwaited:
+        yield wait_phase(m, "max0", p)
+    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
+    yield ("do", lambda: (m.write("max1", ("M1", p), "odd publishes M1"), m.arrive("max1")))
     yield ("do", lambda: m.issue_mma("odd", {"main1 R": kv(p)}, "odd O += P1 V1"))
-    yield wait_group(m, "odd", 0)
+    if not options.odd_p_early:
+        yield ("do", lambda: m.write("odd_p", ("P1", p), "odd stores P1"))
+    yield wait_phase(m, "pub0", p)
+    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
+    yield ("do", lambda: m.arrive("pub1"))
+    yield wait_group(m, "odd", 1)
     yield ("do", lambda: m.arrive("empty 1R"))
+    yield wait_group(m, "odd", options.odd_release_outstanding - 1)
+    yield ("do", lambda: m.arrive("empty 0R"))
 
 
 def consumer(pair: Callable, me: int) -> Callable:

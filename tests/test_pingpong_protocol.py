@@ -37,3 +37,15 @@ def test_pingpong_protocol_catches_the_next_s0_left_half_read_before_its_refill(
     with pytest.raises(ProtocolViolation, match="while a gather is writing it|expected"):
         for seed in range(SCHEDULES):
             run_schedule(PipelineOptions(next_left_unwaited=True), PAIRS, seed)
+
+
+@pytest.mark.parametrize("options, match", [
+    (PipelineOptions(odd_p_early=True), "writes odd_p while it is still read"),
+    (PipelineOptions(peer_max_unwaited=True), "odd reads M0 reads max0: expected"),
+], ids=["P1 stored before 1L's refill", "M0 read without its barrier"])
+def test_pingpong_protocol_catches_a_planted_handoff_bug(options, match):
+    """P1's buffer is free only once the even warpgroup's previous O += P1 V1 is done, which the
+    odd warpgroup learns from 1L's refill; M0 is there only once its barrier says so."""
+    with pytest.raises(ProtocolViolation, match=match):
+        for seed in range(SCHEDULES):
+            run_schedule(options, PAIRS, seed)

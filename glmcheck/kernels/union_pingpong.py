@@ -12,25 +12,37 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     one in a buffer of its own;
   * one running row max M: block b's max is max(M after block b-1, rowmax S_b), so the
     warpgroups pass M through shared memory, one after the other. While one runs its softmax,
-    the other's MMAs keep the tensor cores busy (ping-pong);
+    the other's MMAs keep the tensor cores busy (ping-pong). Each max is handed over alone, as
+    soon as its softmax is done; the P blocks are exchanged after both maxima are known, both
+    against the pair's max M1 (the even warpgroup moves its P0, kept in registers, from M0 to M1;
+    its own O += P0 V0 has used it against M0 already). This is FlashMLA's order of the handoffs
+    (GPU run 18, docs/performance.md note 65: 1.02-1.03x at H = 64 and union 8 over passing M0 with P0);
   * block b lands in stage b % 2 in pieces, each with a barrier pair and a single last reader, and
     each piece is refilled as soon as that reader is done: L = columns [0, 256), read last by the
     even warpgroup's O += P V; R = columns [256, 512), read last by the odd one's; the rope tail,
     with R in stage 0 (where P0 then lives, read last by the odd warpgroup's O += P0 V0) and a
     piece of its own (T) in stage 1, read only by S1. Each warpgroup starts S on the piece the
     producer fills first for it. A block count that is odd gets one more block that is all masked.
-Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T):
+Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T; max[w] carries
+warpgroup w's max, pub[w] its P):
   even: S0 on 0R (its left half, on 0L, was issued in the previous pair; the first pair's before the
-        loop); softmax with M_prev; publish M0, P0 (pub[0]); O *= alpha; O += P0 V0[:, :256]; wait for
-        it (release 0L); wait pub[1]; O *= alpha; O += P1 V1[:, :256]; the next pair's S0 on 0L once
-        refilled (none in the last pair); wait for O += P1 V1 (release 1L), then for that left half
-  odd:  S1 on 1R, then 1T; wait pub[0]; O *= alpha; O += P0 V0[:, 256:]; S1 on 1L; wait for O += P0 V0
-        (release 0R), then for S1 (release 1T); softmax with M0; publish M1, P1 (pub[1]); O *= alpha;
-        O += P1 V1[:, 256:] (release 1R)
-  producer: 0L 0R 1T 1R 1L, the order the pieces are released in.
-GPU run 13 (docs/performance.md, notes 46-48) measured this order against run 12's (0L freed only
-after the odd warpgroup's max, 0R after S1, the tail with 1R: 1.03x slower at H = 64) and against
-the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower); both were removed.
+        loop); softmax with M_prev; publish M0 (max[0]); O *= alpha; O += P0 V0[:, :256] from
+        registers; wait for it (release 0L); wait max[1]; P0 *= 2^(M0 - M1), stored in stage 0's
+        tail (pub[0]); O *= 2^(M0 - M1); wait pub[1]; O += P1 V1[:, :256]; the next pair's S0 on 0L
+        once refilled (none in the last pair); wait for O += P1 V1 (release 1L), then for that left half
+  odd:  S1 on 1R, 1T, then 1L; wait for it (release 1T); wait max[0]; softmax with M0; publish M1
+        (max[1]); O *= alpha; O += P1 V1[:, 256:] from registers; store P1; wait pub[0];
+        O += P0 V0[:, 256:]; publish P1 (pub[1]); wait for O += P1 V1 (release 1R), then for
+        O += P0 V0 (release 0R)
+  producer: 0L 0R 1T 1R 1L (0R waits for the odd warpgroup's last MMA of a pair, just after 1R's).
+GPU run 13 (docs/performance.md, notes 46-48) measured the piece order of that time against run
+12's (0L freed only after the odd warpgroup's max, 0R after S1, the tail with 1R: 1.03x slower at
+H = 64) and against the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower).
+GPU run 18 (note 65) measured the current handoffs against that run's: 1.02-1.03x; with the
+handoffs on hardware named barriers (bar.arrive / bar.sync), with each max published before the
+exp2 pass, or with P1 published before the wait for P0: no faster (1.00x, 1.00x, 0.99x); the
+producer filling 0R after 1R (its offsets held longer: ptxas spilled 21-24 loads a pair at 56
+registers): 0.94-0.97x.
 tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
@@ -276,10 +288,17 @@ def _rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _publish(row_max, p, max_buf, p_buf, bar):
-    """Hand this block's running max and P (bf16, for the peer's MMA) to the other warpgroup."""
+def _publish_max(row_max, max_buf, bar):
+    """Hand this block's running max to the other warpgroup (read by ld.shared: no proxy fence)."""
     max_buf.store(row_max)
-    p_buf.store(p.to(gl.bfloat16))
+    gl.thread_barrier()  # every thread's store is done before the single arrive
+    mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _publish_p(p, p_buf, bar):
+    """Hand a block's P (bf16 [64, BLOCK_N]) to the other warpgroup, whose wgmma reads it."""
+    p_buf.store(p)
     fence_async_shared()  # P is read by the peer's wgmma (async proxy)
     gl.thread_barrier()  # every thread's stores are done before the single arrive
     mbarrier.arrive(bar)
@@ -358,21 +377,21 @@ def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, s
 
 
 @gluon.jit
-def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                 qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
+def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                 max_bufs, qk_scale_log2, phase, union_bits, length, stamps, pair, H: gl.constexpr,
                  G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr, zero_s, q_main, full_bars, stage0,
                  NEXT_LEFT: gl.constexpr):
-    """The rest of the even warpgroup's pair: softmax of S0, publish, O += P0 V0[:, :256] (free 0L),
-    the odd warpgroup's max, O += P1 V1[:, :256] (free 1L), and with NEXT_LEFT the next pair's S0
-    left half (`_even_scores_left`) behind it. Issued before the max wait instead, the left half
-    first waited for 0L's refill, which held up the max wait (~570 cycles a pair, run 16 trace).
-    Returns (acc, row_sum, run_max, the ownership bits of the warpgroup's next block, loaded at
-    the end: see `_load_bits`; that left half, or zero_s without NEXT_LEFT). stage0: `_first_stage`."""
-    o_layout: gl.constexpr = O_LAYOUT
+    """The rest of the even warpgroup's pair: softmax of S0 and its max M0 published alone;
+    O += P0 V0[:, :256] from registers (free 0L); the odd warpgroup's max M1, the pair's; P0 moved
+    to M1 and published for the odd warpgroup; O moved to M1; the odd warpgroup's P1 and
+    O += P1 V1[:, :256] (free 1L), with NEXT_LEFT the next pair's S0 left half
+    (`_even_scores_left`) behind it. Returns (acc, row_sum, run_max = M1, the ownership bits of the
+    warpgroup's next block, loaded at the end: see `_load_bits`; that left half, or zero_s without
+    NEXT_LEFT). stage0: `_first_stage`."""
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    _publish(new_max, p, max_bufs.index(0), tail_bufs.index(stage0), pub_bars.index(0))
+    _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
     _stamp(stamps, 0, pair, 2, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, o_layout)
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
                         main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
@@ -380,10 +399,15 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(_half(0, LEFT)))
     _stamp(stamps, 0, pair, 4, TRACE)
-    mbarrier.wait(pub_bars.index(1), phase)
-    peer_max = max_bufs.index(1).load(ROW_LAYOUT)
+    mbarrier.wait(max_bars.index(1), phase)
+    pair_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, new_max, peer_max, o_layout)
+    to_pair_max = gl.exp2(new_max - _shift(pair_max))  # as `_rescale`: 0 where nothing is live yet
+    # P0 in the rope-tail buffer of stage 0 (S0, its only other reader, is done)
+    _publish_p((p * to_pair_max[:, None]).to(gl.bfloat16), tail_bufs.index(stage0), pub_bars.index(0))
+    acc = acc * gl.convert_layout(to_pair_max, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    row_sum = row_sum * to_pair_max
+    mbarrier.wait(pub_bars.index(1), phase)
     acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
     next_scores = zero_s
     if NEXT_LEFT:
@@ -396,12 +420,12 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     if NEXT_LEFT:
         next_scores = warpgroup_mma_wait(0, deps=(next_scores,))
     bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
-    return acc, row_sum, peer_max, bits, next_scores
+    return acc, row_sum, pair_max, bits, next_scores
 
 
 @gluon.jit
-def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, H: gl.constexpr,
+def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, stamps, H: gl.constexpr,
                 G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
     """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
@@ -418,69 +442,74 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
             scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores, stage0,
                                        phase, stamps, pair, TRACE)
             acc, row_sum, run_max, bits, scores = _even_blocks(
-                scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                qk_scale_log2, phase, union_bits, length, stamps, pair, H, G, BLOCK_N, TRACE, zero_s, q_view,
-                full_bars, stage0, True)
+                scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                max_bufs, qk_scale_log2, phase, union_bits, length, stamps, pair, H, G, BLOCK_N, TRACE, zero_s,
+                q_view, full_bars, stage0, True)
         last = num_pairs - 1
         scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
                                    last & 1, stamps, last, TRACE)
         acc, row_sum, run_max, bits, scores = _even_blocks(
-            scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-            qk_scale_log2, last & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s, q_main.index(0),
-            full_bars, 0, False)
+            scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+            max_bufs, qk_scale_log2, last & 1, union_bits, length, stamps, last, H, G, BLOCK_N, TRACE, zero_s,
+            q_main.index(0), full_bars, 0, False)
     return acc, row_sum, run_max
 
 
 @gluon.jit
-def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s, acc,
-                row_sum, run_max, phase, stage0, stamps, pair, TRACE: gl.constexpr):
-    """The odd warpgroup's S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), with the even
-    warpgroup's O += P0 V0[:, 256:] queued before S1's left half (frees 0R and 1T). Returns
-    (scores, the even warpgroup's max, acc, row_sum), acc and row_sum moved to that max. stage0:
-    `_first_stage`; q_main and q_tail are the Q views it indexed."""
-    o_layout: gl.constexpr = O_LAYOUT
+def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zero_s, phase, stage0, stamps, pair,
+                TRACE: gl.constexpr):
+    """The odd warpgroup's whole S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), waited for; frees
+    1T, read by S1 only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed."""
     own_main = main_bufs.index(stage0 + 1)
     _wait_half(full_bars, 1, RIGHT, phase)
     _stamp(stamps, 1, pair, 0, TRACE)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
     _wait_piece(full_bars, ODD_TAIL, phase)
     scores = _scores_tail(q_tail, tail_bufs.index(stage0 + 1), scores)
-    mbarrier.wait(pub_bars.index(0), phase)
-    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
-    _stamp(stamps, 1, pair, 3, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, run_max, peer_max, o_layout)
-    # The peer's block first (its P is taken against peer_max), queued before the left half of S.
-    acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
-                        is_async=True)
     _wait_half(full_bars, 1, LEFT, phase)
     scores = _scores_left(q_main, own_main, scores, True)
-    # 0R's last read is O += P0 V0[:, 256:], the group before S's left half; the tail's only reader is S1.
-    acc = warpgroup_mma_wait(1, deps=(acc,))
-    mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
     scores = warpgroup_mma_wait(0, deps=(scores,))
     mbarrier.arrive(empty_bars.index(ODD_TAIL))
     _stamp(stamps, 1, pair, 1, TRACE)
-    return scores, peer_max, acc, row_sum
+    return scores
 
 
 @gluon.jit
-def _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p, empty_bars, pub_bars, max_bufs,
-                qk_scale_log2, union_bits, length, stage0, stamps, pair, H: gl.constexpr, G: gl.constexpr,
-                BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
-    """The rest of the odd warpgroup's pair: softmax of S1 against the even warpgroup's max,
-    publish, O += P1 V1[:, 256:] (free 1R). Returns (acc, row_sum, run_max, the ownership bits of
-    the warpgroup's next block, loaded at the end: loading them earlier cost 18 more spill loads
-    and stores per pair, ptxas at H = 64)."""
+def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                max_bufs, qk_scale_log2, union_bits, length, phase, stage0, stamps, pair, H: gl.constexpr,
+                G: gl.constexpr, BLOCK_N: gl.constexpr, TRACE: gl.constexpr):
+    """The rest of the odd warpgroup's pair: the even warpgroup's max M0; softmax of S1 against it
+    and the pair's max M1 published alone; O moved to M1; O += P1 V1[:, 256:] from registers; P1
+    stored for the even warpgroup; the even warpgroup's P0 (against M1) and O += P0 V0[:, 256:];
+    P1 published; free 1R, then 0R (P0 lives in stage 0's tail, read last here). Returns (acc,
+    row_sum, run_max = M1, the ownership bits of the warpgroup's next block, loaded at the end:
+    loading them earlier cost spill loads and stores, ptxas at H = 64)."""
+    mbarrier.wait(max_bars.index(0), phase)
+    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
+    _stamp(stamps, 1, pair, 3, TRACE)
     new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-    _publish(new_max, p, max_bufs.index(1), odd_p, pub_bars.index(1))
+    _publish_max(new_max, max_bufs.index(1), max_bars.index(1))
     _stamp(stamps, 1, pair, 2, TRACE)
-    _stamp(stamps, 1, pair, 4, TRACE)
-    acc, row_sum = _rescale(acc, row_sum, peer_max, new_max, O_LAYOUT)
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
-    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
-                        main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
+    p_bf16 = p.to(gl.bfloat16)
+    acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1),
+                        acc, is_async=True)
+    # odd_p's last reader, the even warpgroup's O += P1 V1 of the previous pair, freed 1L, which
+    # this pair's S1 waited for. P1 is published only after O += P0 V0 is queued: published before
+    # the wait for P0 instead, it measured 0.99x (run 18).
+    odd_p.store(p_bf16)
+    mbarrier.wait(pub_bars.index(0), phase)
+    acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
+                        is_async=True)
+    fence_async_shared()  # P1 is read by the peer's wgmma (async proxy)
+    gl.thread_barrier()
+    mbarrier.arrive(pub_bars.index(1))
+    acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
     mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
+    acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P0 V0[:, 256:]: 0R's (and P0's) last read
+    mbarrier.arrive(empty_bars.index(_half(0, RIGHT)))
+    _stamp(stamps, 1, pair, 4, TRACE)
     _stamp(stamps, 1, pair, 5, TRACE)
     bits = _load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, new_max, bits
@@ -495,9 +524,9 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 
 @gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                   sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                   stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                   sum_bufs, sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                   LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
     (DIAG_GATHER_ONLY: only releases 0L and 1L as they land). q_main, q_tail: [1, ...] views."""
     group = _group_index(LONGEST_FIRST)
@@ -510,8 +539,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
             _release_piece(full_bars, empty_bars, _half(1, LEFT), pair & 1)
     else:
         acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
-                                            pub_bars, max_bufs, zero_s, acc, row_sum, run_max, bits, union_bits,
-                                            length, qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
+                                            pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
+                                            union_bits, length, qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -521,9 +550,9 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 
 @gluon.jit
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                  qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs, sum_bufs,
-                  sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr, LONGEST_FIRST: gl.constexpr,
-                  stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                  qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                  sum_bufs, sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                  LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land). q_main, q_tail: [1, ...] views
     (`_first_stage` indexes them)."""
@@ -539,12 +568,12 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
             _release_piece(full_bars, empty_bars, _half(1, RIGHT), phase)
         else:
             stage0 = _first_stage(length, pair)
-            scores, peer_max, acc, row_sum = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs,
-                                                         tail_bufs, full_bars, empty_bars, pub_bars, max_bufs, zero_s,
-                                                         acc, row_sum, run_max, phase, stage0, stamps, pair, TRACE)
-            acc, row_sum, run_max, bits = _odd_blocks(scores, bits, peer_max, acc, row_sum, main_bufs, odd_p,
-                                                      empty_bars, pub_bars, max_bufs, qk_scale_log2, union_bits,
-                                                      length, stage0, stamps, pair, H, G, BLOCK_N, TRACE)
+            scores = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs, tail_bufs, full_bars,
+                                 empty_bars, zero_s, phase, stage0, stamps, pair, TRACE)
+            acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
+                                                      empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
+                                                      union_bits, length, phase, stage0, stamps, pair, H, G, BLOCK_N,
+                                                      TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
@@ -745,7 +774,7 @@ def _allocate_stages(D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.conste
 
 @gluon.jit
 def _init_barriers():
-    """(full, empty: one per stage piece; pub, sum: one per warpgroup) mbarriers, initialised."""
+    """(full, empty: one per stage piece; pub (P), sum: one per warpgroup) mbarriers, initialised."""
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_PIECES, 1], mbarrier.MBarrierLayout())
     pub_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -757,6 +786,17 @@ def _init_barriers():
         mbarrier.init(pub_bars.index(i), count=1)
         mbarrier.init(sum_bars.index(i), count=1)
     return full_bars, empty_bars, pub_bars, sum_bars
+
+
+@gluon.jit
+def _init_max_barriers():
+    """The two max handoffs' mbarriers (one per warpgroup), initialised. Allocated after the trace
+    stamps: allocated with the other barriers, the shifted shared-memory offsets cost the
+    producer's pair loop 9 spill loads (ptxas, H = 64)."""
+    max_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(max_bars.index(i), count=1)
+    return max_bars
 
 
 @gluon.jit
@@ -788,6 +828,7 @@ def sparse_mla_union_pingpong_kernel(
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
+    max_bars = _init_max_barriers()
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
     # Entry stamps after that fence (a MEMBAR.ALL.CTA, which would wait for their global stores).
@@ -801,9 +842,9 @@ def sparse_mla_union_pingpong_kernel(
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                          sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
+                          max_bufs, sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
-                         qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bufs,
-                         sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+                         qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
+                         max_bufs, sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])
