@@ -16,7 +16,7 @@ consumer warpgroups split the work by KV block instead of by column (docs/perfor
     soon as its softmax is done; the P blocks are exchanged after both maxima are known, both
     against the pair's max M1 (the even warpgroup moves its P0, kept in registers, from M0 to M1;
     its own O += P0 V0 has used it against M0 already). This is FlashMLA's order of the handoffs
-    (GPU run 18, docs/performance.md note 65: 1.02-1.03x at H = 64 and union 8 over passing M0 with P0);
+    (GPU run 18, docs/performance.md note 65: 1.01-1.03x at H = 64 and union 8 over passing M0 with P0);
   * block b lands in stage b % 2 in pieces, each with a barrier pair and a single last reader, and
     each piece is refilled as soon as that reader is done: L = columns [0, 256), read last by the
     even warpgroup's O += P V; R = columns [256, 512), read last by the odd one's; the rope tail,
@@ -38,7 +38,7 @@ warpgroup w's max, pub[w] its P):
 GPU run 13 (docs/performance.md, notes 46-48) measured the piece order of that time against run
 12's (0L freed only after the odd warpgroup's max, 0R after S1, the tail with 1R: 1.03x slower at
 H = 64) and against the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower).
-GPU run 18 (note 65) measured the current handoffs against that run's: 1.02-1.03x; with the
+GPU run 18 (note 65) measured the current handoffs against the previous ones: 1.01-1.03x; with the
 handoffs on hardware named barriers (bar.arrive / bar.sync), with each max published before the
 exp2 pass, or with P1 published before the wait for P0: no faster (1.00x, 1.00x, 0.99x); the
 producer filling 0R after 1R (its offsets held longer: ptxas spilled 21-24 loads a pair at 56
