@@ -47,3 +47,22 @@ def test_ceiling_script_times_the_kernel_and_both_diagnostic_forms():
     assert ceiling.MODES == {"kernel": DIAG_NONE.value, "gather only": DIAG_GATHER_ONLY.value,
                              "compute only": DIAG_COMPUTE_ONLY.value}
     assert ceiling.MODES["kernel"] == 0, "the kernel's own form is DIAG 0, what every path runs"
+
+
+def test_l2_window_probe_packs_the_access_policy_window_and_names_a_bad_argument():
+    """The window's bytes as cudaStreamAttrValue lays them out (base, size, hit ratio, hit and miss
+    properties at 0, 8, 16, 20, 24); the empty window is all zero, which clears the attribute."""
+    import struct
+
+    l2 = load_script("l2_window_probe")
+    value = l2.access_policy_window(0x7F0012340000, 9_437_184, 0.5)
+    assert len(value) == l2.ATTR_VALUE_BYTES == 64
+    base, size, ratio, hit, miss = struct.unpack_from("<QQfii", value)
+    assert (base, size, ratio) == (0x7F0012340000, 9_437_184, 0.5)
+    assert (hit, miss) == (l2.ACCESS_PERSISTING, l2.ACCESS_STREAMING) == (2, 1)
+    assert value[28:] == bytes(36)
+    assert l2.access_policy_window(0x1000, 0) == bytes(64)
+    with pytest.raises(ValueError, match="hit_ratio"):
+        l2.access_policy_window(0x1000, 64, 1.5)
+    with pytest.raises(ValueError, match="num_bytes"):
+        l2.access_policy_window(0x1000, -1)
