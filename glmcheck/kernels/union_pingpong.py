@@ -280,9 +280,16 @@ def _shift(row_max):
 
 
 @gluon.jit
+def _alpha(max_from, max_to):
+    """Per-row factor that moves values taken against the max `max_from` to the (larger) max
+    `max_to` (0 where nothing is live yet, `_shift`)."""
+    return gl.exp2(max_from - _shift(max_to))
+
+
+@gluon.jit
 def _rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
     """Move O and the row sums from the max `max_from` to the (larger) max `max_to`."""
-    alpha = gl.exp2(max_from - _shift(max_to))
+    alpha = _alpha(max_from, max_to)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return acc, row_sum * alpha
 
@@ -299,6 +306,12 @@ def _publish_max(row_max, max_buf, bar):
 def _publish_p(p, p_buf, bar):
     """Hand a block's P (bf16 [64, BLOCK_N]) to the other warpgroup, whose wgmma reads it."""
     p_buf.store(p)
+    _signal_p(bar)
+
+
+@gluon.jit
+def _signal_p(bar):
+    """Arrive on `bar` once this warpgroup's P stores are visible to the peer's wgmma."""
     fence_async_shared()  # P is read by the peer's wgmma (async proxy)
     gl.thread_barrier()  # every thread's stores are done before the single arrive
     mbarrier.arrive(bar)
@@ -402,11 +415,9 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     mbarrier.wait(max_bars.index(1), phase)
     pair_max = max_bufs.index(1).load(ROW_LAYOUT)
     _stamp(stamps, 0, pair, 3, TRACE)
-    to_pair_max = gl.exp2(new_max - _shift(pair_max))  # as `_rescale`: 0 where nothing is live yet
     # P0 in the rope-tail buffer of stage 0 (S0, its only other reader, is done)
-    _publish_p((p * to_pair_max[:, None]).to(gl.bfloat16), tail_bufs.index(stage0), pub_bars.index(0))
-    acc = acc * gl.convert_layout(to_pair_max, gl.SliceLayout(1, O_LAYOUT))[:, None]
-    row_sum = row_sum * to_pair_max
+    _publish_p((p * _alpha(new_max, pair_max)[:, None]).to(gl.bfloat16), tail_bufs.index(stage0), pub_bars.index(0))
+    acc, row_sum = _rescale(acc, row_sum, new_max, pair_max, O_LAYOUT)
     mbarrier.wait(pub_bars.index(1), phase)
     acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
     next_scores = zero_s
@@ -502,9 +513,7 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
                         is_async=True)
-    fence_async_shared()  # P1 is read by the peer's wgmma (async proxy)
-    gl.thread_barrier()
-    mbarrier.arrive(pub_bars.index(1))
+    _signal_p(pub_bars.index(1))
     acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
     mbarrier.arrive(empty_bars.index(_half(1, RIGHT)))
     acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P0 V0[:, 256:]: 0R's (and P0's) last read
