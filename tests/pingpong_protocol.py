@@ -138,7 +138,7 @@ class Machine:
 
 
 # Stage pieces in the producer's order, with the buffers each one fills.
-PIECES = {"0L": ["main0 L"], "0R": ["main0 R", "tail0"], "1T": ["tail1"], "1R": ["main1 R"], "1L": ["main1 L"]}
+PIECES = {"0L": ["main0 L"], "1T": ["tail1"], "1R": ["main1 R"], "0R": ["main0 R", "tail0"], "1L": ["main1 L"]}
 
 
 def producer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:

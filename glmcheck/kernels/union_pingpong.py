@@ -34,7 +34,8 @@ warpgroup w's max, pub[w] its P):
         (max[1]); O *= alpha; O += P1 V1[:, 256:] from registers; store P1; wait pub[0];
         O += P0 V0[:, 256:]; publish P1 (pub[1]); wait for O += P1 V1 (release 1R), then for
         O += P0 V0 (release 0R)
-  producer: 0L 0R 1T 1R 1L (0R waits for the odd warpgroup's last MMA of a pair, just after 1R's).
+  producer: 0L 1T 1R 0R 1L, the order the pieces are freed in (GPU run 19: 1.01x over 0L 0R 1T 1R 1L,
+        whose 0R, freed by the odd warpgroup's last MMA, held up 1T and 1R for the odd one's S1).
 GPU run 13 (docs/performance.md, notes 46-48) measured the piece order of that time against run
 12's (0L freed only after the odd warpgroup's max, 0R after S1, the tail with 1R: 1.03x slower at
 H = 64) and against the odd warpgroup computing all of S1 before it waits for M0 (1.02x slower).
@@ -42,7 +43,10 @@ GPU run 18 (note 65) measured the current handoffs against the previous ones: 1.
 handoffs on hardware named barriers (bar.arrive / bar.sync), with each max published before the
 exp2 pass, or with P1 published before the wait for P0: no faster (1.00x, 1.00x, 0.99x); the
 producer filling 0R after 1R (its offsets held longer: ptxas spilled 21-24 loads a pair at 56
-registers): 0.94-0.97x.
+registers): 0.94-0.97x. GPU run 19 (note 68): the gathers spread each row over 8 threads instead of
+16 (MAIN_GATHER), so each producer thread holds 4 rows of a block instead of 8: its pair loop
+shrank from 487 to 225 instructions, 1.09x at H = 64 and 1.07x at union 8; with that, the order
+above no longer spills and adds 1.01x.
 tests/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and
 checks it for races under random interleavings on the CPU: change the two together.
 Each warpgroup's row sums cover its own blocks; they are added through shared memory at the end.
@@ -104,7 +108,11 @@ S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16]))
 O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 256, 16]))
 P_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, O_LAYOUT, 2))
 ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
-MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [WARPGROUP_WARPS, 1], [1, 0]))
+# Gathers (KV halves and Q): 8 threads per row, 16 bytes each (a 128-byte line per warp row), so a
+# thread holds 4 of a block's 64 rows. With 16 threads per row (8 rows a thread) the producer's
+# pair loop took 487 instructions against 225 (row offsets and 64-bit addresses for twice the rows
+# at 56 registers): GPU run 19, 1.09x at H = 64 and 1.07x at union 8 (docs/performance.md note 68).
+MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
 TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
 # DIAG (diagnostic only; the launchers never set it): what the kernel does besides the barrier
 # protocol. NONE is the kernel. GATHER_ONLY: the consumers only wait for each piece they release and
@@ -707,14 +715,16 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
 def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, pair,
                   phase, D_TAIL: gl.constexpr, DIAG: gl.constexpr):
     """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces
-    are freed: 0L, 0R (with stage 0's tail), 1T, 1R (without the tail), 1L."""
+    are freed: 0L, 1T, 1R (without the tail), 0R (with stage 0's tail), 1L. The even block's
+    offsets are held across the odd block's fills: 4 rows a thread (MAIN_GATHER) fit the
+    producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair; run 18, note 66)."""
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, pair, phase,
                D_TAIL, True, DIAG)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
-               True, DIAG)
     _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, pair, phase, D_TAIL, DIAG)
     _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, pair, phase,
                D_TAIL, False, DIAG)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, pair, phase, D_TAIL,
+               True, DIAG)
     _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, pair, phase,
                D_TAIL, True, DIAG)
 
