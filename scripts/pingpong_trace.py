@@ -122,6 +122,29 @@ def report_programs(trace: torch.Tensor, program: torch.Tensor, lengths: torch.T
           f"{median(gaps):.0f} ns; steady-pair share of program time {steady:.1%}", flush=True)
 
 
+def report_ends(trace: torch.Tensor, program: torch.Tensor, lengths: torch.Tensor, period: float,
+                block_n: int = 64) -> None:
+    """Where a program's time beyond its steady pairs goes, over the programs of exactly
+    TRACE_PAIRS pairs (all their pairs are stamped): entry to each warpgroup's first stage full,
+    the first two pair periods, and each warpgroup's last stage full to its exit, less one steady
+    `period` (the last pair's tail, the row-sum exchange, O's store; in the traced build also the
+    stamps' flush). trace and program as in `report_programs`."""
+    pairs = (lengths.long() + 2 * block_n - 1) // (2 * block_n)
+    whole = pairs == TRACE_PAIRS
+    if not bool(whole.any()):
+        return
+    t, p = trace[whole], program[whole]
+    entry = p[:, 0, ENTRY_CLOCK]
+    cells = {"entry -> even first full": clock_delta(t[:, 0, 0, 0], entry),
+             "entry -> odd first full": clock_delta(t[:, 1, 0, 0], entry),
+             "first pair period": clock_delta(t[:, 0, 1, 0], t[:, 0, 0, 0]),
+             "second pair period": clock_delta(t[:, 0, 2, 0], t[:, 0, 1, 0]),
+             "even last full -> exit - period": clock_delta(p[:, 0, EXIT_CLOCK], t[:, 0, -1, 0]) - period,
+             "odd last full -> exit - period": clock_delta(p[:, 1, EXIT_CLOCK], t[:, 1, -1, 0]) - period}
+    print(f"  ends ({int(whole.sum())} programs of {TRACE_PAIRS} pairs): "
+          + "; ".join(f"{name} {median(value.double()):.0f}" for name, value in cells.items()), flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seq-len", type=int, default=8192)
@@ -193,6 +216,7 @@ def time_and_report(run: functools.partial, out: torch.Tensor, trace: torch.Tens
     kernel_ms = triton.testing.do_bench(functools.partial(run, out=out, diag=diag))
     period = report(trace[:, :, :TRACE_PAIRS], lengths)
     report_programs(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], lengths, period, kernel_ms)
+    report_ends(trace[:, :, :TRACE_PAIRS], trace[:, :, TRACE_PAIRS], lengths, period)
 
 
 if __name__ == "__main__":

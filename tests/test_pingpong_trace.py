@@ -71,6 +71,32 @@ def test_report_programs_reads_clock_rate_overhead_and_gaps(trace_script, capsys
     assert "gap between an SM's programs median 500 ns" in printed
 
 
+def test_report_ends_reads_a_programs_first_and_last_pairs(trace_script, capsys):
+    """Two groups of TRACE_PAIRS pairs (every pair stamped) and one shorter group, which is left out:
+    planted entry -> first full (even 3 000, odd 3 400), first two pair periods (12 000, 10 000,
+    then 9 000), and the last full -> exit beyond one period (even 2 500, odd 1 800)."""
+    pairs, events, period = trace_script.TRACE_PAIRS, trace_script.TRACE_EVENTS, 9000
+    entry = torch.tensor([3 * 2**32 + 55, 2**31 - 10, 77], dtype=torch.int64)
+    gaps = torch.tensor([12000, 10000] + [period] * (pairs - 2))
+    full = entry[:, None] + 3000 + torch.cat([torch.zeros(1, dtype=torch.int64), gaps.cumsum(0)[:-1]])[None, :]
+    trace = torch.zeros(3, 2, pairs, events, dtype=torch.int64)
+    trace[:, 0, :, 0] = low32(full)
+    trace[:, 1, :, 0] = low32(full + 400)
+    program = torch.zeros(3, 2, events, dtype=torch.int64)
+    program[:, 0, trace_script.ENTRY_CLOCK] = entry
+    program[:, 0, trace_script.EXIT_CLOCK] = full[:, -1] + period + 2500
+    program[:, 1, trace_script.EXIT_CLOCK] = full[:, -1] + 400 + period + 1800
+    program[2, :, trace_script.EXIT_CLOCK] = 0  # the short group: its figures would spoil every median
+    lengths = torch.tensor([2 * 64 * pairs, 2 * 64 * pairs - 5, 2 * 64 * 3])
+    trace_script.report_ends(trace, program, lengths, float(period))
+    printed = capsys.readouterr().out
+    assert f"ends (2 programs of {pairs} pairs)" in printed
+    for figure in ("entry -> even first full 3000", "entry -> odd first full 3400", "first pair period 12000",
+                   "second pair period 10000", "even last full -> exit - period 2500",
+                   "odd last full -> exit - period 1800"):
+        assert figure in printed, figure
+
+
 def test_traced_run_warms_then_traces_into_a_zeroed_buffer_with_the_launchers_arguments(trace_script,
                                                                                        monkeypatch):
     """traced_run launches twice (compile and warm, then the traced run) with keywords the real
