@@ -66,3 +66,26 @@ def test_l2_window_probe_packs_the_access_policy_window_and_names_a_bad_argument
         l2.access_policy_window(0x1000, 64, 1.5)
     with pytest.raises(ValueError, match="num_bytes"):
         l2.access_policy_window(0x1000, -1)
+
+
+def test_pingpong_ab_takes_named_kernel_files_and_swaps_the_launchers_kernel(tmp_path, monkeypatch):
+    """scripts/pingpong_ab.py: NAME=PATH of an existing .py file ('default' is the committed kernel's
+    name, so taken), and use_kernel puts a kernel where the launcher imports it from, per tile."""
+    from glmcheck.kernels import union_pingpong, union_ws
+
+    ab = load_script("pingpong_ab")
+    copy = tmp_path / "variant.py"
+    copy.write_text("sparse_mla_union_pingpong_kernel = 'edited'\n")
+    assert ab.parse_kernel_variant(f"fast={copy}") == ("fast", copy)
+    for bad, message in ((f"default={copy}", "other than 'default'"), (f"2fast={copy}", "identifier"),
+                         (str(copy), "NAME=PATH"), (f"x={tmp_path / 'missing.py'}", "existing .py file"),
+                         (f"x={tmp_path}", "existing .py file")):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            ab.parse_kernel_variant(bad)
+    assert ab.load_kernel_file("fast", copy).sparse_mla_union_pingpong_kernel == "edited"
+    monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", union_pingpong.sparse_mla_union_pingpong_kernel)
+    monkeypatch.setattr(union_ws, "sparse_mla_union_ws_kernel", union_ws.sparse_mla_union_ws_kernel)
+    ab.use_kernel("pingpong", "pingpong stand-in")
+    ab.use_kernel("split", "split stand-in")
+    assert union_pingpong.sparse_mla_union_pingpong_kernel == "pingpong stand-in"
+    assert union_ws.sparse_mla_union_ws_kernel == "split stand-in"
