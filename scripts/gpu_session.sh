@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything still waiting for an H200, in the order the open issues need it. Each step writes
 # under OUTDIR; run the steps in separate device calls if one call would pass 10 minutes:
-#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchgraph|benchmodel|model|union|builds|pingpong|pingpongtrace|pingpongceiling|l2window
+#   bash scripts/gpu_session.sh OUTDIR tests|memcheck|bench|benchgraph|benchmodel|model|union|builds|pingpong|pingpongtrace|pingpongceiling|l2window|accuracy
 #   (tests [IDS...]: only those)
 # builds: every union build timed alone and in the whole path (scripts/build_sweep.py), then the bench
 # with the fastest build per G of that sweep (scripts/bench_with_builds.py); about 4 minutes.
@@ -14,13 +14,14 @@
 # WsConfig knob). pingpongtrace: the clock64 trace at H = 64 and 8 (scripts/pingpong_trace.py).
 # pingpongceiling: the tile against its gather-only and compute-only forms (scripts/pingpong_ceiling.py).
 # l2window: the tile with and without the KV persisting in L2 (scripts/l2_window_probe.py).
+# accuracy: the bench's backends against the fp64 reference on its inputs (scripts/accuracy_fp64.py).
 # bench: the ceilings probe, then `glmcheck bench --heads 16,32,64` (eager); benchgraph: the same
 # bench with CUDA-graph replay (--timing graph).
 # Every step first writes versions.txt (date, GPU, driver, torch, triton).
 # model: layer0 and firsttoken start cold (fresh process, empty Triton cache) and print their
 # wall time ("Elapsed"; /usr/bin/time -v when the machine has it).
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchgraph, benchmodel, model, union, builds, pingpong, pingpongtrace, pingpongceiling or l2window}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, memcheck, bench, benchgraph, benchmodel, model, union, builds, pingpong, pingpongtrace, pingpongceiling, l2window or accuracy}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -67,6 +68,8 @@ case $step in
   pingpongceiling)
             shift 2  # optional arguments, e.g. --variant rebuild_descriptors=1
             python3 scripts/pingpong_ceiling.py --seq-len 8192 --heads 64 8 "$@" 2>&1 | tee "$out/ceiling.txt" ;;
+  accuracy) shift 2  # optional points, e.g. --points 1x8192:64 (default 1 x 8192 and 1 x 2048 at H = 64)
+            python3 scripts/accuracy_fp64.py "$@" 2>&1 | tee "$out/accuracy.txt" ;;
   l2window) shift 2  # optional arguments, e.g. --heads 64
             python3 scripts/l2_window_probe.py "$@" 2>&1 | tee "$out/l2window.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;

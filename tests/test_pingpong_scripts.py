@@ -89,3 +89,18 @@ def test_pingpong_ab_takes_named_kernel_files_and_swaps_the_launchers_kernel(tmp
     ab.use_kernel("split", "split stand-in")
     assert union_pingpong.sparse_mla_union_pingpong_kernel == "pingpong stand-in"
     assert union_ws.sparse_mla_union_ws_kernel == "split stand-in"
+
+
+def test_gpu_session_documents_every_step_it_runs():
+    """Each `case` label of scripts/gpu_session.sh is named in its usage line and in the error
+    message of a missing STEP, so a step added to the case is documented where users look."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu_session.sh").read_text()
+    steps = re.findall(r"^  ([a-z0-9]+)\)", text, flags=re.MULTILINE)
+    usage = re.search(r"gpu_session\.sh OUTDIR (\S+)", text).group(1).split("|")
+    missing = re.search(r"step=\$\{2:\?STEP: ([^}]+)\}", text).group(1)
+    assert "accuracy" in steps and "bench" in steps
+    assert sorted(steps) == sorted(usage), "the usage line and the case disagree"
+    assert all(re.search(rf"\b{step}\b", missing) for step in steps), "the STEP message misses a step"
