@@ -1,4 +1,4 @@
-"""GPU A/B of whole ping-pong kernel files: the committed tile against edited copies of it.
+"""GPU A/B of whole Gluon tile kernel files: the committed tile against edited copies of it.
 
 Usage (H200): PYTHONPATH=. python3 scripts/pingpong_ab.py --variant NAME=PATH [--variant ...]
     [--tile pingpong|split] [--seq-len 8192 2048] [--heads 64 8] [--rounds 3]

@@ -108,12 +108,11 @@ S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16]))
 O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 256, 16]))
 P_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, O_LAYOUT, 2))
 ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
-# Gathers (KV halves and Q): 8 threads per row, 16 bytes each (a 128-byte line per warp row), so a
+# Gathers (KV halves, rope tails and Q): 8 threads per row, 16 bytes each (a 128-byte line per warp row), so a
 # thread holds 4 of a block's 64 rows. With 16 threads per row (8 rows a thread) the producer's
 # pair loop took 487 instructions against 225 (row offsets and 64-bit addresses for twice the rows
 # at 56 registers): GPU run 19, 1.09x at H = 64 and 1.07x at union 8 (docs/performance.md note 68).
 MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
-TAIL_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
 # DIAG (diagnostic only; the launchers never set it): what the kernel does besides the barrier
 # protocol. NONE is the kernel. GATHER_ONLY: the consumers only wait for each piece they release and
 # release it (no MMA, no softmax; the output is the zero tile), so the time is the producer's pace
@@ -642,12 +641,11 @@ def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL: gl.constexpr):
-    """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live)."""
-    tail_off = gl.convert_layout(row_off, gl.SliceLayout(1, TAIL_GATHER))
-    tail_live = gl.convert_layout(live, gl.SliceLayout(1, TAIL_GATHER))
-    offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, TAIL_GATHER))
-    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + tail_off[:, None] + offs_r[None, :],
-                                           mask=tail_live[:, None])
+    """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live),
+    in MAIN_GATHER like the main columns, so the row offsets need no layout conversion."""
+    offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
+    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :],
+                                           mask=live[:, None])
 
 
 @gluon.jit
