@@ -150,7 +150,7 @@ def capture_graph(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], object],
     return graph.replay, output
 
 
-def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
+def timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
                 timing: str, capture: Callable) -> tuple[Callable[[], object] | None, str]:
     """The call to time for a spec that passed its eager gate, or (None, why) when its graph
     replay cannot be captured or fails the same gate (the replay's output is poisoned first)."""
@@ -205,7 +205,7 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         if not rel <= spec.gate_rel_l2:  # NaN fails too
             results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
             continue
-        call, note = _timed_call(spec, inputs, out, reference, timing, capture)
+        call, note = timed_call(spec, inputs, out, reference, timing, capture)
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
     for group in (2, 4, 8):
         build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows

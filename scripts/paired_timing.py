@@ -1,12 +1,14 @@
-"""Alternating A/B timing of the per-token path and one union group at one point, for verdicts
-that a single median cannot settle (two paths within a few percent).
+"""Alternating A/B timing of two bench backends at one point, for verdicts that a single median
+cannot settle (two paths within a few percent, e.g. per-token against FlashMLA+len at H = 64).
 
-Usage (GPU machine): PYTHONPATH=. python3 scripts/paired_timing.py [--heads 16] [--union 2]
-    [--seq-len 8192] [--rounds 7] [--build METHOD]
+Usage (GPU machine): PYTHONPATH=. python3 scripts/paired_timing.py [--point 1x8192:16]
+    [--pair per-token union2] [--timing eager|graph] [--rounds 7] [--build METHOD]
+--pair names two backends of `glmcheck.bench.default_specs` (FlashMLA's when it loads).
 --build forces the union build method (as `union_dedup(method=...)` names them) instead of "auto".
-Both paths are gated against the fp32 reference (rel-L2 <= glmcheck.bench.GATE_REL_L2) on
-poisoned outputs first; then each round times per-token, then union (median of do_bench, 300 ms
-each), and the table gives every round's pair and the median ratio over the rounds.
+Both backends are gated against the fp32 reference on poisoned outputs first (each spec's own
+gate; with --timing graph the replay's output is poisoned and gated too, as in `glmcheck bench`);
+then each round times A, then B (median of do_bench, 300 ms each), and the table gives every
+round's pair and the median ratio over the rounds. Exit status 1 when a gate fails.
 """
 
 from __future__ import annotations
@@ -14,50 +16,97 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 
 import torch
+from accuracy_fp64 import parse_point  # scripts/ is on sys.path
 
 from glmcheck import metrics
-from glmcheck.bench import D_V, GATE_REL_L2, BenchPoint, make_inputs, time_ms
+from glmcheck.backends import flashmla_available
+from glmcheck.bench import (
+    D_V,
+    TIMINGS,
+    BenchSpec,
+    PointInputs,
+    capture_graph,
+    default_specs,
+    make_inputs,
+    time_ms,
+    timed_call,
+)
 from glmcheck.inputs import poisoned_out
-from glmcheck.kernels import sparse_mla_prefill
 from glmcheck.kernels import union as union_mod
 from glmcheck.reference import sparse_mla_reference
 
 
+def pick_specs(names: list[str], specs: list[BenchSpec]) -> list[BenchSpec]:
+    """The specs named by --pair, in its order; ValueError naming --pair and the choices."""
+    by_name = {spec.name: spec for spec in specs}
+    missing = [name for name in names if name not in by_name]
+    if missing or len(names) != 2 or names[0] == names[1]:
+        raise ValueError(f"--pair takes two different backends of {sorted(by_name)}; got {names}")
+    return [by_name[name] for name in names]
+
+
+def gated_calls(specs: list[BenchSpec], x: PointInputs, timing: str,
+                capture: Callable = capture_graph) -> dict[str, Callable[[], object]] | None:
+    """{name: the call to time} once every spec passed its gate (printed), else None."""
+    reference = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
+    calls = {}
+    for spec in specs:
+        out = spec.run(x, poisoned_out(x.q.shape[0], x.q.shape[1], D_V, x.q.device))
+        rel = metrics.rel_l2(out, reference)
+        print(f"{spec.name}: rel-L2 vs fp32 {rel:.3e}", flush=True)
+        if not rel <= spec.gate_rel_l2:
+            print(f"{spec.name} failed its gate ({spec.gate_rel_l2}); nothing timed")
+            return None
+        call, note = timed_call(spec, x, out, reference, timing, capture)
+        if call is None:
+            print(f"{spec.name}: {note}; nothing timed")
+            return None
+        calls[spec.name] = call
+    return calls
+
+
+def alternate(calls: dict[str, Callable[[], object]], rounds: int,
+              timer: Callable[..., float] = time_ms) -> list[tuple[float, float]]:
+    """`rounds` pairs (ms of A, ms of B), A timed first in every round; each pair printed."""
+    (a, call_a), (b, call_b) = calls.items()
+    print(f"| round | {a} ms | {b} ms | {a}/{b} |\n|---|---|---|---|", flush=True)
+    pairs = []
+    for round_ in range(rounds):
+        t_a, t_b = timer(call_a, rep_ms=300), timer(call_b, rep_ms=300)
+        pairs.append((t_a, t_b))
+        print(f"| {round_} | {t_a:.3f} | {t_b:.3f} | {t_a / t_b:.3f} |", flush=True)
+    ratios = sorted(t_a / t_b for t_a, t_b in pairs)
+    print(f"median {a}/{b} over {rounds} rounds: {statistics.median(ratios):.3f} "
+          f"(range {ratios[0]:.3f}-{ratios[-1]:.3f}; > 1: {b} faster)", flush=True)
+    return pairs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--union", type=int, default=2)
-    parser.add_argument("--seq-len", type=int, default=8192)
+    parser.add_argument("--point", type=parse_point, default=parse_point("1x8192:16"), help="BxS:H")
+    parser.add_argument("--pair", nargs=2, default=["per-token", "union2"], metavar=("A", "B"))
+    parser.add_argument("--timing", choices=TIMINGS, default="eager")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0, help="the bench's seed (its default: 0)")
     parser.add_argument("--build", help="union build method to force (default: the library's auto choice)")
     ns = parser.parse_args()
+    if ns.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {ns.rounds}")
+    try:
+        specs = pick_specs(ns.pair, default_specs(flashmla_available()[0]))
+    except ValueError as err:
+        parser.error(str(err))
     if ns.build:
         union_mod.choose_build = lambda G, topk, merge_legal: ns.build
         print(f"union build forced: {ns.build}", flush=True)
-    x = make_inputs(BenchPoint(1, ns.seq_len, ns.heads), seed=11)
-    ref = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
-    runs = {}
-    for name, group in (("per-token", 0), (f"union{ns.union}", ns.union)):
-        out = poisoned_out(x.q.shape[0], ns.heads, D_V, "cuda")
-        sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, union=group, out=out)
-        rel = metrics.rel_l2(out, ref)
-        print(f"{name}: rel-L2 vs fp32 {rel:.3e}", flush=True)
-        if not rel <= GATE_REL_L2:
-            print(f"{name} failed its gate ({GATE_REL_L2}); nothing timed")
-            return 1
-        runs[name] = lambda group=group, out=out: sparse_mla_prefill(
-            x.q, x.kv, x.indices, x.sm_scale, D_V, union=group, out=out)
-    a, b = runs
-    print(f"1x{ns.seq_len} H={ns.heads}: | round | {a} ms | {b} ms | {a}/{b} |")
-    ratios = []
-    for round_ in range(ns.rounds):
-        t_a, t_b = time_ms(runs[a], rep_ms=300), time_ms(runs[b], rep_ms=300)
-        ratios.append(t_a / t_b)
-        print(f"| {round_} | {t_a:.3f} | {t_b:.3f} | {t_a / t_b:.3f} |", flush=True)
-    print(f"median {a}/{b} over {ns.rounds} rounds: {statistics.median(ratios):.3f} "
-          f"(> 1: {b} faster)")
+    print(f"{ns.point.label}, timing {ns.timing}", flush=True)
+    calls = gated_calls(specs, make_inputs(ns.point, seed=ns.seed), ns.timing)
+    if calls is None:
+        return 1
+    alternate(calls, ns.rounds)
     return 0
 
 
