@@ -150,7 +150,7 @@ def capture_graph(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], object],
     return graph.replay, output
 
 
-def timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
+def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
                 timing: str, capture: Callable) -> tuple[Callable[[], object] | None, str]:
     """The call to time for a spec that passed its eager gate, or (None, why) when its graph
     replay cannot be captured or fails the same gate (the replay's output is poisoned first)."""
@@ -166,6 +166,20 @@ def timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, referenc
     if not rel <= spec.gate_rel_l2:
         return None, f"graph replay gate failed: rel-L2 {rel:.3e}"
     return replay, "CUDA graph replay"
+
+
+def gated_call(spec: BenchSpec, inputs: PointInputs, reference: torch.Tensor, timing: str,
+               capture: Callable = capture_graph) -> tuple[Callable[[], object] | None, float, str]:
+    """(the call to time, rel-L2 of its eager run, note) for one spec: it runs once on a
+    NaN-poisoned [T, H, d_v] output and must reach `spec.gate_rel_l2` against `reference`, then
+    `_timed_call` adds the graph replay's own gate. The call is None when a gate fails (the note
+    says which; a NaN fails too)."""
+    out = spec.run(inputs, poisoned_out(inputs.q.shape[0], inputs.q.shape[1], D_V, inputs.q.device))
+    rel = metrics.rel_l2(out, reference)
+    if not rel <= spec.gate_rel_l2:
+        return None, rel, f"gate failed: rel-L2 {rel:.3e}"
+    call, note = _timed_call(spec, inputs, out, reference, timing, capture)
+    return call, rel, note
 
 
 def _try_capture(capture: Callable, fn: Callable[[], torch.Tensor]):
@@ -198,14 +212,8 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
                                       dtype=torch.float32)
     results = []
     rep = 40 if quick else 100
-    tokens = inputs.q.shape[0]
     for spec in specs:
-        out = spec.run(inputs, poisoned_out(tokens, point.heads, D_V, inputs.q.device))
-        rel = metrics.rel_l2(out, reference)
-        if not rel <= spec.gate_rel_l2:  # NaN fails too
-            results.append(BenchResult(point, spec.name, None, rel, f"gate failed: rel-L2 {rel:.3e}"))
-            continue
-        call, note = timed_call(spec, inputs, out, reference, timing, capture)
+        call, rel, note = gated_call(spec, inputs, reference, timing, capture)
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
     for group in (2, 4, 8):
         build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows

@@ -21,7 +21,6 @@ from collections.abc import Callable
 import torch
 from accuracy_fp64 import parse_point  # scripts/ is on sys.path
 
-from glmcheck import metrics
 from glmcheck.backends import flashmla_available
 from glmcheck.bench import (
     D_V,
@@ -30,11 +29,10 @@ from glmcheck.bench import (
     PointInputs,
     capture_graph,
     default_specs,
+    gated_call,
     make_inputs,
     time_ms,
-    timed_call,
 )
-from glmcheck.inputs import poisoned_out
 from glmcheck.kernels import union as union_mod
 from glmcheck.reference import sparse_mla_reference
 
@@ -54,13 +52,11 @@ def gated_calls(specs: list[BenchSpec], x: PointInputs, timing: str,
     reference = sparse_mla_reference(x.q, x.kv, x.indices, x.sm_scale, D_V, dtype=torch.float32)
     calls = {}
     for spec in specs:
-        out = spec.run(x, poisoned_out(x.q.shape[0], x.q.shape[1], D_V, x.q.device))
-        rel = metrics.rel_l2(out, reference)
+        call, rel, note = gated_call(spec, x, reference, timing, capture)
         print(f"{spec.name}: rel-L2 vs fp32 {rel:.3e}", flush=True)
         if not rel <= spec.gate_rel_l2:
             print(f"{spec.name} failed its gate ({spec.gate_rel_l2}); nothing timed")
             return None
-        call, note = timed_call(spec, x, out, reference, timing, capture)
         if call is None:
             print(f"{spec.name}: {note}; nothing timed")
             return None
