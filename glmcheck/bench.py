@@ -12,6 +12,7 @@ the fp32 reference (rel-L2 gate); only a backend that passes is timed
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,11 +21,15 @@ import torch
 from glmcheck import metrics
 from glmcheck.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.inputs import poisoned_out, random_qkv
-from glmcheck.kernels import sparse_mla_prefill, union_dedup
+from glmcheck.kernels import sparse_mla_prefill, union_dedup, union_is_legal
 from glmcheck.kernels.prefill import effective_lengths
 from glmcheck.reference import sparse_mla_reference
 
 REFERENCE_POINTS: list[tuple[int, int]] = [(1, 2048), (1, 4096), (1, 8192), (2, 4096), (4, 2048)]
+# The table's points: the H = 8 reference points, 1 x 8192 at every head count the contract's tiles
+# change at, and 1 x 2048 where the 64-head tile is shortest.
+DEFAULT_POINTS = ",".join([f"{b}x{n}:8" for b, n in REFERENCE_POINTS] + [f"1x8192:{h}" for h in (16, 32, 64, 96, 128)]
+                          + ["1x2048:64", "1x2048:128"])
 GATE_REL_L2 = 3e-3
 D_V, D_TAIL, TOPK = 512, 64, 2048
 
@@ -42,6 +47,23 @@ class BenchPoint:
         return f"{self.batch}x{self.seq_len} H={self.heads}"
 
 
+def parse_points(text: str) -> list[BenchPoint]:
+    """Points from "BxS:H,BxS:H,...", e.g. "1x8192:64"; ValueError naming --points otherwise."""
+    points = []
+    for item in (part.strip() for part in text.split(",")):
+        try:
+            shape, heads = item.split(":")
+            batch, seq_len = shape.lower().split("x")
+            point = BenchPoint(int(batch), int(seq_len), int(heads))
+        except ValueError:
+            raise ValueError(f"--points takes BxS:H items separated by commas (e.g. 1x8192:64), got {item!r}") \
+                from None
+        if min(point.batch, point.seq_len) < 1 or not 1 <= point.heads <= 128:
+            raise ValueError(f"--points: batch and length must be >= 1 and heads in 1..128, got {item!r}")
+        points.append(point)
+    return points
+
+
 @dataclass
 class PointInputs:
     q: torch.Tensor
@@ -53,13 +75,15 @@ class PointInputs:
 
 @dataclass
 class BenchResult:
-    """One backend at one point: ms is None when the gate failed or the backend is absent."""
+    """One backend at one point: ms is None when the gate failed or the backend is absent. A paired
+    row (`ratios` not empty) holds the per-round ratios of backend "A / B", timed alternately."""
 
     point: BenchPoint
     backend: str
     ms: float | None
     rel_l2: float | None
     note: str = ""
+    ratios: tuple[float, ...] = ()
 
 
 @dataclass
@@ -70,6 +94,7 @@ class BenchSpec:
     name: str
     run: Callable[[PointInputs, torch.Tensor], torch.Tensor]
     gate_rel_l2: float = GATE_REL_L2
+    applies: Callable[[int], bool] = lambda heads: True  # runs at points with this many heads
 
 
 INDEX_MODES = ("calibrated", "drift10", "uniform")
@@ -105,15 +130,25 @@ def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, devic
     return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5)
 
 
+EXACT_PATHS = ("per-token", "union2", "union4", "union8")  # our kernel's paths; each also as "+len"
+LENGTH_SUFFIX = "+len"
+
+
 def default_specs(flashmla: bool) -> list[BenchSpec]:
-    """The backends of the reference table (FlashMLA only when it loads)."""
+    """The backends of the reference table (FlashMLA only when it loads): each of our paths with and
+    without topk_length (a union path only where G*H is legal: elsewhere it would run per-token)."""
     from glmcheck.backends.flashmla import flashmla_sparse_prefill
     from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 
-    def triton(union: int):
-        return lambda x, out: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=union)
+    def triton(union: int, with_length: bool):
+        return lambda x, out: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=union,
+                                                 topk_length=x.topk_length if with_length else None)
 
-    specs = [BenchSpec("per-token", triton(0))] + [BenchSpec(f"union{g}", triton(g)) for g in (2, 4, 8)]
+    specs = []
+    for name, union in zip(EXACT_PATHS, (0, 2, 4, 8)):
+        legal = (lambda heads: True) if not union else (lambda heads, g=union: union_is_legal(heads, g))
+        specs += [BenchSpec(name, triton(union, False), applies=legal),
+                  BenchSpec(name + LENGTH_SUFFIX, triton(union, True), applies=legal)]
     if flashmla:
         specs += [
             BenchSpec("flashmla+len", lambda x, out: flashmla_sparse_prefill(
@@ -122,8 +157,28 @@ def default_specs(flashmla: bool) -> list[BenchSpec]:
         ]
     # Its scores are rounded to bf16 by the bmm, so it gets a looser gate (about 3e-3 measured).
     specs.append(BenchSpec("torch_bf16", lambda x, out: torch_bf16_sparse_prefill(
-        x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2))
+        x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2, applies=lambda heads: heads == 8))
     return specs
+
+
+def length_pairs(specs: list[BenchSpec]) -> list[tuple[str, str]]:
+    """(path+len, path) for every path of ours in `specs` given in both forms."""
+    names = {spec.name for spec in specs}
+    return [(name + LENGTH_SUFFIX, name) for name in EXACT_PATHS if {name, name + LENGTH_SUFFIX} <= names]
+
+
+def paired_ratios(call_a: Callable[[], object], call_b: Callable[[], object], rounds: int,
+                  timer: Callable[..., float], rep_ms: int) -> tuple[float, ...]:
+    """ms(A) / ms(B) per round over `rounds` rounds, the order alternating (A B, B A, ...) so that
+    neither side always runs first."""
+    ratios = []
+    for round_ in range(rounds):
+        if round_ % 2:
+            t_b, t_a = timer(call_b, rep_ms=rep_ms), timer(call_a, rep_ms=rep_ms)
+        else:
+            t_a, t_b = timer(call_a, rep_ms=rep_ms), timer(call_b, rep_ms=rep_ms)
+        ratios.append(t_a / t_b)
+    return tuple(ratios)
 
 
 def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
@@ -195,8 +250,11 @@ def _try_capture(capture: Callable, fn: Callable[[], torch.Tensor]):
 def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: bool = False,
               topk: int | None = None, device: str = "cuda", mode: str = "calibrated",
               indices: torch.Tensor | None = None, timer: Callable[..., float] | None = None,
-              timing: str = "eager", capture: Callable = capture_graph) -> list[BenchResult]:
-    """Gate then time every spec at one point; the union build is timed alone as well.
+              timing: str = "eager", capture: Callable = capture_graph, pairs: list[tuple[str, str]] = (),
+              pair_rounds: int = 0) -> list[BenchResult]:
+    """Gate then time every spec that applies at the point's head count; the union build is timed
+    alone as well; then each (A, B) of `pairs` that both passed their gates is timed alternately
+    over `pair_rounds` rounds (`paired_ratios`), one paired row per pair.
 
     `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
     point whose host work outlasts its GPU work measures the host); "graph" captures each call
@@ -212,14 +270,21 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
                                       dtype=torch.float32)
     results = []
     rep = 40 if quick else 100
-    for spec in specs:
+    calls = {}
+    for spec in (s for s in specs if s.applies(point.heads)):
         call, rel, note = gated_call(spec, inputs, reference, timing, capture)
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
+        if call is not None:
+            calls[spec.name] = call
     for group in (2, 4, 8):
         build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows
         call, _, failure = (build, None, "") if timing == "eager" else _try_capture(capture, build)
         results.append(BenchResult(point, f"build{group}", None if call is None else timer(call, rep_ms=rep),
                                    None, failure or "union build alone"))
+    for a, b in pairs:
+        if pair_rounds and a in calls and b in calls:
+            ratios = paired_ratios(calls[a], calls[b], pair_rounds, timer, rep_ms=rep // 2)
+            results.append(BenchResult(point, f"{a} / {b}", None, None, f"{pair_rounds} paired rounds", ratios))
     return results
 
 
@@ -242,9 +307,12 @@ class BenchTable:
 
 
 def render_table(results: list[BenchResult]) -> str:
-    """Markdown table: ms per backend, per point; ratios against FlashMLA+len and per-token."""
+    """Markdown tables: ms per backend, per point; ratios against FlashMLA+len and per-token; the
+    paired rounds' median ratios (`render_paired`) when there are any."""
     from glmcheck.tables import markdown_table
 
+    paired = [r for r in results if r.ratios]
+    results = [r for r in results if not r.ratios]
     points = list(dict.fromkeys(r.point for r in results))
     backends = list(dict.fromkeys(r.backend for r in results))
     table = BenchTable(results)
@@ -259,7 +327,8 @@ def render_table(results: list[BenchResult]) -> str:
         rows.append(row)
     out = [markdown_table(headers, rows)]
     ratio_rows = []
-    exact = [b for b in ("per-token", "union2", "union4", "union8") if b in backends]
+    exact = [b for b in EXACT_PATHS if b in backends]
+    ours = [b for b in backends if b.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS]
     for p in points:
         flash = table.ms(p, "flashmla+len")
         per_token = table.ms(p, "per-token")
@@ -268,8 +337,10 @@ def render_table(results: list[BenchResult]) -> str:
             ms = table.ms(p, b)
             row.append("-" if ms is None or flash is None else f"{flash / ms:.2f}x")
             row.append("-" if ms is None or per_token is None else f"{per_token / ms:.2f}x")
-        best = [table.ms(p, b) for b in exact if table.ms(p, b) is not None]
+        best = [table.ms(p, b) for b in ours if table.ms(p, b) is not None]
+        best_len = [table.ms(p, b) for b in ours if b.endswith(LENGTH_SUFFIX) and table.ms(p, b) is not None]
         peers = [table.ms(p, b) for b in ("flashmla+len", "flashmla") if table.ms(p, b) is not None]
+        row.append(f"{flash / min(best_len):.2f}x" if best_len and flash else "-")
         if best and peers:
             best_vs_flash.setdefault(p.heads, []).append(min(peers) / min(best))
             row.append(f"{min(peers) / min(best):.2f}x")
@@ -277,11 +348,32 @@ def render_table(results: list[BenchResult]) -> str:
             row.append("-")
         ratio_rows.append(row)
     ratio_headers = ["point"] + [f"{b} vs {ref}" for b in exact for ref in ("flash+len", "per-token")]
-    ratio_headers.append("best exact vs best FlashMLA")
+    ratio_headers += ["best ours+len vs flash+len", "best ours vs best FlashMLA"]
     out.append(markdown_table(ratio_headers, ratio_rows))
     if best_vs_flash:
         out.append(geomean_line(best_vs_flash))
+    if paired:
+        out.append(render_paired(paired))
     return "\n\n".join(out)
+
+
+def render_paired(paired: list[BenchResult]) -> str:
+    """Markdown table of paired rows: per point, each pair's median ratio and its range over the rounds."""
+    from glmcheck.tables import markdown_table
+
+    names = list(dict.fromkeys(r.backend for r in paired))
+    points = list(dict.fromkeys(r.point for r in paired))
+    cells = {(r.point, r.backend): r.ratios for r in paired}
+    rows = []
+    for p in points:
+        row = [p.label]
+        for name in names:
+            ratios = sorted(cells.get((p, name), ()))
+            row.append(f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" if ratios else "-")
+        rows.append(row)
+    rounds = max(len(r.ratios) for r in paired)
+    return (f"paired rounds (ms of A / ms of B, median and range over up to {rounds} alternating rounds; "
+            f"> 1: B faster):\n\n" + markdown_table(["point"] + names, rows))
 
 
 def geomean_line(ratios_by_heads: dict[int, list[float]]) -> str:

@@ -26,13 +26,18 @@ check() {
     failed=1
   fi
 }
-for heads in 8 16 32; do check --tile split --heads "$heads"; done
-check --tile split --heads 8 --longest-first
-for heads in 64 8; do
-  check --tile pingpong --heads "$heads" --longest-first
-  check --tile pingpong --heads "$heads" --trace
+# Every configuration a launcher can pick, in both KV addressing modes (int64 row offsets past 2**31
+# KV elements: a form never compiled crashed on the first large pool, issue 29).
+for wide in "" --kv-int64; do
+  for heads in 8 16 32; do check --tile split --heads "$heads" $wide; done
+  check --tile split --heads 8 --longest-first $wide
+  check --tile pingpong --heads 8 --longest-first $wide  # union 8
+  # the per-token form: 64 heads, one slice; padded (17..63); two slices, padded and whole
+  for heads in 64 17 100 128; do check --tile pingpong --token-heads "$heads" --longest-first $wide; done
 done
-for diag in 1 2; do check --tile pingpong --heads 64 --diag "$diag"; done  # scripts/pingpong_ceiling.py
-check --tile pingpong --heads 64 --diag 2 --trace  # scripts/pingpong_trace.py --compute-only
+# diagnostics (scripts/pingpong_trace.py, scripts/pingpong_ceiling.py), int32 rows only
+for heads in 64 8; do check --tile pingpong --heads "$heads" --trace; done
+for diag in 1 2; do check --tile pingpong --heads 64 --diag "$diag"; done
+check --tile pingpong --heads 64 --diag 2 --trace
 [ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a or spills in a consumer loop" >&2; exit 1; }
-echo "gluon_compile_check: every Gluon kernel configuration compiles for sm_90a, no consumer loop spills"
+echo "gluon_compile_check: every Gluon kernel configuration compiles for sm_90a in both addressing modes, no consumer loop spills"

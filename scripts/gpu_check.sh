@@ -14,4 +14,4 @@ unset TRITON_INTERPRET
   git rev-parse --short HEAD 2>/dev/null || true
 } 2>&1 | tee "$out/env.txt"
 python3 -m pytest -q -m "gpu or not gpu" -p no:cacheprovider 2>&1 | tee "$out/pytest.txt" | tail -n 25
-python3 -m glmcheck bench --heads 16,32,64 --out "$out/bench" --quiet "$@" 2>&1 | tee "$out/bench.txt" | tail -n 40
+python3 -m glmcheck bench --out "$out/bench" --quiet "$@" 2>&1 | tee "$out/bench.txt" | tail -n 40

@@ -2,8 +2,8 @@
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/ws_compile.py [--tile split|pingpong] [--block-n 64] [--stages 2] [--heads 8]
-        [--producer-warps 4] [--consumer-regs 224] [--trace] [--ptx out.ptx] [--sass out.sass]
-        [--no-consumer-spills]
+        [--token-heads N] [--kv-int64] [--producer-warps 4] [--consumer-regs 224] [--trace]
+        [--ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
 Prints registers per thread, spills, shared memory and the wgmma / cp.async counts of the PTX;
 with --no-consumer-spills also each loop that issues warpgroup MMAs, and exits 1 if one of them
 loads or stores local memory (scripts/sass_loops.py).
@@ -77,6 +77,11 @@ def main() -> None:
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--longest-first", action="store_true", help="compile with LONGEST_FIRST=True")
+    parser.add_argument("--token-heads", type=int, default=0,
+                        help="ping-pong only: the per-token form (G = 1) for this many heads, run as "
+                             "ceil(N / 64) slices of 64 (padded when N is not a multiple of 64); "
+                             "replaces --heads")
+    parser.add_argument("--kv-int64", action="store_true", help="compile with KV_INT64=True (int64 KV row offsets)")
     parser.add_argument("--diag", type=int, default=0, help="ping-pong: DIAG (0 the kernel, 1 gather only, "
                                                              "2 compute only; diagnostic)")
     parser.add_argument("--no-consumer-spills", action="store_true",
@@ -89,22 +94,27 @@ def main() -> None:
         "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
         "out_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
         "stride_kvs": "i32", "stride_rg": "i32", "stride_bg": "i32", "stride_ot": "i32", "stride_oh": "i32",
-        "stride_od": "constexpr", "qk_scale_log2": "fp32",
+        "stride_od": "constexpr", "qk_scale_log2": "fp32", "num_heads": "i32",
         "H": "constexpr", "G": "constexpr", "D_V": "constexpr", "D_TAIL": "constexpr", "BLOCK_N": "constexpr",
         "NUM_STAGES": "constexpr", "PRODUCER_WARPS": "constexpr", "PRODUCER_REGS": "constexpr",
         "CONSUMER_REGS": "constexpr", "KV_INT64": "constexpr", "LONGEST_FIRST": "constexpr",
+        "HEAD_SLICES": "constexpr", "PARTIAL_HEADS": "constexpr",
         "trace_ptr": "*i64", "TRACE": "constexpr", "DIAG": "constexpr",
     }
-    constexprs = {"stride_qd": 1, "stride_od": 1, "H": ns.heads, "G": module.BLOCK_M.value // ns.heads, "D_V": 512,
+    heads = 64 if ns.token_heads else ns.heads  # tile rows per token
+    slices = -(-ns.token_heads // 64) if ns.token_heads else 1
+    constexprs = {"stride_qd": 1, "stride_od": 1, "H": heads, "G": module.BLOCK_M.value // heads, "D_V": 512,
                   "D_TAIL": 64, "BLOCK_N": ns.block_n, "NUM_STAGES": ns.stages,
                   "PRODUCER_WARPS": ns.producer_warps, "PRODUCER_REGS": ns.producer_regs,
-                  "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": False, "LONGEST_FIRST": ns.longest_first,
-                  "TRACE": ns.trace, "DIAG": ns.diag}
+                  "CONSUMER_REGS": ns.consumer_regs, "KV_INT64": ns.kv_int64, "LONGEST_FIRST": ns.longest_first,
+                  "TRACE": ns.trace, "DIAG": ns.diag, "HEAD_SLICES": slices,
+                  "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     if ns.tile == "split":
         kernel_fn, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
         del signature["CONSUMER_REGS"], constexprs["CONSUMER_REGS"]
         del signature["TRACE"], constexprs["TRACE"], signature["trace_ptr"]
-        del signature["DIAG"], constexprs["DIAG"]
+        del signature["DIAG"], constexprs["DIAG"], signature["num_heads"]
+        del signature["HEAD_SLICES"], constexprs["HEAD_SLICES"], signature["PARTIAL_HEADS"], constexprs["PARTIAL_HEADS"]
     else:
         kernel_fn = module.sparse_mla_union_pingpong_kernel
         num_warps = module.WARPGROUP_WARPS.value
@@ -117,7 +127,8 @@ def main() -> None:
     src = GluonASTSource(kernel_fn, signature=signature, constexprs=constexprs, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     ptx = kernel.asm["ptx"]
-    print(f"{ns.tile} block_n={ns.block_n} heads={ns.heads}: {resource_usage(kernel.asm['cubin'])}, "
+    shape = f"token_heads={ns.token_heads}" if ns.token_heads else f"heads={ns.heads}"
+    print(f"{ns.tile} block_n={ns.block_n} {shape} kv_int64={ns.kv_int64}: {resource_usage(kernel.asm['cubin'])}, "
           f"shared {kernel.metadata.shared} B, "
           f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, cp.async {len(re.findall(r'cp.async.cg|cp.async.ca', ptx))}, "
           f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")

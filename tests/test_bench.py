@@ -11,6 +11,7 @@ from glmcheck.bench import (
     BenchPoint,
     BenchSpec,
     default_specs,
+    length_pairs,
     render_table,
     run_point,
 )
@@ -123,3 +124,56 @@ def test_geomean_is_reported_per_head_count():
                + point_results(BenchPoint(1, 8192, 64), 2.0, 1.0, None))  # 0.5x; flashmla missing
     line = render_table(results).splitlines()[-1]
     assert line.endswith("H=8 4.00x over 2 points; H=64 0.50x over 1 point; all 2.00x over 3 points")
+
+
+def test_length_forms_are_gated_timed_and_paired_where_their_path_applies():
+    """Each path runs with and without topk_length; union paths only where G*H is legal (at H = 32
+    union 4 and 8 would run the per-token path, so they are not columns); each path's two forms
+    are timed alternately in paired rounds and the table gives their median ratio."""
+    order: list = []
+    specs = [s for s in default_specs(flashmla=False) if s.name != "torch_bf16"]
+    pairs = length_pairs(specs)
+    assert pairs == [("per-token+len", "per-token"), ("union2+len", "union2"), ("union4+len", "union4"),
+                     ("union8+len", "union8")]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    results = run_point(BenchPoint(1, 24, 32), specs, topk=16, device=device, timer=fake_timer(order),
+                        pairs=pairs, pair_rounds=3)
+    names = [r.backend for r in results if not r.ratios]
+    assert names == ["per-token", "per-token+len", "union2", "union2+len", "build2", "build4", "build8"]
+    paired = {r.backend: r for r in results if r.ratios}
+    assert set(paired) == {"per-token+len / per-token", "union2+len / union2"}
+    assert paired["union2+len / union2"].ratios == (1.0, 1.0, 1.0)
+    assert len(order) == len(names) + 2 * 2 * 3
+    table = render_table(results)
+    last = [cell.strip() for cell in table.splitlines()[-1].split("|")]
+    assert "paired rounds" in table and last[1:4] == ["1x24 H=32", "1.000 (1.000-1.000)", "1.000 (1.000-1.000)"]
+
+
+def test_paired_ratios_alternate_which_side_runs_first():
+    seen: list[str] = []
+    times = {"a": 2.0, "b": 1.0}
+
+    def timer(fn, rep_ms):
+        seen.append(fn())
+        return times[seen[-1]]
+
+    from glmcheck.bench import paired_ratios
+    assert paired_ratios(lambda: "a", lambda: "b", 3, timer, rep_ms=10) == (2.0, 2.0, 2.0)
+    assert seen == ["a", "b", "b", "a", "a", "b"]
+
+
+@pytest.mark.parametrize("text, message", [("1x8192", "BxS:H items"), ("1x8192:0", "heads in 1..128"),
+                                           ("0x10:8", "must be >= 1"), ("1x8192:8,,", "BxS:H items")])
+def test_bad_points_are_refused_naming_the_option(text, message):
+    from glmcheck.bench import parse_points
+    with pytest.raises(ValueError, match="--points") as err:
+        parse_points(text)
+    assert message in str(err.value)
+
+
+def test_default_points_are_the_contract_points():
+    from glmcheck.bench import DEFAULT_POINTS, parse_points
+    labels = [p.label for p in parse_points(DEFAULT_POINTS)]
+    assert labels[:5] == ["1x2048 H=8", "1x4096 H=8", "1x8192 H=8", "2x4096 H=8", "4x2048 H=8"]
+    assert labels[5:] == ["1x8192 H=16", "1x8192 H=32", "1x8192 H=64", "1x8192 H=96", "1x8192 H=128",
+                          "1x2048 H=64", "1x2048 H=128"]

@@ -191,19 +191,30 @@ def test_kernel_found_loop_bound_equals_the_host_one(device, monkeypatch, end_bl
 
 
 @pytest.mark.parametrize("heads, with_length, kernel_bound",
-                         [(8, False, True), (16, False, True), (32, False, False), (8, True, False)])
+                         [(8, False, True), (16, False, True), (32, False, False), (8, True, True),
+                          (32, True, False)])
 def test_loop_bound_source_by_tile(device, monkeypatch, heads, with_length, kernel_bound):
-    """The kernel finds its own bound only on 16-row tiles without topk_length (H200 run 11: the
-    32-row tile spills and runs 10 % slower with it); otherwise it is handed lengths, and both
-    give the fp64 reference's answer."""
+    """The Triton per-token kernel finds its own loop bound on 16-row tiles, within topk_length
+    when one is given (handed the lengths alone it ran 5 % slower); the 32-row tile, which spills
+    with the search (H200 run 11), is handed topk_length or the host's lengths. Every form gives
+    the fp64 reference's answer."""
     from glmcheck.kernels import prefill
 
     handed = []
     launch = prefill.launch_per_token
-    monkeypatch.setattr(prefill, "launch_per_token",
-                        lambda args, lengths, *rest: handed.append(lengths) or launch(args, lengths, *rest))
+    monkeypatch.setattr(prefill, "launch_per_token", lambda args, lengths, out, tile, wide, find:
+                        handed.append((lengths, find)) or launch(args, lengths, out, tile, wide, find))
+    monkeypatch.setattr(prefill, "PINGPONG_MIN_HEADS", 129)  # the Triton tile at every head count
     inp = random_inputs(5, heads, 48, 24, 32, 16, seed=3, device=device, empty_fraction=0.2)
     length = torch.full((5,), 20, dtype=torch.int32, device=device) if with_length else None
     out = run_kernel(inp, device, topk_length=length)
-    assert handed and all((lengths is None) == kernel_bound for lengths in handed)
+    assert handed and all(find == kernel_bound for _, find in handed)
+    for lengths, _ in handed:
+        if with_length:
+            assert torch.equal(lengths, length)
+        else:
+            assert (lengths is None) == kernel_bound
     assert_close_to_reference(out, reference(inp, topk_length=length))
+    if with_length and kernel_bound:  # the bound found within topk_length changes no bit
+        monkeypatch.setattr(prefill, "KERNEL_FINDS_BOUND", False)
+        assert torch.equal(out, run_kernel(inp, device, topk_length=length))

@@ -27,11 +27,11 @@ def test_injected_out_of_resources_steps_down_once_per_shape(device, monkeypatch
     attempts: list[Tile] = []
     real_launch = prefill.launch_per_token
 
-    def fussy_launch(args, lengths, out, tile, kv_int64):
+    def fussy_launch(args, lengths, out, tile, kv_int64, find_bound):
         attempts.append(tile)
         if tile.block_n > 16:
             raise OutOfResources(required=300_000, limit=232_448, name="shared memory")
-        return real_launch(args, lengths, out, tile, kv_int64)
+        return real_launch(args, lengths, out, tile, kv_int64, find_bound)
 
     monkeypatch.setattr(prefill, "launch_per_token", fussy_launch)
     inp = random_inputs(11, 8, 64, 40, 64, 16, seed=5, device=device)
@@ -54,7 +54,7 @@ def test_injected_out_of_resources_steps_down_once_per_shape(device, monkeypatch
 
 
 def test_nothing_fits_raises(device, monkeypatch):
-    def never_fits(args, lengths, out, tile, kv_int64):
+    def never_fits(args, lengths, out, tile, kv_int64, find_bound):
         raise OutOfResources(required=1, limit=0, name="shared memory")
 
     monkeypatch.setattr(prefill, "launch_per_token", never_fits)

@@ -231,13 +231,15 @@ def _inputs(tokens, heads, topk, seed, d_v=64, d_tail=16, **kw):
 
 def _spy_union_launches(monkeypatch, kinds: list[str] | None = None) -> list[int]:
     """Record G of every union attention launch (Triton tile or warp-specialised tile); `kinds`,
-    when given, records which of the two ran ("triton" / "ws")."""
+    when given, records which of the two ran ("triton" / "ws"). The per-token path's Gluon launches
+    (one-token sets, G = 1: the tail tokens from 17 heads on) are not union launches."""
     calls: list[int] = []
     for name, kind in (("launch_union_attention", "triton"), ("launch_union_attention_ws", "ws")):
         def spy(args, sets, *rest, _real=getattr(prefill, name), _kind=kind):
-            calls.append(sets.group)
-            if kinds is not None:
-                kinds.append(_kind)
+            if sets.group > 1:
+                calls.append(sets.group)
+                if kinds is not None:
+                    kinds.append(_kind)
             return _real(args, sets, *rest)
 
         monkeypatch.setattr(prefill, name, spy)
@@ -381,7 +383,7 @@ def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
     from glmcheck.kernels import union_ws_launch
     from glmcheck.kernels.union import UnionSets
     ran: list[str] = []
-    monkeypatch.setattr(union_ws_launch, "check_ws_args", lambda args, group: None)
+    monkeypatch.setattr(union_ws_launch, "check_ws_args", lambda *a: None)
     monkeypatch.setattr(union_ws_launch, "launch_pingpong", lambda *a: ran.append("pingpong"))
     monkeypatch.setattr(union_ws_launch, "launch_split", lambda *a: ran.append("split"))
     lengths = torch.zeros(1, dtype=torch.int32)
@@ -633,3 +635,86 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     assert metrics.rel_l2(short_pingpong, short_split) <= UNION_VS_PER_TOKEN_REL_L2
     empty = (cut.lengths == 0).repeat_interleave(group)
     assert empty.any() and (short_pingpong[empty] == 0).all(), "an empty group is not zero"
+
+
+def test_pingpong_launcher_runs_one_token_groups_in_64_head_slices(monkeypatch):
+    """Per-token (G = 1) at H heads: ceil(H / 64) programs per token, the tile's 64 rows per token,
+    PARTIAL_HEADS where H is not a multiple of 64, and H itself passed as num_heads (the kernel
+    object stubbed: it needs an sm_90 GPU). Union groups keep one program each."""
+    from glmcheck.kernels import union_pingpong
+    from glmcheck.kernels.union import UnionSets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_pingpong
+    from glmcheck.kernels.validate import PrefillArgs
+    launched: list[tuple] = []
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append((grid, args, kwargs))
+
+    monkeypatch.setattr(union_pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel())
+    expected = {17: (5, True), 63: (5, True), 64: (5, False), 65: (10, True), 96: (10, True), 128: (10, False)}
+    for heads, (programs, partial) in expected.items():
+        args = PrefillArgs(torch.zeros((5, heads, 576)), torch.zeros((32, 576)), torch.zeros((5, 4), dtype=torch.int32),
+                           None, 0.1, 512)
+        sets = UnionSets(torch.zeros((5, 4), dtype=torch.int32), torch.zeros((5, 4), dtype=torch.uint8),
+                         torch.zeros(5, dtype=torch.int32), 1)
+        launch_pingpong(args, sets, torch.zeros((5, heads, 512)), 0.25, False, WsConfig())
+        grid, positional, constants = launched[-1]
+        assert grid == (programs,) and positional[16] == heads, heads
+        assert (constants["H"], constants["G"], constants["PARTIAL_HEADS"]) == (64, 1, partial)
+        assert constants["HEAD_SLICES"] == programs // 5
+    args = PrefillArgs(torch.zeros((16, 8, 576)), torch.zeros((32, 576)), torch.zeros((16, 4), dtype=torch.int32),
+                       None, 0.1, 512)
+    sets = UnionSets(torch.zeros((2, 4), dtype=torch.int32), torch.zeros((2, 4), dtype=torch.uint8),
+                     torch.zeros(2, dtype=torch.int32), 8)
+    launch_pingpong(args, sets, torch.zeros((16, 8, 512)), 0.25, False, WsConfig())
+    grid, positional, constants = launched[-1]
+    assert grid == (2,) and (constants["H"], constants["HEAD_SLICES"], constants["PARTIAL_HEADS"]) == (8, 1, False)
+
+
+def test_ws_tile_takes_any_head_count_per_token_and_refuses_misaligned_q(device):
+    """The ping-pong tile takes one-token groups at any 1..128 heads (64-head slices); the split
+    tile and union groups still need G*H = 64; q rows must start on 16-byte boundaries (cp.async)."""
+    from glmcheck.kernels.union_ws_launch import WsConfig, check_ws_args
+    from glmcheck.kernels.validate import PrefillArgs
+
+    def args_for(heads: int, q: torch.Tensor | None = None) -> PrefillArgs:
+        q = torch.zeros((4, heads, 576), dtype=torch.bfloat16, device=device) if q is None else q
+        return PrefillArgs(q, torch.zeros((32, 576), dtype=torch.bfloat16, device=device),
+                           torch.zeros((4, 8), dtype=torch.int32, device=device), None, 0.1, 512)
+
+    for heads in (1, 17, 64, 100, 128):
+        check_ws_args(args_for(heads), 1)
+    with pytest.raises(ValueError, match="G\\*H = 64"):
+        check_ws_args(args_for(32), 1, WsConfig(tile="split"))
+    with pytest.raises(ValueError, match="G\\*H = 64"):
+        check_ws_args(args_for(32), 4)
+    flat = torch.zeros(4 * 64 * 576 + 1, dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match="q rows must start on 16-byte boundaries"):
+        check_ws_args(args_for(64, flat[1:].view(4, 64, 576)), 1)
+    wide = torch.zeros((4, 64, 580), dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match="q rows must start on 16-byte boundaries"):
+        check_ws_args(args_for(64, wide[..., :576]), 1)
+
+
+@pytest.mark.parametrize("heads, union, tokens, route", [
+    (8, 0, 9, ("triton-token", 1, None)), (16, 0, 9, ("triton-token", 1, None)),
+    (17, 0, 9, ("gluon-pingpong", 1, None)), (128, 0, 9, ("gluon-pingpong", 1, None)),
+    (8, 2, 9, ("triton-union", 2, "triton-token")), (8, 8, 9, ("gluon-pingpong", 8, "triton-token")),
+    (16, 4, 8, ("gluon-split", 4, None)), (32, 2, 9, ("gluon-split", 2, "gluon-pingpong")),
+    (64, 2, 9, ("gluon-pingpong", 1, None)), (96, 8, 9, ("gluon-pingpong", 1, None))])
+def test_route_names_the_tiles_by_head_count_and_group(monkeypatch, heads, union, tokens, route):
+    """Where the Gluon tiles run (faked here: they need an sm_90 GPU), the route takes the ping-pong
+    tile per 64-head slice from PINGPONG_MIN_HEADS heads on, the Triton per-token kernel below,
+    the 64-row Gluon tiles for G*H = 64 and the Triton union tile for smaller union tiles; the
+    T mod G tail tokens take the per-token tile of their head count. A given _tile keeps Triton."""
+    from glmcheck.kernels import union_ws_launch
+    from glmcheck.kernels.prefill import kernel_route
+    from glmcheck.kernels.tiles import Tile
+    monkeypatch.setattr(union_ws_launch, "ws_available", lambda device: True)
+    q, kv = torch.zeros((tokens, heads, 576), dtype=torch.bfloat16), torch.zeros((32, 576), dtype=torch.bfloat16)
+    indices = torch.zeros((tokens, 8), dtype=torch.int32)
+    got = kernel_route(q, kv, indices, 0.1, 512, union=union)
+    assert (got.tile, got.group, got.tail) == route
+    forced = kernel_route(q, kv, indices, 0.1, 512, union=union, _tile=Tile(64, 4, 2))
+    assert forced.tile.startswith("triton")

@@ -12,8 +12,8 @@ import torch
 from tqdm import tqdm
 
 from glmcheck.backends import flashmla_available
-from glmcheck.bench import (INDEX_MODES, REFERENCE_POINTS, TIMINGS, BenchPoint, default_specs, render_table,
-                            run_point)
+from glmcheck.bench import (DEFAULT_POINTS, INDEX_MODES, TIMINGS, BenchPoint, default_specs, length_pairs,
+                            parse_points, render_table, run_point)
 from glmcheck.environment import environment_metadata
 from glmcheck.records import default_run_dir, write_record
 from glmcheck.tables import markdown_table
@@ -21,13 +21,17 @@ from glmcheck.tables import markdown_table
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="kernel timings on the GPU, each point correctness-gated first",
-                       description="Kernel benchmark at the five reference points (1x2048, 1x4096, 1x8192, 2x4096, "
-                                   "4x2048; H=8) plus H=16/32 rows at 1x8192, topk 2048: per-token, union 2, "
-                                   "union 4, union 8, FlashMLA (padded to 64 heads, with and without topk_length) and "
-                                   "plain torch bf16; the union build alone. With --model: whole-prefill "
-                                   "latency per backend.")
+                       description="Kernel benchmark, topk 2048, at the five reference points (1x2048, 1x4096, "
+                                   "1x8192, 2x4096, 4x2048; H=8), 1x8192 at H=16, 32, 64, 96, 128 and 1x2048 at "
+                                   "H=64, 128: per-token and union 2 / 4 / 8 (where G*H is legal), each with and "
+                                   "without topk_length, FlashMLA (heads zero-padded to a multiple of 64 inside "
+                                   "the timed call, with and without topk_length) and plain torch bf16 (H=8); the "
+                                   "union build alone; then each path with topk_length against it without, in "
+                                   "paired rounds. With --model: whole-prefill latency per backend.")
     p.add_argument("--quick", action="store_true", help="shorter timing runs")
-    p.add_argument("--heads", default="16,32", help="extra head counts at 1x8192 (comma-separated)")
+    p.add_argument("--points", default=DEFAULT_POINTS, help="BxS:H points, comma-separated (default: %(default)s)")
+    p.add_argument("--pair-rounds", type=int, default=5,
+                   help="alternating rounds of each path with topk_length against it without (0: none)")
     p.add_argument("--indices", default=None, help="captured index trace (glmcheck capture-indices) to use")
     p.add_argument("--trace-layer", type=int, default=None, help="layer of the trace (default: the first)")
     p.add_argument("--index-mode", default="calibrated", choices=list(INDEX_MODES))
@@ -69,18 +73,15 @@ def handle(ns: argparse.Namespace) -> int:
     _require_gpu()
     if ns.model:
         return _handle_model(ns)
+    if ns.pair_rounds < 0:
+        raise ValueError(f"--pair-rounds must be >= 0, got {ns.pair_rounds}")
+    points = _trace_points(ns) if ns.indices else [(point, None) for point in parse_points(ns.points)]
     have_flash, source = flashmla_available()
     specs = default_specs(have_flash)
-    if ns.indices:
-        points = _trace_points(ns)
-    else:
-        extra = [int(h) for h in ns.heads.split(",") if h.strip()]
-        points = [(BenchPoint(b, n, 8), None) for b, n in REFERENCE_POINTS]
-        points += [(BenchPoint(1, 8192, h), None) for h in extra]
     results = []
     for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
-        chosen = specs if point.heads == 8 else [s for s in specs if s.name != "torch_bf16"]
-        results += run_point(point, chosen, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing)
+        results += run_point(point, specs, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing,
+                             pairs=length_pairs(specs), pair_rounds=ns.pair_rounds)
     table = render_table(results)
     print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
     print(f"timing: {ns.timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if ns.timing == "graph"
@@ -88,7 +89,7 @@ def handle(ns: argparse.Namespace) -> int:
     print(table)
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
     summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
-               "timing": ns.timing,
+               "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds,
                "indices": ns.indices, "rows": rows, "table": table}
     directory = Path(ns.out) if ns.out else default_run_dir("bench")
     write_record(directory, summary, pd.DataFrame(rows))

@@ -32,15 +32,17 @@ def sparse_mla_token_kernel(
     qk_scale_log2,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    KV_INT64: tl.constexpr, UPCAST: tl.constexpr, HAS_LENGTH: tl.constexpr, END_BLOCK: tl.constexpr,
-    LONGEST_FIRST: tl.constexpr = False,
+    KV_INT64: tl.constexpr, UPCAST: tl.constexpr, HAS_LENGTH: tl.constexpr, FIND_BOUND: tl.constexpr,
+    END_BLOCK: tl.constexpr, LONGEST_FIRST: tl.constexpr = False,
 ):
     """out[t, h] = softmax over valid selected rows s of (q[t, h] . kv[s]) * scale, times kv[s, :D_V].
 
-    Grid: (T, cdiv(H, BLOCK_H)). With HAS_LENGTH `len_ptr[t]` bounds the slots read for token t;
-    without it (len_ptr unread) the kernel finds the bound itself: one past the last slot holding a
-    row in [0, num_kv_rows), END_BLOCK slots per step. A slot is valid when it is below the bound
-    and its row lies in [0, num_kv_rows). `qk_scale_log2` is
+    Grid: (T, cdiv(H, BLOCK_H)). With HAS_LENGTH `len_ptr[t]` bounds the slots read for token t
+    (without it, len_ptr is unread and the bound is topk). With FIND_BOUND the kernel narrows the
+    bound itself to one past the last slot below it holding a row in [0, num_kv_rows), END_BLOCK
+    slots per step: the same result (later slots are empty) and a first pass over the index row
+    that the main loop then reads from cache. A slot is valid when it is below the bound and its
+    row lies in [0, num_kv_rows). `qk_scale_log2` is
     sm_scale * log2(e) (the softmax runs in base 2). UPCAST is set in the CPU interpreter only,
     where bf16 arithmetic is not supported: tiles are upcast to fp32 after loading.
     LONGEST_FIRST maps program p to token T-1-p (same outputs, another schedule).
@@ -67,7 +69,9 @@ def sparse_mla_token_kernel(
         length = tl.load(len_ptr + token)
         length = tl.minimum(tl.maximum(length, 0), topk)
     else:
-        length = valid_slot_end(idx_row, stride_ik, topk, num_kv_rows, END_BLOCK)
+        length = topk
+    if FIND_BOUND:
+        length = valid_slot_end(idx_row, stride_ik, length, num_kv_rows, END_BLOCK)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)

@@ -13,6 +13,7 @@ Each token attends to its own valid selected rows; a token with none gets exact 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -27,7 +28,7 @@ from glmcheck.kernels.union import (
     token_row_sets,
     union_is_legal,
 )
-from glmcheck.kernels.union_ws_launch import launch_union_attention_ws, ws_supports
+from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws, ws_supports
 from glmcheck.kernels.validate import (
     PrefillArgs,
     check_contents,
@@ -40,11 +41,17 @@ MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
 USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
 END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
-KERNEL_FINDS_BOUND = True  # without topk_length: False runs effective_lengths on the host side instead (A/B)
+KERNEL_FINDS_BOUND = True  # False hands the kernel topk_length or the host's effective_lengths instead (A/B)
 # The in-kernel bound pays only where the per-token tile has register room. H200 run 11, 1x8192
 # (scripts/token_tile_probe.py): 16-row tile 3.58 -> 3.25 ms with it; the 32-row tile, already at
 # 255 registers with a 64-byte stack (96 with the bound), 4.88 -> 5.38 ms, so it keeps the host's.
+# With topk_length the kernel still scans for the bound, within it: handed the lengths alone, the
+# 16-row tile ran 3.45 against 3.27 ms (docs/performance.md, "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
+# From this many heads the per-token path runs the ping-pong Gluon tile per 64-head slice (padded):
+# H200 2026-12-01, 1 x 8192: the tile at 64 heads 3.78 ms, the Triton per-token tile 3.25 at
+# H = 16 and 4.89 at H = 32 (docs/performance.md, "Per-token tiles by head count").
+PINGPONG_MIN_HEADS = 17
 
 
 def head_tile(num_heads: int) -> int:
@@ -80,10 +87,12 @@ def _check_device(q: torch.Tensor) -> None:
 
 
 def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,
-                     tile: tiles.Tile, kv_int64: bool):
-    """Launch the per-token kernel once with `tile` (no step-down); returns Triton's handle.
-    `lengths` [T] int32 bounds each token's slots; None lets the kernel find the bound itself
-    (one past the last slot holding a row in [0, S), as `effective_lengths` would)."""
+                     tile: tiles.Tile, kv_int64: bool, find_bound: bool | None = None):
+    """Launch the Triton per-token kernel once with `tile` (no step-down); returns Triton's handle.
+    `lengths` [T] int32 (topk_length, or the host's `effective_lengths`) bounds each token's slots,
+    None reads all topk slots. `find_bound` (default: `lengths is None`) has the kernel find the
+    bound itself within them: one past the last slot holding a row in [0, S), as
+    `effective_lengths` would."""
     q, kv, idx = args.q, args.kv, args.indices
     block_h = head_tile(args.num_heads)
     grid = (args.num_tokens, triton.cdiv(args.num_heads, block_h))
@@ -98,7 +107,8 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_H=block_h, BLOCK_N=tile.block_n,
         KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
-        HAS_LENGTH=lengths is not None, END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
+        HAS_LENGTH=lengths is not None, FIND_BOUND=lengths is None if find_bound is None else find_bound,
+        END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 
@@ -120,29 +130,89 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
 
 
 def kernel_finds_bound(args: PrefillArgs) -> bool:
-    """True when the per-token kernel should find each token's loop bound itself (no topk_length
-    and a query tile of at most KERNEL_BOUND_MAX_ROWS rows); else the host computes the lengths."""
-    return (args.topk_length is None and KERNEL_FINDS_BOUND
-            and head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS)
+    """True when the Triton per-token kernel finds each token's loop bound itself (within
+    topk_length when given): on query tiles of at most KERNEL_BOUND_MAX_ROWS rows; larger tiles are
+    handed topk_length, or the host's `effective_lengths` without it."""
+    return KERNEL_FINDS_BOUND and head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS
+
+
+@dataclass(frozen=True)
+class Route:
+    """The kernels one `sparse_mla_prefill` call runs: `tile` (one of TILE_NAMES) for the first
+    T - T mod G tokens in union groups of `group` tokens (1: the per-token path), `tail` (a
+    per-token tile) for the T mod G tokens left, None when there are none."""
+
+    group: int
+    tile: str
+    tail: str | None = None
+
+
+TILE_NAMES = ("triton-token", "triton-union", "gluon-split", "gluon-pingpong")
+
+
+def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:
+    """The per-token path's tile: the ping-pong Gluon tile per 64-head slice from
+    PINGPONG_MIN_HEADS heads on (where `ws_supports` it), else the Triton per-token kernel."""
+    if USE_WS_TILE and first is None and args.num_heads >= PINGPONG_MIN_HEADS and ws_supports(args, 1):
+        return "gluon-pingpong"
+    return "triton-token"
+
+
+def union_tile(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> str:
+    """The union attention's tile for groups of `group` tokens: a Gluon 64-row tile where
+    `ws_supports` it (`WsConfig.tile_for` names which), else the Triton union kernel."""
+    if USE_WS_TILE and first is None and ws_supports(args, group):
+        return f"gluon-{WsConfig().tile_for(group)}"
+    return "triton-union"
+
+
+def plan_route(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> Route:
+    """The Route for checked arguments and a union group from `_union_gate` (0: per-token)."""
+    if not group:
+        return Route(1, per_token_tile(args, first))
+    tail_tokens = args.num_tokens % group
+    tail = per_token_tile(_token_slice(args, args.num_tokens - tail_tokens)) if tail_tokens else None
+    return Route(group, union_tile(args, group, first), tail)
+
+
+def kernel_route(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
+                 topk_length: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
+                 _tile: tiles.Tile | None = None) -> Route:
+    """The Route `sparse_mla_prefill` takes for these arguments (it dispatches by the same
+    function), without running anything: which tile serves which tokens (tests, diagnostics)."""
+    args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    return plan_route(args, _union_gate(args, union, deterministic), _tile)
+
+
+def _token_slice(args: PrefillArgs, start: int) -> PrefillArgs:
+    """The arguments of tokens [start, T)."""
+    tail = slice(start, args.num_tokens)
+    tail_length = None if args.topk_length is None else args.topk_length[tail]
+    return PrefillArgs(args.q[tail], args.kv, args.indices[tail], tail_length, args.sm_scale, args.d_v)
 
 
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
-    if USE_WS_TILE and first is None and ws_supports(args, 1):  # H = 64: the heads fill the 64-row tile
+    if per_token_tile(args, first) == "gluon-pingpong":  # 64-head slices, padded where H % 64 != 0
         sets = token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
         return
-    lengths = None if kernel_finds_bound(args) else effective_lengths(args.indices, args.topk_length,
-                                                                       args.num_kv_rows)
+    find_bound = kernel_finds_bound(args)
+    lengths = args.topk_length
+    if lengths is None and not find_bound:
+        lengths = effective_lengths(args.indices, None, args.num_kv_rows)
+    elif lengths is not None:
+        lengths = lengths.contiguous()
     first = first or tiles.table_tile("per_token", head_tile(args.num_heads), args.q.device)
     key = tiles.memo_key("per_token", args.num_heads, 0, args.q.device)
-    tiles.launch_with_step_down(key, first, lambda tile: launch_per_token(args, lengths, out, tile, kv_int64))
+    tiles.launch_with_step_down(key, first,
+                                lambda tile: launch_per_token(args, lengths, out, tile, kv_int64, find_bound))
 
 
 def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
                first: tiles.Tile | None) -> None:
     sets = build_union_sets(args.indices, group, args.topk_length, args.num_kv_rows)
     scale = args.sm_scale * LOG2E
-    if USE_WS_TILE and first is None and ws_supports(args, group):
+    if union_tile(args, group, first) != "triton-union":
         launch_union_attention_ws(args, sets, out, scale, kv_int64)
     else:
         first = first or tiles.table_tile("union", group * args.num_heads, args.q.device)
@@ -151,10 +221,7 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
             key, first, lambda tile: launch_union_attention(args, sets, out, tile, kv_int64, scale))
     done = sets.lengths.shape[0] * group
     if done < args.num_tokens:  # tail tokens (T mod G) take the per-token path
-        tail = slice(done, args.num_tokens)
-        tail_length = None if args.topk_length is None else args.topk_length[tail]
-        tail_args = PrefillArgs(args.q[tail], args.kv, args.indices[tail], tail_length, args.sm_scale, args.d_v)
-        _run_per_token(tail_args, out[tail], kv_int64, None)
+        _run_per_token(_token_slice(args, done), out[done:], kv_int64, None)
 
 
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,

@@ -225,7 +225,8 @@ def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
 def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
                  G: int) -> tuple[torch.Tensor, int]:
     """Keys row*G + (t mod G) of the valid slots of `indices` [T, topk] (T a multiple of G; any
-    row stride), the empty key elsewhere, sorted per run of G tokens: ([T/G, G*topk] int16 where
+    row stride; topk_length [T] of any stride), the empty key elsewhere, sorted per run of G tokens:
+    ([T/G, G*topk] int16 where
     every key fits below INT16_MAX, else int32; the empty key)."""
     tokens, topk = indices.shape
     key_dtype = merge_key_dtype(G, num_kv_rows)
@@ -234,7 +235,7 @@ def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv
     block = min(KEYS_BLOCK, triton.next_power_of_2(topk))
     union_keys_kernel[(tokens, triton.cdiv(topk, block))](
         indices, indices if topk_length is None else topk_length, keys, num_kv_rows, topk,
-        indices.stride(0), indices.stride(1),
+        indices.stride(0), indices.stride(1), 1 if topk_length is None else topk_length.stride(0),
         G=G, HAS_LENGTH=topk_length is not None, BLOCK=block, EMPTY=empty_key,
     )
     return torch.sort(keys.view(tokens // G, G * topk), dim=1).values, empty_key
@@ -270,7 +271,7 @@ def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
     int16 empty key), then the anchor kernel (`union_anchor.py`) fills `sets`."""
     num_pairs, topk = sets.lengths.shape[0], indices.shape[1]
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
-    anchor_lengths = None if topk_length is None else topk_length[0:2 * num_pairs:2].contiguous()
+    anchor_lengths = None if topk_length is None else topk_length[0:2 * num_pairs:2]  # a view: no copy launch
     sorted_keys, empty_key = _sorted_keys(indices[0:2 * num_pairs:2], anchor_lengths, span, 1)
     union_anchor_kernel[(num_pairs,)](
         sorted_keys, indices, indices if topk_length is None else topk_length,

@@ -28,11 +28,12 @@ EMPTY_KEY = tl.constexpr(2**31 - 1)  # sorts after every int32 key
 @triton.jit
 def union_keys_kernel(
     idx_ptr, length_ptr, keys_ptr,
-    num_kv_rows, topk, stride_it, stride_is,
+    num_kv_rows, topk, stride_it, stride_is, stride_len,
     G: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr, EMPTY: tl.constexpr,
 ):
     """Grid (tokens, cdiv(topk, BLOCK)). keys[t, s] = idx[t, s] * G + t % G for a valid slot
-    (0 <= idx < num_kv_rows, s < topk_length[t]), EMPTY otherwise; keys is [tokens, topk]
+    (0 <= idx < num_kv_rows, s < topk_length[t], read at length_ptr + t * stride_len), EMPTY
+    otherwise; keys is [tokens, topk]
     contiguous (int16 or int32; EMPTY is the dtype's largest value and above every valid key),
     so a group's keys are the contiguous G*topk run starting at its first token."""
     token = tl.program_id(0).to(tl.int64)
@@ -41,7 +42,7 @@ def union_keys_kernel(
     row = tl.load(idx_ptr + token * stride_it + slot * stride_is, mask=in_row, other=-1)
     valid = in_row & (row >= 0) & (row < num_kv_rows)
     if HAS_LENGTH:
-        valid = valid & (slot < tl.load(length_ptr + token))
+        valid = valid & (slot < tl.load(length_ptr + token * stride_len))
     key = tl.where(valid, row * G + (token % G).to(tl.int32), EMPTY)
     tl.store(keys_ptr + token * topk + slot, key.to(keys_ptr.dtype.element_ty), mask=in_row)
 

@@ -123,6 +123,22 @@ DIAG_NONE, DIAG_GATHER_ONLY, DIAG_COMPUTE_ONLY = gl.constexpr(0), gl.constexpr(1
 
 
 @gluon.jit
+def _tile_index(LONGEST_FIRST: gl.constexpr, HEAD_SLICES: gl.constexpr):
+    """(union group, first head) of this program's tile. With HEAD_SLICES > 1 (G = 1, more than 64
+    heads) program p takes the 64 heads from BLOCK_M * (p % HEAD_SLICES) of token p // HEAD_SLICES:
+    a token's slices are neighbours in launch order, so they run side by side and the later ones
+    read its gathered KV rows from L2. LONGEST_FIRST reverses the program order (`_group_index`)."""
+    program = _group_index(LONGEST_FIRST)
+    if HEAD_SLICES == 1:
+        group = program
+        head0 = gl.program_id(0) * 0  # int32 0: head offsets stay 32-bit, as without slices
+    else:
+        group = program // HEAD_SLICES
+        head0 = (program % HEAD_SLICES).to(gl.int32) * BLOCK_M
+    return group, head0
+
+
+@gluon.jit
 def _half(stage: gl.constexpr, half: gl.constexpr):
     """Index of a stage half in the barrier arrays [NUM_PIECES, 1]."""
     return stage * 2 + half
@@ -325,21 +341,26 @@ def _signal_p(bar):
 
 
 @gluon.jit
-def _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr,
-                o_layout: gl.constexpr):
+def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr,
+                G: gl.constexpr, PARTIAL_HEADS: gl.constexpr, o_layout: gl.constexpr):
     """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
-    group's G tokens."""
+    group's G tokens, heads from head0 (`_tile_index`); PARTIAL_HEADS: rows of heads at or past
+    num_heads are padding and not stored."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
     token = group * G + offs_m // H
-    head = offs_m % H
+    head = head0 + offs_m % H
     offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    gl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od, out)
+    ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
+    if PARTIAL_HEADS:
+        gl.store(ptrs, out, mask=(head < num_heads)[:, None])
+    else:
+        gl.store(ptrs, out)
 
 
 @gluon.jit
-def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, col0,
-               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, o_layout: gl.constexpr,
-               row_layout: gl.constexpr):
+def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
+               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, PARTIAL_HEADS: gl.constexpr,
+               o_layout: gl.constexpr, row_layout: gl.constexpr):
     """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
     of the sum barriers, 0 for a program's only group)."""
     sum_mine.store(row_sum)
@@ -352,7 +373,8 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_
     # the same rel-L2 against fp64 to the last digit printed)
     inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
     out = (acc * inverse[:, None]).to(gl.bfloat16)
-    _store_half(out, out_ptr, group, col0, stride_ot, stride_oh, stride_od, H, G, o_layout)
+    _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
+                o_layout)
 
 
 @gluon.jit
@@ -547,11 +569,12 @@ def _release_piece(full_bars, empty_bars, index: gl.constexpr, phase):
 @gluon.jit
 def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
-                   sum_bufs, sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                   LONGEST_FIRST: gl.constexpr, HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, stamps,
+                   trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2)
     (DIAG_GATHER_ONLY: only releases 0L and 1L as they land). q_main, q_tail: [1, ...] views."""
-    group = _group_index(LONGEST_FIRST)
+    group, head0 = _tile_index(LONGEST_FIRST, HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
@@ -564,7 +587,8 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
                                             pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
                                             union_bits, length, qk_scale_log2, stamps, H, G, BLOCK_N, TRACE)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
-               out_ptr, group, 0, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+               out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS, O_LAYOUT,
+               ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 0, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 0, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 0, 3, 1, TRACE)
@@ -573,12 +597,13 @@ def _even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride
 @gluon.jit
 def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
-                  sum_bufs, sum_bars, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  LONGEST_FIRST: gl.constexpr, stamps, trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
+                  sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                  LONGEST_FIRST: gl.constexpr, HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, stamps,
+                  trace_ptr, TRACE: gl.constexpr, DIAG: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V)
     (DIAG_GATHER_ONLY: only releases 0R, 1T and 1R as they land). q_main, q_tail: [1, ...] views
     (`_first_stage` indexes them)."""
-    group = _group_index(LONGEST_FIRST)
+    group, head0 = _tile_index(LONGEST_FIRST, HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
@@ -597,7 +622,8 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                                                       union_bits, length, phase, stage0, stamps, pair, H, G, BLOCK_N,
                                                       TRACE)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
-               out_ptr, group, D_HALF, stride_ot, stride_oh, stride_od, H, G, O_LAYOUT, ROW_LAYOUT)
+               out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
+               O_LAYOUT, ROW_LAYOUT)
     _flush_stamps(stamps, trace_ptr, group, 1, gl.cdiv(length, 2 * BLOCK_N), TRACE)
     _stamp_program(trace_ptr, group, 1, 2, 0, TRACE)
     _stamp_program(trace_ptr, group, 1, 3, 1, TRACE)
@@ -605,10 +631,13 @@ def _odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 
 @gluon.jit
 def _scaled_rows(rows, stride_kvs, KV_INT64: gl.constexpr):
-    """Element offsets of KV rows `rows` (int32 row numbers), int64 with KV_INT64."""
+    """Element offsets of KV rows `rows` (int32 row numbers), int64 with KV_INT64. One return
+    after the branch: Gluon's code generator rejects branches that return different types."""
     if KV_INT64:
-        return rows.to(gl.int64) * stride_kvs
-    return rows * stride_kvs
+        offsets = rows.to(gl.int64) * stride_kvs
+    else:
+        offsets = rows * stride_kvs
+    return offsets
 
 
 @gluon.jit
@@ -691,16 +720,23 @@ def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, pair
 
 
 @gluon.jit
-def _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl.constexpr, G: gl.constexpr,
-            D_V: gl.constexpr, D_TAIL: gl.constexpr):
-    """cp.async a group's Q tile [64, D_V + D_TAIL] (token-major rows) into shared memory, as one
-    committed copy group."""
+def _copy_q(q_ptr, group, head0, num_heads, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl.constexpr,
+            G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
+    """cp.async a group's Q tile [64, D_V + D_TAIL] (token-major rows, heads from head0) into shared
+    memory, as one committed copy group. PARTIAL_HEADS: rows of heads at or past num_heads are
+    padding, filled with zeros (their scores are 0, finite; `_store_half` drops their output)."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
-    q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + (offs_m % H)[:, None] * stride_qh
+    head = head0 + offs_m % H
+    q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + head[:, None] * stride_qh
     offs_d = gl.arange(0, D_V, gl.SliceLayout(0, MAIN_GATHER))
     offs_r = gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
-    async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
-    async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
+    if PARTIAL_HEADS:
+        real = (head < num_heads)[:, None]
+        async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd, mask=real)
+        async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd, mask=real)
+    else:
+        async_copy.async_copy_global_to_shared(q_main, q_row + offs_d[None, :] * stride_qd)
+        async_copy.async_copy_global_to_shared(q_tail, q_row + (D_V + offs_r)[None, :] * stride_qd)
     async_copy.commit_group()
 
 
@@ -736,13 +772,13 @@ def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tai
 @gluon.jit
 def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   LONGEST_FIRST: gl.constexpr, DIAG: gl.constexpr):
+                   LONGEST_FIRST: gl.constexpr, HEAD_SLICES: gl.constexpr, DIAG: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's
     row numbers are loaded alongside the group's length, not after it (rows are contiguous, so
     stride_rg is their width): one dependent global round trip less before the first gather, of
     the three (length, rows, gather) that note 49 found at a program's start. GPU run 17: 1.02x at
     H = 64, 1 x 8192, 1.03-1.04x at 1 x 2048, 1.00x at union 8, 1 x 8192 (note 62)."""
-    group = _group_index(LONGEST_FIRST)
+    group, _ = _tile_index(LONGEST_FIRST, HEAD_SLICES)
     union_rows = rows_ptr + group * stride_rg
     even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
     odd_rows = _early_rows(union_rows, 1, stride_rg, BLOCK_N)
@@ -759,9 +795,11 @@ def _pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, 
 
 @gluon.jit
 def _assert_tile_shape(H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
-                       BLOCK_N: gl.constexpr):
+                       BLOCK_N: gl.constexpr, HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """The only shape the tile takes (its layouts and buffers assume it)."""
     gl.static_assert(G * H == BLOCK_M, "the ping-pong tile holds exactly 64 query rows")
+    gl.static_assert(G == 1 or (HEAD_SLICES == 1 and not PARTIAL_HEADS),
+                     "head slices and padded heads are for one-token groups (G = 1) only")
     gl.static_assert(BLOCK_N == D_TAIL, "P [64, BLOCK_N] lives in a block's rope-tail buffer [BLOCK_N, D_TAIL]")
     gl.static_assert(BLOCK_N == BLOCK_M, "P's buffer has the tail's shape only when BLOCK_N == 64")
     gl.static_assert(D_V == 2 * D_HALF, "the consumer layouts are for d_v = 512")
@@ -828,26 +866,31 @@ def sparse_mla_union_pingpong_kernel(
     stride_qt, stride_qh, stride_qd, stride_kvs,
     stride_rg, stride_bg,
     stride_ot, stride_oh, stride_od,
-    qk_scale_log2,
+    qk_scale_log2, num_heads,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, LONGEST_FIRST: gl.constexpr = False,
+    HEAD_SLICES: gl.constexpr = 1, PARTIAL_HEADS: gl.constexpr = False,
     trace_ptr=None, TRACE: gl.constexpr = False, DIAG: gl.constexpr = 0,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1
     along D). rows/bits/len from the union build (rows in [0, S); rows contiguous, since the
-    producer takes stride_rg as their width). trace_ptr (diagnostic, TRACE):
+    producer takes stride_rg as their width). Grid (num_groups * HEAD_SLICES,) with G = 1 and H = 64
+    tile rows per token: a token's num_heads heads run as HEAD_SLICES slices of 64 (`_tile_index`),
+    PARTIAL_HEADS when num_heads is not a multiple of 64 (the last slice's missing heads are
+    zero-padded rows, never stored); with G > 1, num_heads = H. trace_ptr (diagnostic, TRACE):
     int64 [num_groups, 2, TRACE_SLOTS, TRACE_EVENTS]: per pair (the first TRACE_PAIRS), then the
     program's entry and exit (ENTRY_CLOCK ... SM_ID). DIAG (diagnostic, not a kernel path):
     DIAG_NONE ... DIAG_COMPUTE_ONLY."""
-    _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N)
+    _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers
     # per thread if staged through registers, which spilled. Nothing waits for it here: the default
     # warps issue it and then run the producer, whose first barrier arrive per piece covers every
     # earlier copy of the thread, Q's included, so each consumer's first S waits for Q too, while
     # the first gathers already run under Q's latency.
-    group = _group_index(LONGEST_FIRST)
+    group, head0 = _tile_index(LONGEST_FIRST, HEAD_SLICES)
     q_main, q_tail = _allocate_q(D_V, D_TAIL)
-    _copy_q(q_ptr, group, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G, D_V, D_TAIL)
+    _copy_q(q_ptr, group, head0, num_heads, stride_qt, stride_qh, stride_qd, q_main.index(0), q_tail.index(0), H, G,
+            D_V, D_TAIL, PARTIAL_HEADS)
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     stamps = _allocate_stamps(TRACE)
@@ -863,11 +906,13 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (_pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, DIAG)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, LONGEST_FIRST, HEAD_SLICES, DIAG)),
         (_even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                          max_bufs, sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+                          max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, LONGEST_FIRST, HEAD_SLICES,
+                          PARTIAL_HEADS, stamps, trace_ptr, TRACE, DIAG)),
         (_odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                         max_bufs, sum_bufs, sum_bars, H, G, BLOCK_N, LONGEST_FIRST, stamps, trace_ptr, TRACE, DIAG)),
+                         max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, LONGEST_FIRST, HEAD_SLICES,
+                         PARTIAL_HEADS, stamps, trace_ptr, TRACE, DIAG)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

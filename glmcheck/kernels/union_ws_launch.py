@@ -92,20 +92,27 @@ def ws_available(device: torch.device) -> bool:
     return True
 
 
-def ws_supports(args: PrefillArgs, group: int) -> bool:
+def ws_supports(args: PrefillArgs, group: int, config: WsConfig = WsConfig()) -> bool:
     """The warp-specialised tile runs this union call: the device has it and the inputs fit it."""
     if not ws_available(args.q.device):
         return False
     try:
-        check_ws_args(args, group)
+        check_ws_args(args, group, config)
     except ValueError:
         return False
     return True
 
 
-def check_ws_args(args: PrefillArgs, group: int) -> None:
-    """ValueError naming what the warp-specialised tile does not take."""
-    if group * args.num_heads != 64:
+def head_slices(num_heads: int) -> int:
+    """64-head slices the ping-pong tile runs a one-token group (G = 1) of `num_heads` heads as."""
+    return -(-num_heads // 64)
+
+
+def check_ws_args(args: PrefillArgs, group: int, config: WsConfig = WsConfig()) -> None:
+    """ValueError naming what the warp-specialised tile does not take. G*H = 64 query rows, except
+    that the ping-pong tile runs one-token groups (G = 1) of any 1..128 heads as 64-head slices."""
+    sliced = group == 1 and config.tile_for(group) == "pingpong"
+    if not sliced and group * args.num_heads != 64:
         raise ValueError(f"the warp-specialised tile needs G*H = 64, got G={group}, H={args.num_heads}")
     if args.d_v != 512 or args.d_tail != 64:
         raise ValueError(f"the warp-specialised tile needs d_v = 512 and a 64-wide rope tail, "
@@ -115,6 +122,10 @@ def check_ws_args(args: PrefillArgs, group: int) -> None:
     if args.kv.data_ptr() % 16 or args.kv.stride(0) % 8:  # cp.async copies 16-byte pieces of each row
         raise ValueError(f"kv rows must start on 16-byte boundaries, got data_ptr % 16 = "
                          f"{args.kv.data_ptr() % 16} and row stride {args.kv.stride(0)} elements")
+    q = args.q  # the ping-pong tile copies Q rows by cp.async too
+    if q.data_ptr() % 16 or q.stride(0) % 8 or q.stride(1) % 8:
+        raise ValueError(f"q rows must start on 16-byte boundaries, got data_ptr % 16 = {q.data_ptr() % 16} "
+                         f"and strides {q.stride(0)}, {q.stride(1)} elements")
     if args.q.dtype != torch.bfloat16 or args.kv.dtype != torch.bfloat16:
         raise ValueError(f"q and kv must be bfloat16, got {args.q.dtype} and {args.kv.dtype}")
 
@@ -122,7 +133,7 @@ def check_ws_args(args: PrefillArgs, group: int) -> None:
 def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
                               kv_int64: bool, config: WsConfig = WsConfig()):
     """Union attention for the first len(sets.lengths) * G tokens with the Gluon kernel."""
-    check_ws_args(args, sets.group)
+    check_ws_args(args, sets.group, config)
     if config.tile_for(sets.group) == "pingpong":
         return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64, config)
     return launch_split(args, sets, out, qk_scale_log2, kv_int64, config)
@@ -163,11 +174,14 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         sparse_mla_union_pingpong_kernel,
     )
 
-    constants = {"H": args.num_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
+    slices = head_slices(args.num_heads) if sets.group == 1 else 1
+    tile_heads = 64 // sets.group  # query rows per token in the tile
+    constants = {"H": tile_heads, "G": sets.group, "D_V": args.d_v, "D_TAIL": args.d_tail,
+                 "HEAD_SLICES": slices, "PARTIAL_HEADS": args.num_heads % tile_heads != 0,
                  "BLOCK_N": config.block_n, "CONSUMER_REGS": config.consumer_regs, "KV_INT64": kv_int64,
                  "LONGEST_FIRST": schedule["longest_first"], "trace_ptr": trace, "TRACE": trace is not None,
                  "DIAG": diag, "num_warps": WARPGROUP_WARPS.value}
     if not sets.rows.is_contiguous():  # the producer reads the row width from the row stride
         sets = replace(sets, rows=sets.rows.contiguous())
-    return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0],)](
-        *_shared_kernel_args(args, sets, out, qk_scale_log2), **constants)
+    return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0] * slices,)](
+        *_shared_kernel_args(args, sets, out, qk_scale_log2), args.num_heads, **constants)

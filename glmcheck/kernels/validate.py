@@ -85,7 +85,8 @@ def check_indices(indices: object, num_tokens: int, device: torch.device) -> tor
 
 
 def check_topk_length(topk_length: object, num_tokens: int, device: torch.device) -> torch.Tensor | None:
-    """Validate topk_length [T] int32 on `device`, or None."""
+    """Validate topk_length [T] int32 on `device`, or None; returns it contiguous (the kernels read
+    topk_length[t] at offset t)."""
     if topk_length is None:
         return None
     topk_length = _require_tensor("topk_length", topk_length)
@@ -93,7 +94,7 @@ def check_topk_length(topk_length: object, num_tokens: int, device: torch.device
     if topk_length.dim() != 1 or topk_length.shape[0] != num_tokens:
         raise ValueError(f"topk_length must have shape [{num_tokens}], got {tuple(topk_length.shape)}")
     _require_device("topk_length", topk_length, device)
-    return topk_length
+    return topk_length.contiguous()
 
 
 def check_prefill_args(q: object, kv: object, indices: object, sm_scale: object, d_v: object,
