@@ -145,7 +145,7 @@ def default_specs(flashmla: bool) -> list[BenchSpec]:
                                                  topk_length=x.topk_length if with_length else None)
 
     specs = []
-    for name, union in zip(EXACT_PATHS, (0, 2, 4, 8)):
+    for name, union in zip(EXACT_PATHS, (0, 2, 4, 8), strict=True):
         legal = (lambda heads: True) if not union else (lambda heads, g=union: union_is_legal(heads, g))
         specs += [BenchSpec(name, triton(union, False), applies=legal),
                   BenchSpec(name + LENGTH_SUFFIX, triton(union, True), applies=legal)]
@@ -220,7 +220,9 @@ def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, referen
     rel = metrics.rel_l2(output, reference)
     if not rel <= spec.gate_rel_l2:
         return None, f"graph replay gate failed: rel-L2 {rel:.3e}"
-    return replay, "CUDA graph replay"
+    # A graph holds no reference to the tensors it writes: keep `out` and the output alive for as long
+    # as the replay is timed, or the replays write into memory the allocator has handed out again.
+    return (lambda _written=(out, output): replay()), "CUDA graph replay"
 
 
 def gated_call(spec: BenchSpec, inputs: PointInputs, reference: torch.Tensor, timing: str,

@@ -157,13 +157,16 @@ LAUNCHERS = {"triton-token": (prefill, "launch_per_token"), "triton-union": (pre
 def launch_spy() -> Iterator[list[str]]:
     """Record the tile name of every attention launch made inside the block, in order."""
     launched: list[str] = []
+
+    def spy(name: str, real):
+        def launch(*args, **kwargs):
+            launched.append(name)
+            return real(*args, **kwargs)
+        return launch
+
     with pytest.MonkeyPatch.context() as patch:
         for name, (module, attr) in LAUNCHERS.items():
-            def spy(*args, _real=getattr(module, attr), _name=name, **kwargs):
-                launched.append(_name)
-                return _real(*args, **kwargs)
-
-            patch.setattr(module, attr, spy)
+            patch.setattr(module, attr, spy(name, getattr(module, attr)))
         yield launched
 
 

@@ -177,3 +177,32 @@ def test_default_points_are_the_contract_points():
     assert labels[:5] == ["1x2048 H=8", "1x4096 H=8", "1x8192 H=8", "2x4096 H=8", "4x2048 H=8"]
     assert labels[5:] == ["1x8192 H=16", "1x8192 H=32", "1x8192 H=64", "1x8192 H=96", "1x8192 H=128",
                           "1x2048 H=64", "1x2048 H=128"]
+
+
+def test_graph_call_keeps_the_tensors_its_replays_write_alive():
+    """A CUDA graph holds no reference to the tensors it writes: the timed replay call must keep its
+    output alive, or each replay writes into memory the allocator has handed out again (seen as an
+    illegal address in paired graph rounds at 1 x 2048, H = 128, before this was kept)."""
+    import gc
+    import weakref
+
+    from glmcheck.bench import gated_call, make_inputs
+    from glmcheck.reference import sparse_mla_reference
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    spec = next(s for s in default_specs(flashmla=False) if s.name == "per-token")
+    inputs = make_inputs(BenchPoint(1, 24, 8), topk=16, device=device)
+    reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V, dtype=torch.float32)
+    written: list[weakref.ref] = []
+
+    def capture(fn):  # like a graph: each replay rewrites the output's memory, referencing nothing
+        output = fn()
+        value, target = output.clone(), weakref.ref(output)
+        written.append(target)
+        return (lambda: target().copy_(value)), output
+
+    call, _, note = gated_call(spec, inputs, reference, "graph", capture)
+    gc.collect()
+    assert note == "CUDA graph replay" and written[0]() is not None, "the replayed output was freed"
+    del call
+    gc.collect()
+    assert written[0]() is None

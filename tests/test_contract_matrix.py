@@ -19,6 +19,20 @@ from tests.contract_matrix import HEADS, LAYOUTS, TOPKS, UNIONS, cpu_cases, desc
 from tests.helpers import assert_close_to_reference
 
 MATRIX_LOG = "GLMCHECK_MATRIX_LOG"  # where the GPU matrix writes its table, when set
+MATRIX_SHARD = "GLMCHECK_MATRIX_SHARD"  # "i/n": run cases i, i + n, ... only (a device call's share)
+
+
+def shard_cases(cases: list, shard: str | None) -> list:
+    """cases[i::n] for shard "i/n" (every case when None); ValueError naming the variable otherwise."""
+    if not shard:
+        return cases
+    try:
+        index, count = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise ValueError(f"{MATRIX_SHARD} must be i/n (e.g. 0/2), got {shard!r}") from None
+    if not 0 <= index < count:
+        raise ValueError(f"{MATRIX_SHARD} must be i/n with 0 <= i < n, got {shard!r}")
+    return cases[index::count]
 
 
 def test_matrix_covers_the_contract():
@@ -38,6 +52,17 @@ def test_matrix_covers_the_contract():
         assert {c.layout for c in cases if c.union == union} == set(LAYOUTS)
     assert len({(c.kv_int64, c.with_length) for c in cases if c.union == 0}) == 4
     assert len({c.seed for c in cases}) == len(cases)
+
+
+def test_shards_split_the_matrix_and_each_covers_every_head_count_and_group():
+    cases = matrix_cases()
+    halves = [shard_cases(cases, f"{i}/2") for i in (0, 1)]
+    assert sorted(halves[0] + halves[1], key=cases.index) == cases
+    for half in halves:
+        assert {(c.heads, c.union) for c in half} == {(h, u) for h in HEADS for u in UNIONS}
+    for bad in ("2/2", "x", "1/0"):
+        with pytest.raises(ValueError, match=MATRIX_SHARD):
+            shard_cases(cases, bad)
 
 
 @pytest.mark.parametrize("case", cpu_cases(), ids=lambda c: c.label)
@@ -62,7 +87,7 @@ def test_gpu_contract_matrix():
             log.flush()
 
     emit("| case | tiles | verdict |\n|---|---|---|")
-    cases = matrix_cases()
+    cases = shard_cases(matrix_cases(), os.environ.get(MATRIX_SHARD))
     for case in cases:
         try:
             route = run_case(case, device)

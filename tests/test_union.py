@@ -718,3 +718,32 @@ def test_route_names_the_tiles_by_head_count_and_group(monkeypatch, heads, union
     assert (got.tile, got.group, got.tail) == route
     forced = kernel_route(q, kv, indices, 0.1, 512, union=union, _tile=Tile(64, 4, 2))
     assert forced.tile.startswith("triton")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [8, 64, 128])
+def test_gpu_pingpong_tile_never_addresses_through_rows_past_the_length(heads):
+    """Entries of a union row past its length are unspecified (torch.empty, or a CUDA graph's pool):
+    filled here with row numbers far outside the KV pool (2**30 and -2**30), the ping-pong tile
+    (union 8 at H = 8, per-token at 64 and at 128 heads, two slices) must still run cleanly and
+    match the reference, with the poisoned output fully written."""
+    from glmcheck.kernels.prefill import LOG2E
+    from glmcheck.kernels.union import UnionSets, token_row_sets
+    from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws
+    from glmcheck.kernels.validate import PrefillArgs
+    device = ws_device()
+    group, topk, tokens = max(1, 64 // heads), 512, 512
+    indices = drifting_indices([tokens], topk, 0.10, seed=heads).to(device)
+    indices[:, ::3] = -1  # every set ends well before its row width
+    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(heads), device)
+    args = PrefillArgs(q, kv, indices, None, 576 ** -0.5, 512)
+    sets = token_row_sets(indices, None, tokens) if group == 1 else union_dedup(indices, group, num_kv_rows=tokens)
+    past = torch.arange(sets.rows.shape[1], device=device)[None, :] >= sets.lengths[:, None]
+    garbage = torch.where(torch.arange(sets.rows.shape[0], device=device)[:, None] % 2 == 0, 2**30, -2**30)
+    rows = torch.where(past, garbage.to(torch.int32), sets.rows)
+    out = poisoned_out(tokens, heads, 512, device)
+    launch_union_attention_ws(args, UnionSets(rows, sets.bits, sets.lengths, group), out, LOG2E * args.sm_scale,
+                              False, WsConfig(tile="pingpong"))
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), "the ping-pong tile left outputs unwritten"
+    assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))

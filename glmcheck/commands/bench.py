@@ -12,8 +12,17 @@ import torch
 from tqdm import tqdm
 
 from glmcheck.backends import flashmla_available
-from glmcheck.bench import (DEFAULT_POINTS, INDEX_MODES, TIMINGS, BenchPoint, default_specs, length_pairs,
-                            parse_points, render_table, run_point)
+from glmcheck.bench import (
+    DEFAULT_POINTS,
+    INDEX_MODES,
+    TIMINGS,
+    BenchPoint,
+    default_specs,
+    length_pairs,
+    parse_points,
+    render_table,
+    run_point,
+)
 from glmcheck.environment import environment_metadata
 from glmcheck.records import default_run_dir, write_record
 from glmcheck.tables import markdown_table
@@ -101,7 +110,6 @@ def _handle_model(ns) -> int:
     from glmcheck.bench_model import bench_prefill
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.checks.setup import ModelSpec, load_model, validate_backends
-
     from glmcheck.commands.common import default_backends
     from glmcheck.model.presets import make_config
 

@@ -238,8 +238,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
     graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64
     on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union attention runs the
-    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile. With 64 heads the
-    per-token path runs that Gluon tile too, on each token's own rows (G = 1).
+    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile. From PINGPONG_MIN_HEADS heads
+    the per-token path runs the ping-pong Gluon tile too, on each token's own rows (G = 1), per
+    64-head slice (`kernel_route` names the tiles a call runs).
     `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
     kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead

@@ -1,8 +1,8 @@
 """Triton kernel: each token's valid selected rows, compacted: a "union" of one token.
 
-It lets the warp-specialised 64-row union tile (`union_ws.py`) run the per-token path where the
-heads alone fill its 64 query rows (H = 64, G = 1): rows[t, :n] are the slots of token t that hold
-a row in [0, num_kv_rows) below topk_length[t], in slot order; bits[t, :n] = 1; lengths[t] = n.
+It lets the ping-pong 64-row union tile (`union_pingpong.py`) run the per-token path (G = 1, one
+program per token and 64-head slice): rows[t, :n] are the slots of token t that hold a row in
+[0, num_kv_rows) below topk_length[t], in slot order; bits[t, :n] = 1; lengths[t] = n.
 
 Launchers live in `glmcheck.kernels.union`; this file holds device code only.
 """

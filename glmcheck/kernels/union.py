@@ -316,7 +316,7 @@ def _search_steps(width: int) -> int:
 
 def token_row_sets(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int) -> UnionSets:
     """Each token's valid rows compacted, as sets of one token (group 1, ownership bit 1): what
-    the 64-row union tiles read when the heads alone fill their query rows (H = 64).
+    the ping-pong tile reads on the per-token path (one 64-head slice per program; from 17 heads).
     indices [T, topk] int32, topk_length [T] int32 or None (checked by the caller)."""
     tokens, topk = indices.shape
     sets = _empty_sets(tokens, 1, topk, indices.device)

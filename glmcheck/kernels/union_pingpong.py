@@ -76,7 +76,7 @@ per SM walking the groups, Q copied per group by the producer or by the even war
 
 Needs triton.experimental.gluon as in triton 3.6 and an sm_90 GPU; the CPU interpreter does not
 run Gluon. Launcher: `glmcheck.kernels.union_ws_launch` (`WsConfig.tile_for` picks this tile for
-union 8 and for per-token at H = 64).
+union 8 and for the per-token path from 17 heads, one-token groups run per 64-head slice).
 """
 
 from __future__ import annotations
