@@ -15,29 +15,57 @@ from typing import Sequence
 
 from glmcheck import __version__
 
-COMMANDS = ("selfcheck", "selftest", "layer0", "logits", "firsttoken", "drift", "report", "capture_indices", "union_stats",
-            "plan",
-            "bench")
+# Command name -> (module under glmcheck.commands, one-line help). `glmcheck --help` and --version
+# read this table only; a command's module (and with it torch and the model code) is imported when
+# that command runs or prints its own help (tests/test_cli.py keeps the lines equal to the modules').
+COMMANDS: dict[str, tuple[str, str]] = {
+    "selfcheck": ("selfcheck", "run the kernel on random inputs against the fp64 reference"),
+    "selftest": ("selftest", "prove the accuracy suite catches planted kernel faults"),
+    "layer0": ("layer0", "layer-0 attention output of every backend vs the reference"),
+    "logits": ("logits", "final-position logits per backend and prompt length"),
+    "firsttoken": ("firsttoken", "greedy first token per prompt: argmax agreement and dlogprob"),
+    "drift": ("drift", "per-layer hidden-state drift against the reference"),
+    "report": ("report", "print the tables of a run record again"),
+    "capture-indices": ("capture_indices", "record every full indexer layer's top-k from a model run"),
+    "union-stats": ("union_stats", "valid rows/token and union-of-2/4 ratios of index sets"),
+    "plan": ("plan", "memory per GPU for a preset at a TP degree (printed before loading)"),
+    "bench": ("bench", "kernel timings on the GPU, each point correctness-gated first"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def requested_command(argv: Sequence[str]) -> str | None:
+    """The command named in `argv` (its first argument that is not an option), if it is one."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with the full options of the command `argv` names (all of them when argv is None)
+    and a name-and-help entry for every other command."""
     import importlib
 
+    wanted = requested_command(argv) if argv is not None else None
     parser = argparse.ArgumentParser(prog="glmcheck", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"glmcheck.commands.{name}").add_parser(sub)
+    for name, (module, help_line) in COMMANDS.items():
+        if argv is None or name == wanted:
+            importlib.import_module(f"glmcheck.commands.{module}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    ns = build_parser(argv).parse_args(argv)
     import glmcheck.kernels  # noqa: F401  (turns on Triton's interpreter on CPU-only machines)
     from glmcheck.backends.validation import BackendError
     from glmcheck.model.checkpoint import CheckpointError
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    ns = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         with _torchrun(ns):
@@ -58,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 @contextlib.contextmanager
 def _torchrun(ns: argparse.Namespace):
     """Under torchrun: join the process group (--tp must equal the world size), silence ranks > 0."""
-    from glmcheck import distributed
+    from glmcheck.model import distributed
 
     if not distributed.launched_by_torchrun():
         yield

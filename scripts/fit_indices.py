@@ -15,8 +15,14 @@ import time
 
 from scipy.optimize import minimize
 
-from glmcheck.indices import (CAPTURED_TARGETS, CaptureTarget, DriftParams, calibrated_indices,
-                              uniform_indices, union_statistics)
+from glmcheck.data.indices import (
+    CAPTURED_TARGETS,
+    CaptureTarget,
+    DriftParams,
+    calibrated_indices,
+    uniform_indices,
+    union_statistics,
+)
 
 FIT_POINTS = ("bs1 x 4096", "bs1 x 8192")
 

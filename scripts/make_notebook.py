@@ -3,13 +3,14 @@
 Usage: python scripts/make_notebook.py
 """
 import nbformat as nbf
+
 nb = nbf.v4.new_notebook()
 cells = []
 cells.append(nbf.v4.new_markdown_cell("""# Drift analysis
 
 Where does a backend's error enter, and how does it grow through the model? This notebook reads
 glmcheck run records only (it never runs a model) through the library's record reader
-(`glmcheck.records`) and draws with `glmcheck.plots`, the same figures `glmcheck report DIR --plots`
+(`glmcheck.records.store`) and draws with `glmcheck.records.plots`, the same figures `glmcheck report DIR --plots`
 writes. Point `RESULTS` at a directory of records (`glmcheck layer0/drift/firsttoken/union-stats
 --out DIR/...`); the default is the committed sample made from `tiny` runs on the CPU
 (`scripts/make_sample_records.py`)."""))
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from glmcheck.plots import plot_drift, plot_firsttoken, plot_layer0, plot_union
-from glmcheck.records import find_records, read_record
-from glmcheck.report import render
+from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0, plot_union
+from glmcheck.records.store import find_records, read_record
+from glmcheck.records.report import render
 
 records = [read_record(d) for d in find_records(Path(RESULTS))]
 by_command = {}

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from glmcheck.randomwords import random_word_prompts
+from glmcheck.data.randomwords import random_word_prompts
 
 COUNT = 50
 SEED = 2026

@@ -1,10 +1,10 @@
 """What each loop of a compiled kernel holds, read from its SASS (`cuobjdump -sass`): instructions,
 warpgroup MMAs (HGMMA), cp.async copies (LDGSTS) and local-memory loads and stores (LDL, STL:
-register spills). GPU run 16 found the ping-pong tile's odd warpgroup reloading 38 spilled wgmma
-descriptors a pair this way (docs/performance.md, note 59); `ws_compile.py --no-consumer-spills`
-and CI's Gluon compile check use it so that such spills do not come back unnoticed.
+register spills). The ping-pong tile's odd warpgroup once reloaded 38 spilled wgmma descriptors a
+pair this way (docs/performance.md, "Wgmma descriptors built in the loop"); `gluon_compile.py
+--no-consumer-spills` and CI's Gluon compile check use it so that such spills do not come back.
 
-Usage: python scripts/sass_loops.py KERNEL.sass   (`ws_compile.py --sass KERNEL.sass` writes one)
+Usage: python scripts/sass_loops.py KERNEL.sass   (`gluon_compile.py --sass KERNEL.sass` writes one)
 A loop is the span from a predicated backward branch's target to the branch; a loop that issues
 HGMMA is a consumer's loop.
 """

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from glmcheck import cli, metrics
+from glmcheck import cli
 from glmcheck.backends import get_backend
+from glmcheck.checks import metrics
 from glmcheck.checks.common import FAIL, Gate
-from glmcheck.inputs import random_inputs
+from glmcheck.data.inputs import random_inputs
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
 from glmcheck.model import build_dummy_model, make_config
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from glmcheck.inputs import random_inputs
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.data.inputs import random_inputs
 from glmcheck.kernels import sparse_mla_prefill
-from glmcheck.reference import sparse_mla_reference
 
 
 @pytest.fixture

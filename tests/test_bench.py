@@ -6,15 +6,8 @@ import pytest
 import torch
 
 from glmcheck import cli
-from glmcheck.bench import (
-    D_V,
-    BenchPoint,
-    BenchSpec,
-    default_specs,
-    length_pairs,
-    render_table,
-    run_point,
-)
+from glmcheck.bench.kernel import D_V, BenchPoint, BenchSpec, default_specs, length_pairs, run_point
+from glmcheck.bench.report import render_accuracy, render_table
 from glmcheck.kernels import sparse_mla_prefill
 
 
@@ -113,7 +106,7 @@ def test_gpu_graph_timing_every_backend():
 def test_geomean_is_reported_per_head_count():
     """The table's summary gives the H = 8 reference points their own geomean (the issue's target),
     apart from the extra head counts, and then the geomean over every point."""
-    from glmcheck.bench import BenchResult
+    from glmcheck.bench.kernel import BenchResult
 
     def point_results(point, ours, flash_len, flash):
         return [BenchResult(point, "per-token", ours, 1e-3, ""), BenchResult(point, "flashmla+len", flash_len, 1e-3, ""),
@@ -157,7 +150,7 @@ def test_paired_ratios_alternate_which_side_runs_first():
         seen.append(fn())
         return times[seen[-1]]
 
-    from glmcheck.bench import paired_ratios
+    from glmcheck.bench.kernel import paired_ratios
     assert paired_ratios(lambda: "a", lambda: "b", 3, timer, rep_ms=10) == (2.0, 2.0, 2.0)
     assert seen == ["a", "b", "b", "a", "a", "b"]
 
@@ -165,14 +158,14 @@ def test_paired_ratios_alternate_which_side_runs_first():
 @pytest.mark.parametrize("text, message", [("1x8192", "BxS:H items"), ("1x8192:0", "heads in 1..128"),
                                            ("0x10:8", "must be >= 1"), ("1x8192:8,,", "BxS:H items")])
 def test_bad_points_are_refused_naming_the_option(text, message):
-    from glmcheck.bench import parse_points
+    from glmcheck.bench.kernel import parse_points
     with pytest.raises(ValueError, match="--points") as err:
         parse_points(text)
     assert message in str(err.value)
 
 
 def test_default_points_are_the_contract_points():
-    from glmcheck.bench import DEFAULT_POINTS, parse_points
+    from glmcheck.bench.kernel import DEFAULT_POINTS, parse_points
     labels = [p.label for p in parse_points(DEFAULT_POINTS)]
     assert labels[:5] == ["1x2048 H=8", "1x4096 H=8", "1x8192 H=8", "2x4096 H=8", "4x2048 H=8"]
     assert labels[5:] == ["1x8192 H=16", "1x8192 H=32", "1x8192 H=64", "1x8192 H=96", "1x8192 H=128",
@@ -186,8 +179,8 @@ def test_graph_call_keeps_the_tensors_its_replays_write_alive():
     import gc
     import weakref
 
-    from glmcheck.bench import gated_call, make_inputs
-    from glmcheck.reference import sparse_mla_reference
+    from glmcheck.backends.reference import sparse_mla_reference
+    from glmcheck.bench.kernel import gated_call, make_inputs
     device = "cuda" if torch.cuda.is_available() else "cpu"
     spec = next(s for s in default_specs(flashmla=False) if s.name == "per-token")
     inputs = make_inputs(BenchPoint(1, 24, 8), topk=16, device=device)
@@ -206,3 +199,26 @@ def test_graph_call_keeps_the_tensors_its_replays_write_alive():
     del call
     gc.collect()
     assert written[0]() is None
+
+
+def test_paired_option_names_two_backends_of_the_table():
+    from glmcheck.commands.bench import _paired
+    specs = default_specs(flashmla=False)
+    assert _paired("per-token,union2", specs) == [("per-token", "union2")]
+    assert _paired(None, specs) == []
+    for bad in ("per-token", "per-token,per-token", "per-token,flashmla+len"):
+        with pytest.raises(ValueError, match="--paired takes two different backends"):
+            _paired(bad, specs)
+
+
+def test_accuracy_table_gives_our_worst_against_flashmlas_best():
+    from glmcheck.bench.kernel import BenchResult
+    point = BenchPoint(1, 8192, 64)
+    results = [BenchResult(point, "per-token", 1.0, 2.0e-3, ""), BenchResult(point, "per-token+len", 1.0, 2.5e-3, ""),
+               BenchResult(point, "flashmla+len", 1.0, 2.2e-3, ""), BenchResult(point, "flashmla", 1.0, 2.1e-3, ""),
+               BenchResult(point, "build2", 1.0, None, "")]
+    table = render_accuracy(results, "fp64")
+    assert "fp64 reference" in table
+    row = [cell.strip() for cell in table.splitlines()[-1].split("|")]
+    assert row[1:5] == ["1x8192 H=64", "2.500000000e-03", "2.100000000e-03", "+4.000e-04"]
+    assert render_accuracy(results[:2], "fp64") == "", "no FlashMLA, no margin"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from glmcheck.ceilings import gather_sum, gather_sum_reference
-from glmcheck.inputs import random_distinct_indices
+from glmcheck.bench.ceilings import gather_sum, gather_sum_reference
+from glmcheck.data.inputs import random_distinct_indices
 
 
 def test_gather_probe_sums_the_selected_rows(device):

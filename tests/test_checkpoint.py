@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from glmcheck import metrics
-from glmcheck.capture import capture
+from glmcheck.checks import metrics
+from glmcheck.checks.capture import capture
 from glmcheck.model import build_dummy_model, checkpoint, make_config, use_backend
 from glmcheck.model.checkpoint import CheckpointError, load_checkpoint_model, load_layer0_model
 from glmcheck.model.fp8_blocks import dequantize_blocks, quantize_blocks

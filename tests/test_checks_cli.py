@@ -10,13 +10,13 @@ import torch
 
 from glmcheck import cli
 from glmcheck.backends import register_backend, unregister_backend
+from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.checks.common import FAIL, PASS, Gate
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.checks.setup import seeded_prompt
+from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model import build_dummy_model, make_config
-from glmcheck.records import read_record
-from glmcheck.reference import sparse_mla_reference
+from glmcheck.records.store import read_record
 
 
 def drop_rope_tail(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):

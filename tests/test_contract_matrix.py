@@ -11,12 +11,12 @@ from collections import Counter
 import pytest
 import torch
 
-from glmcheck.inputs import poisoned_out
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.data.inputs import poisoned_out
 from glmcheck.kernels import sparse_mla_prefill
 from glmcheck.kernels.prefill import TILE_NAMES, kernel_route
-from glmcheck.reference import sparse_mla_reference
-from tests.contract_matrix import HEADS, LAYOUTS, TOPKS, UNIONS, cpu_cases, describe, matrix_cases, run_case
-from tests.helpers import assert_close_to_reference
+from tests.support.checks import assert_close_to_reference
+from tests.support.contract_matrix import HEADS, LAYOUTS, TOPKS, UNIONS, cpu_cases, describe, matrix_cases, run_case
 
 MATRIX_LOG = "GLMCHECK_MATRIX_LOG"  # where the GPU matrix writes its table, when set
 MATRIX_SHARD = "GLMCHECK_MATRIX_SHARD"  # "i/n": run cases i, i + n, ... only (a device call's share)
@@ -107,7 +107,7 @@ def test_gpu_contract_matrix():
 
 
 def _route_or_none(case):
-    from tests.contract_matrix import D_TAIL, D_V, make_case_inputs
+    from tests.support.contract_matrix import D_TAIL, D_V, make_case_inputs
     try:
         x = make_case_inputs(case, torch.device("cuda"))
         return kernel_route(x.q, x.kv, x.indices, (D_V + D_TAIL) ** -0.5, D_V, topk_length=x.topk_length,

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from glmcheck.indices import (CAPTURED_TARGETS, DriftParams, calibrated_indices, uniform_indices,
-                              union_statistics)
+from glmcheck.data.indices import CAPTURED_TARGETS, DriftParams, calibrated_indices, uniform_indices, union_statistics
 
 TOPK = 2048
 UNION_TOLERANCE = 0.03

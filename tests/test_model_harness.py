@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-from glmcheck import metrics
 from glmcheck.backends.validation import BackendError, validate_backend
-from glmcheck.capture import capture
+from glmcheck.checks import metrics
+from glmcheck.checks.capture import capture
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model.absorbed import fp8_roundtrip_rows, kernel_indices

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from glmcheck.plots import write_plots
+from glmcheck.records.plots import write_plots
 
 nbformat = pytest.importorskip("nbformat")  # not on the GPU machine's image
 NotebookClient = pytest.importorskip("nbclient").NotebookClient

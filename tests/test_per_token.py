@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from glmcheck.indices import drifting_indices
-from glmcheck.inputs import poisoned_out, random_inputs, random_qkv
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.data.indices import drifting_indices
+from glmcheck.data.inputs import poisoned_out, random_inputs, random_qkv
 from glmcheck.kernels import sparse_mla_prefill
-from glmcheck.reference import sparse_mla_reference
-from tests.helpers import assert_close_to_reference
+from tests.support.checks import assert_close_to_reference
 
 # (T, S, topk, d_v, d_tail): an odd T, a wider head dim, no rope tail, a tail narrower than 16.
 BASE_SHAPES = [(37, 160, 64, 64, 16), (16, 96, 48, 128, 32), (9, 40, 24, 32, 0), (7, 30, 16, 16, 8)]
@@ -185,7 +185,7 @@ def test_kernel_found_loop_bound_equals_the_host_one(device, monkeypatch, end_bl
     assert lengths.tolist() == [1, 40, 25, 30, 0, 39]
     given = sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64, topk_length=lengths)
     assert torch.equal(found, given)
-    monkeypatch.setattr(prefill, "KERNEL_FINDS_BOUND", False)  # the host-side bound (the A/B switch)
+    monkeypatch.setattr(prefill, "KERNEL_BOUND_MAX_ROWS", 0)  # no tile finds its bound: the host's lengths
     assert torch.equal(found, sparse_mla_prefill(q, kv, indices, 80 ** -0.5, 64))
     assert_close_to_reference(found, sparse_mla_reference(q, kv, indices, 80 ** -0.5, 64))
 
@@ -196,7 +196,7 @@ def test_kernel_found_loop_bound_equals_the_host_one(device, monkeypatch, end_bl
 def test_loop_bound_source_by_tile(device, monkeypatch, heads, with_length, kernel_bound):
     """The Triton per-token kernel finds its own loop bound on 16-row tiles, within topk_length
     when one is given (handed the lengths alone it ran 5 % slower); the 32-row tile, which spills
-    with the search (H200 run 11), is handed topk_length or the host's lengths. Every form gives
+    with the search, is handed topk_length or the host's lengths. Every form gives
     the fp64 reference's answer."""
     from glmcheck.kernels import prefill
 
@@ -216,5 +216,5 @@ def test_loop_bound_source_by_tile(device, monkeypatch, heads, with_length, kern
             assert (lengths is None) == kernel_bound
     assert_close_to_reference(out, reference(inp, topk_length=length))
     if with_length and kernel_bound:  # the bound found within topk_length changes no bit
-        monkeypatch.setattr(prefill, "KERNEL_FINDS_BOUND", False)
+        monkeypatch.setattr(prefill, "KERNEL_BOUND_MAX_ROWS", 0)  # handed the lengths alone
         assert torch.equal(out, run_kernel(inp, device, topk_length=length))

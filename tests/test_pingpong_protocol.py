@@ -1,4 +1,4 @@
-"""The ping-pong tile's barrier protocol, modelled on the CPU (tests/pingpong_protocol.py): no
+"""The ping-pong tile's barrier protocol, modelled on the CPU (tests/support/pingpong_protocol.py): no
 buffer race, stale read or deadlock under many random interleavings, empty groups included; planted
 early releases are caught. The GPU tests check the kernel's values; a race there may show only now
 and then, so the protocol is also checked here."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.pingpong_protocol import PipelineOptions, ProtocolViolation, run_schedule
+from tests.support.pingpong_protocol import PipelineOptions, ProtocolViolation, run_schedule
 
 SCHEDULES = 400
 PAIRS = 4

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from glmcheck.prompts import PROMPT_SETS, PROMPTS_DIR, Prompt, load_prompts
-from glmcheck.randomwords import WORDS, random_word_prompts
-from glmcheck.tokenizer import ByteTokenizer
+from glmcheck.data.prompts import PROMPT_SETS, PROMPTS_DIR, Prompt, load_prompts
+from glmcheck.data.randomwords import WORDS, random_word_prompts
+from glmcheck.data.tokenizer import ByteTokenizer
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -13,9 +13,9 @@ import pytest
 import torch
 import transformers
 
-from glmcheck import records
-from glmcheck.environment import config_hash, environment_metadata
-from glmcheck.records import (
+from glmcheck.records import store as records
+from glmcheck.records.environment import config_hash, environment_metadata
+from glmcheck.records.store import (
     Record,
     default_run_dir,
     find_records,

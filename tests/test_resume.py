@@ -13,7 +13,7 @@ import pytest
 
 from glmcheck import cli
 from glmcheck.checks import runner
-from glmcheck.records import read_record
+from glmcheck.records.store import read_record
 
 FIRSTTOKEN = ["firsttoken", "--prompts", "natural50", "--limit", "6", "--backends", "triton_sparse_mla", "--quiet"]
 # The verdict is not under test here: on CUDA, tiny's 48-token logits can leave the 2x floor band

@@ -4,7 +4,7 @@ loops that issue warpgroup MMAs reported as spilling consumer loops."""
 
 from __future__ import annotations
 
-from tests.script_loader import load_script
+from tests.support.script_loader import load_script
 
 # A cuobjdump -sass shaped listing: a consumer loop (0x0100-0x0160) with one spill reload, a
 # producer loop (0x0200-0x0240) with a spill store, a forward branch, and a barrier retry stub that

@@ -6,11 +6,11 @@ import pytest
 import torch
 from triton.runtime.errors import OutOfResources
 
-from glmcheck.inputs import poisoned_out, random_inputs
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.data.inputs import poisoned_out, random_inputs
 from glmcheck.kernels import prefill, sparse_mla_prefill, tiles
 from glmcheck.kernels.tiles import Tile
-from glmcheck.reference import sparse_mla_reference
-from tests.helpers import assert_close_to_reference
+from tests.support.checks import assert_close_to_reference
 
 
 def test_step_down_sequence_ends():

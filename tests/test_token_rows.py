@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from glmcheck.inputs import poisoned_out, random_qkv
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import prefill, sparse_mla_prefill, tiles
 from glmcheck.kernels.union import launch_union_attention, token_row_sets
-from glmcheck.reference import sparse_mla_reference
-from tests.helpers import assert_close_to_reference
-from tests.test_union import overlapping_indices
+from tests.support.checks import assert_close_to_reference
+from tests.support.inputs import overlapping_indices
 
 
 @pytest.mark.parametrize("with_length", [False, True])
@@ -62,8 +62,8 @@ def test_h64_per_token_takes_the_64_row_tile(device, monkeypatch, with_length):
                              out=poisoned_out(9, 64, 64, device))
     assert calls == [1], "the per-token path at H = 64 did not take the 64-row tile"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, scale, 64, topk_length=topk_length))
-    monkeypatch.setattr(prefill, "USE_WS_TILE", False)
-    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 64, topk_length=topk_length)
+    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 64, topk_length=topk_length,
+                                     _tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
     assert calls == [1]
     assert (out.float() - triton_tile.float()).abs().max() < 2e-2
     small = sparse_mla_prefill(q[:, :8].contiguous(), kv, indices, scale, 64)  # H = 8: the Triton tile
@@ -76,8 +76,8 @@ def test_gpu_h64_per_token_on_the_gluon_tile(monkeypatch, tokens):
     """H = 64 on an sm_90 GPU: the Gluon tile, fed each token's own rows, against fp64 and the
     Triton per-token tile; ragged topk_length, -1 and out-of-range slots; poisoned output fully
     written; reruns bitwise equal."""
-    from glmcheck.indices import drifting_indices
-    from glmcheck.kernels.union_ws_launch import ws_available
+    from glmcheck.data.indices import drifting_indices
+    from glmcheck.kernels.gluon.launch import ws_available
 
     device = torch.device("cuda")
     if not ws_available(device):
@@ -101,7 +101,7 @@ def test_gpu_h64_per_token_on_the_gluon_tile(monkeypatch, tokens):
     assert not out.isnan().any(), "an output element was never written"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, scale, 512, topk_length=topk_length))
     assert torch.equal(out, sparse_mla_prefill(q, kv, indices, scale, 512, topk_length=topk_length))
-    monkeypatch.setattr(prefill, "USE_WS_TILE", False)
-    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 512, topk_length=topk_length)
+    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 512, topk_length=topk_length,
+                                     _tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
     rel = ((out.float() - triton_tile.float()).norm() / triton_tile.float().norm()).item()
     assert rel < 2e-3, f"Gluon vs Triton per-token tile rel-L2 {rel:.2e}"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from glmcheck import metrics
+from glmcheck.checks import metrics
 from glmcheck.model import make_config
 from glmcheck.model.plan import plan_memory
-from glmcheck.records import read_record
+from glmcheck.records.store import read_record
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "glmcheck"]

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from glmcheck import cli
-from glmcheck.checks.setup import seeded_prompt
-from glmcheck.indices import union_statistics
+from glmcheck.data.indices import union_statistics
+from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.traces import capture_indices, read_trace, write_trace
 from glmcheck.model import build_dummy_model, make_config
-from glmcheck.records import read_record
-from glmcheck.traces import capture_indices, read_trace, write_trace
+from glmcheck.records.store import read_record
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "traces"
 

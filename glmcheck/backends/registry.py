@@ -16,9 +16,9 @@ from typing import Callable
 import torch
 
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
+from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 from glmcheck.kernels import sparse_mla_prefill
-from glmcheck.reference import sparse_mla_reference
 
 
 @dataclass

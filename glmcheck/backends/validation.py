@@ -82,3 +82,17 @@ def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
         if not ok:
             raise BackendError(why)
     return warnings
+
+
+def validate_backends(names: list[str], *, device: torch.device, heads: int, tp: int,
+                      deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
+    """Validate the TP degree and every backend; returns warnings, raises ValueError/BackendError."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
+        raise ValueError(f"tp must be a positive int dividing the {heads} attention heads, got {tp!r}")
+    if not names:
+        raise ValueError("backends must name at least one backend")
+    warnings: list[str] = []
+    for name in dict.fromkeys(names):
+        warnings += validate_backend(name, device=device, heads_per_rank=heads // tp, deterministic=deterministic,
+                                     latent_dims=latent_dims)
+    return list(dict.fromkeys(warnings))

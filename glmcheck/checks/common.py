@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from glmcheck import metrics
+from glmcheck.checks import metrics
 
 PASS, FAIL, INFO = "PASS", "FAIL", "-"
 

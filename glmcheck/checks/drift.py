@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from glmcheck import metrics
+from glmcheck.checks import metrics
 from glmcheck.checks.common import FLOOR_BACKEND, INFO, ComparisonRow, Gate, not_called_row, overall
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under

@@ -25,7 +25,7 @@ import torch
 
 from glmcheck.checks.common import FAIL, FLOOR_BACKEND, INFO, PASS
 from glmcheck.checks.runner import SwapOptions, forward_under
-from glmcheck.prompts import Prompt
+from glmcheck.data.prompts import Prompt
 
 EXACT_BACKEND = "reference"  # the exact fp32 backend: a noise row when the reference is another kernel
 DEFAULT_TIE_GAP = 0.1        # nats: a flip across a smaller top-1/top-2 gap is a near tie

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from glmcheck.checks.common import (FLOOR_BACKEND, INFO, ComparisonRow, Gate, band, compare, not_called_row,
-                                    overall)
+from glmcheck.checks.common import FLOOR_BACKEND, INFO, ComparisonRow, Gate, band, compare, not_called_row, overall
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
 
 DEFAULT_MAX_REL_L2 = 1e-2  # bf16-output class: fp32 reference vs bf16 kernels ~2e-3, hf_sdpa ~6e-3

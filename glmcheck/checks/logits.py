@@ -13,8 +13,7 @@ from typing import Callable
 
 import torch
 
-from glmcheck.checks.common import (FLOOR_BACKEND, INFO, ComparisonRow, Gate, band, compare, not_called_row,
-                                    overall)
+from glmcheck.checks.common import FLOOR_BACKEND, INFO, ComparisonRow, Gate, band, compare, not_called_row, overall
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import SwapOptions, forward_under
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from glmcheck.capture import Captured, capture
+from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 
 
@@ -44,7 +44,7 @@ class BackendRun:
 
 def _gather_shards(got: Captured) -> None:
     """Under torchrun, per-head captures hold this rank's heads: gather all heads in rank order."""
-    from glmcheck import distributed
+    from glmcheck.model import distributed
 
     ctx = distributed.current()
     if ctx is None:

@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from glmcheck.backends import flashmla_available
-from glmcheck.bench import (
+from glmcheck.bench.kernel import (
     DEFAULT_POINTS,
     INDEX_MODES,
     TIMINGS,
@@ -20,12 +20,12 @@ from glmcheck.bench import (
     default_specs,
     length_pairs,
     parse_points,
-    render_table,
     run_point,
 )
-from glmcheck.environment import environment_metadata
-from glmcheck.records import default_run_dir, write_record
-from glmcheck.tables import markdown_table
+from glmcheck.bench.report import render_accuracy, render_table
+from glmcheck.records.environment import environment_metadata
+from glmcheck.records.store import default_run_dir, write_record
+from glmcheck.records.tables import markdown_table
 
 
 def add_parser(sub) -> None:
@@ -40,7 +40,16 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="shorter timing runs")
     p.add_argument("--points", default=DEFAULT_POINTS, help="BxS:H points, comma-separated (default: %(default)s)")
     p.add_argument("--pair-rounds", type=int, default=5,
-                   help="alternating rounds of each path with topk_length against it without (0: none)")
+                   help="alternating rounds of each path with topk_length against it without, and of the "
+                        "--paired backends (0: none)")
+    p.add_argument("--paired", default=None, metavar="A,B",
+                   help="also time backends A and B of the table alternately at every point (e.g. "
+                        "per-token,flashmla+len): a verdict within the noise")
+    p.add_argument("--fp64", action="store_true",
+                   help="gate and record rel-L2 against the fp64 reference (not fp32) and print our worst "
+                        "path against FlashMLA's best")
+    p.add_argument("--ceilings", action="store_true",
+                   help="first print the GPU's ceilings: HBM copy, bf16 matmul, the gather floor per point")
     p.add_argument("--indices", default=None, help="captured index trace (glmcheck capture-indices) to use")
     p.add_argument("--trace-layer", type=int, default=None, help="layer of the trace (default: the first)")
     p.add_argument("--index-mode", default="calibrated", choices=list(INDEX_MODES))
@@ -66,7 +75,7 @@ def _require_gpu() -> None:
 
 
 def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
-    from glmcheck.traces import read_trace
+    from glmcheck.data.traces import read_trace
 
     layers, meta = read_trace(ns.indices)
     layer = ns.trace_layer if ns.trace_layer is not None else next(iter(layers))
@@ -87,18 +96,24 @@ def handle(ns: argparse.Namespace) -> int:
     points = _trace_points(ns) if ns.indices else [(point, None) for point in parse_points(ns.points)]
     have_flash, source = flashmla_available()
     specs = default_specs(have_flash)
+    pairs = length_pairs(specs) + _paired(ns.paired, specs)
+    if ns.ceilings:
+        _print_ceilings(points)
+    reference = "fp64" if ns.fp64 else "fp32"
     results = []
     for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
         results += run_point(point, specs, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing,
-                             pairs=length_pairs(specs), pair_rounds=ns.pair_rounds)
-    table = render_table(results)
+                             pairs=pairs, pair_rounds=ns.pair_rounds,
+                             reference_dtype=torch.float64 if ns.fp64 else torch.float32)
+    table = "\n\n".join(part for part in (render_table(results), render_accuracy(results, reference)) if part)
     print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
     print(f"timing: {ns.timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if ns.timing == "graph"
                                     else " (the Python call, host launch cost included)"))
     print(table)
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
     summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
-               "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds,
+               "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds, "paired": ns.paired,
+               "reference": reference,
                "indices": ns.indices, "rows": rows, "table": table}
     directory = Path(ns.out) if ns.out else default_run_dir("bench")
     write_record(directory, summary, pd.DataFrame(rows))
@@ -106,11 +121,35 @@ def handle(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _paired(text: str | None, specs) -> list[tuple[str, str]]:
+    """The --paired pair of backend names; ValueError naming --paired and the choices otherwise."""
+    if text is None:
+        return []
+    names = [name.strip() for name in text.split(",")]
+    known = [spec.name for spec in specs]
+    if len(names) != 2 or names[0] == names[1] or any(name not in known for name in names):
+        raise ValueError(f"--paired takes two different backends of {', '.join(known)} as A,B; got {text!r}")
+    return [(names[0], names[1])]
+
+
+def _print_ceilings(points: list) -> None:
+    """The GPU's ceilings for this workload (`glmcheck.bench.ceilings`), before the timings."""
+    from glmcheck.bench.ceilings import copy_tb_per_s, gather_floor, matmul_tflops
+
+    print(f"HBM copy: {copy_tb_per_s():.2f} TB/s (read + write); bf16 8192^3 matmul: {matmul_tflops():.0f} TFLOP/s")
+    rows = []
+    for point in dict.fromkeys(point for point, _ in points):
+        floor = gather_floor(point)
+        rows.append([floor.point, f"{floor.gigabytes:.2f}", f"{floor.ms:.3f}", f"{floor.tb_per_s:.2f}"])
+    print(markdown_table(["point", "row bytes read (GB)", "gather-only ms (floor)", "TB/s"], rows))
+
+
 def _handle_model(ns) -> int:
-    from glmcheck.bench_model import bench_prefill
+    from glmcheck.backends.validation import validate_backends
+    from glmcheck.bench.model import bench_prefill
     from glmcheck.checks.runner import SwapOptions
-    from glmcheck.checks.setup import ModelSpec, load_model, validate_backends
     from glmcheck.commands.common import default_backends
+    from glmcheck.model.load import ModelSpec, load_model
     from glmcheck.model.presets import make_config
 
     spec = ModelSpec(ns.model, None, ns.layers, ns.experts)

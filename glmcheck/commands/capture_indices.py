@@ -6,10 +6,11 @@ import argparse
 
 import torch
 
-from glmcheck.checks.setup import ModelSpec, load_model, resolve_device, seeded_prompt
-from glmcheck.environment import config_hash
+from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.traces import capture_indices, write_trace
+from glmcheck.model.load import ModelSpec, load_model, resolve_device
 from glmcheck.model.presets import PRESETS
-from glmcheck.traces import capture_indices, write_trace
+from glmcheck.records.environment import config_hash
 
 
 def add_parser(sub) -> None:

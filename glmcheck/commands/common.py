@@ -1,9 +1,12 @@
-"""Options and plumbing shared by the model commands (layer0, logits, firsttoken)."""
+"""Options and plumbing shared by the model checks (layer0, logits, firsttoken, drift): their
+options, their preparation (`Prepared`) and the one sequence they all run (`run_check`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -11,20 +14,15 @@ import torch
 
 from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
+from glmcheck.backends.validation import validate_backends
 from glmcheck.checks.common import Gate
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.checks.setup import (
-    ModelSpec,
-    heads_of,
-    latent_dims_of,
-    resolve_device,
-    validate_backends,
-)
-from glmcheck.environment import config_hash, environment_metadata
 from glmcheck.kernels.union import legal_groups
+from glmcheck.model.load import ModelSpec, heads_of, latent_dims_of, load_model, resolve_device
 from glmcheck.model.presets import PRESETS
-from glmcheck.records import default_run_dir, write_record
-from glmcheck.report import render
+from glmcheck.records.environment import config_hash, environment_metadata
+from glmcheck.records.report import render
+from glmcheck.records.store import default_run_dir, write_record
 
 PRESET_HELP = "; ".join(f"{name}: {p.description}" for name, p in PRESETS.items())
 
@@ -64,7 +62,7 @@ def default_backends(device: torch.device, heads_per_rank: int,
                      latent_dims: tuple[int, int] | None = None) -> list[str]:
     """The kernels under test and the independent references that can run here for this head count
     (and latent geometry, when given). The naive `torch_bf16` baseline is left to `--backends`: its
-    bf16 scores put it outside the 2x floor band at GLM-5.2 scale (1.09e-2, GPU run 5), so in the
+    bf16 scores put it outside the 2x floor band at GLM-5.2 scale (1.09e-2 on the H200), so in the
     default set it would fail every default run for a reason that is not the kernel's."""
     names = ["reference", "triton_sparse_mla"]
     names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
@@ -84,7 +82,7 @@ class Prepared:
     """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
 
     def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None):
-        from glmcheck import distributed
+        from glmcheck.model import distributed
 
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
                               seed=ns.seed, init=ns.init)
@@ -142,19 +140,48 @@ def run_directory(ns: argparse.Namespace, prep: Prepared, command: str) -> Path 
     return default_run_dir(command) if prep.is_main else None
 
 
-def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, rows: list[dict], verdict: str,
-           facts: dict, extra: dict | None = None, tensors: dict | None = None, out: Path | None = None) -> int:
+@dataclass
+class CheckOutcome:
+    """What one check run produced: its record rows, verdict, facts, extra summary fields, tensors."""
+
+    rows: list[dict]
+    verdict: str
+    facts: dict
+    extra: dict | None = None
+    tensors: dict | None = None
+
+
+def run_check(ns: argparse.Namespace, command: str, default_max_rel_l2: float | None,
+              plan: Callable[[Prepared], Callable[[torch.nn.Module, Path | None], CheckOutcome]], *,
+              layer0_only: bool = False, resumable: bool = False) -> int:
+    """The one sequence of every model check: resolve the shared options (`Prepared`), let `plan`
+    check the command's own options and return its run, print the warnings, build the model, run
+    it, write the record and print the tables. `resumable` commands get their record directory
+    before the run (their finished items live there); the others get it when the record is written.
+    Returns the exit code (0 PASS, 1 FAIL)."""
+    prep = Prepared(ns, default_max_rel_l2)
+    run = plan(prep)
+    prep.say_warnings()
+    out = run_directory(ns, prep, command) if resumable else None
+    model = load_model(prep.spec, prep.device, layer0_only=layer0_only)
+    outcome = run(model, out)
+    return finish(command, ns, prep, model, outcome, out)
+
+
+def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, outcome: CheckOutcome,
+           out: Path | None = None) -> int:
     """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL); rank 0 only."""
-    code = 0 if verdict == "PASS" else 1
+    code = 0 if outcome.verdict == "PASS" else 1
     if not prep.is_main:
         return code
+    rows = outcome.rows
     summary = {"command": command, "argv": sys.argv, "environment": environment_metadata(),
                "model": {**prep.spec.describe(), "config_hash": config_hash(model.config),
                          "layers_built": model.config.num_hidden_layers},
-               "options": prep.describe(), "warnings": prep.warnings, "facts": facts, "rows": rows,
-               "verdict": verdict, **(extra or {})}
+               "options": prep.describe(), "warnings": prep.warnings, "facts": outcome.facts, "rows": rows,
+               "verdict": outcome.verdict, **(outcome.extra or {})}
     directory = out or run_directory(ns, prep, command)
-    write_record(directory, summary, pd.DataFrame(rows), tensors if ns.save_tensors else None)
+    write_record(directory, summary, pd.DataFrame(rows), outcome.tensors if ns.save_tensors else None)
     print(render(summary, pd.DataFrame(rows)))
     print(f"record: {directory}")
     return code

@@ -7,8 +7,8 @@ import argparse
 from tqdm import tqdm
 
 from glmcheck.checks.drift import DEFAULT_MAX_REL_L2, run_drift
-from glmcheck.checks.setup import load_model, seeded_prompt
-from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
+from glmcheck.data.prompts import seeded_prompt
 
 
 def add_parser(sub) -> None:
@@ -22,11 +22,14 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    tokens = prep.prompt_tokens(ns.tokens)
-    prep.say_warnings()
-    model = load_model(prep.spec, prep.device)
-    ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
-    with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
-        result = run_drift(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
-    return finish("drift", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, result.facts)
+    def plan(prep):
+        tokens = prep.prompt_tokens(ns.tokens)
+
+        def run(model, out):
+            ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+            with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
+                result = run_drift(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts)
+        return run
+
+    return run_check(ns, "drift", DEFAULT_MAX_REL_L2, plan)

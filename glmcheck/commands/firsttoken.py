@@ -8,11 +8,10 @@ import dataclasses
 from tqdm import tqdm
 
 from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
-from glmcheck.checks.setup import load_model
-from glmcheck.commands.common import Prepared, add_model_options, finish, run_directory
+from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
 from glmcheck.commands.tokenizers import model_tokenizer
-from glmcheck.progress import ItemStore
-from glmcheck.prompts import PROMPT_SETS, load_prompts
+from glmcheck.data.prompts import PROMPT_SETS, load_prompts
+from glmcheck.records.progress import ItemStore
 
 
 def add_parser(sub) -> None:
@@ -33,30 +32,31 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    prep = Prepared(ns, None)
-    if ns.continue_tokens < 0:
-        raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
-    prompts = load_prompts(ns.prompts, ns.limit)
-    prep.say_warnings()
-    out = run_directory(ns, prep, "firsttoken")
-    fingerprint = {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
-                   "prompts": [p.id for p in prompts], "continue": ns.continue_tokens}
-    store = ItemStore(out, fingerprint, writable=prep.is_main)
-    done = {key: [PromptOutcome(**o) for o in payload] for key, payload in store.load().items()}
-    model = load_model(prep.spec, prep.device)
-    tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
+    def plan(prep):
+        if ns.continue_tokens < 0:
+            raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
+        prompts = load_prompts(ns.prompts, ns.limit)
 
-    def finished(prompt, outcomes):
-        store.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
-        bar.update(1)
+        def run(model, out):
+            fingerprint = {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
+                           "prompts": [p.id for p in prompts], "continue": ns.continue_tokens}
+            store = ItemStore(out, fingerprint, writable=prep.is_main)
+            done = {key: [PromptOutcome(**o) for o in payload] for key, payload in store.load().items()}
+            tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
 
-    with tqdm(total=len(prompts), initial=len(done), desc="firsttoken prompts", disable=prep.quiet,
-              leave=False) as bar:
-        result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.reference, prep.options,
-                                gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob or None,
-                                tie_gap=ns.tie_gap, continue_tokens=ns.continue_tokens, device=prep.device,
-                                on_prompt=finished, done=done)
-    rows = [dataclasses.asdict(o) for o in result.outcomes]
-    facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts), "resumed_items": len(done)}
-    return finish("firsttoken", ns, prep, model, rows, result.verdict, facts,
-                  extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements}, out=out)
+            def finished(prompt, outcomes):
+                store.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
+                bar.update(1)
+
+            with tqdm(total=len(prompts), initial=len(done), desc="firsttoken prompts", disable=prep.quiet,
+                      leave=False) as bar:
+                result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.reference, prep.options,
+                                        gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob or None,
+                                        tie_gap=ns.tie_gap, continue_tokens=ns.continue_tokens, device=prep.device,
+                                        on_prompt=finished, done=done)
+            facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts), "resumed_items": len(done)}
+            return CheckOutcome([dataclasses.asdict(o) for o in result.outcomes], result.verdict, facts,
+                                extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements})
+        return run
+
+    return run_check(ns, "firsttoken", None, plan, resumable=True)

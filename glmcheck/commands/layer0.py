@@ -8,9 +8,9 @@ import torch
 from tqdm import tqdm
 
 from glmcheck.checks.layer0 import DEFAULT_MAX_REL_L2, run_layer0
-from glmcheck.checks.setup import load_model, seeded_prompt, text_prompt
-from glmcheck.commands.common import Prepared, add_model_options, finish
+from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
 from glmcheck.commands.tokenizers import model_tokenizer
+from glmcheck.data.prompts import seeded_prompt, text_prompt
 
 
 def add_parser(sub) -> None:
@@ -25,16 +25,20 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    tokens = prep.prompt_tokens(ns.tokens)
-    prep.say_warnings()
-    model = load_model(prep.spec, prep.device, layer0_only=True)
-    if ns.text is not None:
-        ids = text_prompt(model_tokenizer(prep.spec, model.config.vocab_size).encode(ns.text), ns.tokens, prep.device)
-    else:
-        ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
-    with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
-            torch.inference_mode():
-        result = run_layer0(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
-    return finish("layer0", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict,
-                  result.facts, tensors=result.tensors)
+    def plan(prep):
+        tokens = prep.prompt_tokens(ns.tokens)
+
+        def run(model, out):
+            if ns.text is not None:
+                tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
+                ids = text_prompt(tokenizer.encode(ns.text), ns.tokens, prep.device)
+            else:
+                ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+            with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
+                    torch.inference_mode():
+                result = run_layer0(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts,
+                                tensors=result.tensors)
+        return run
+
+    return run_check(ns, "layer0", DEFAULT_MAX_REL_L2, plan, layer0_only=True)

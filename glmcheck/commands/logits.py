@@ -9,9 +9,9 @@ from tqdm import tqdm
 
 from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
-from glmcheck.checks.setup import load_model, seeded_prompt
-from glmcheck.commands.common import Prepared, add_model_options, finish, run_directory
-from glmcheck.progress import ItemStore
+from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
+from glmcheck.data.prompts import seeded_prompt
+from glmcheck.records.progress import ItemStore
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -37,27 +37,29 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    prep = Prepared(ns, DEFAULT_MAX_REL_L2)
-    lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
-    prep.say_warnings()
-    out = run_directory(ns, prep, "logits")
-    fingerprint = {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
-                   "lengths": lengths, "seed": ns.seed}
-    store = ItemStore(out, fingerprint, writable=prep.is_main)
-    done = {int(key): [_row(r) for r in payload] for key, payload in store.load().items()}
-    model = load_model(prep.spec, prep.device)
-    prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
+    def plan(prep):
+        lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
 
-    def finished(tokens, rows):
-        store.save(str(tokens), [dataclasses.asdict(r) for r in rows])
-        bar.update(1)
+        def run(model, out):
+            fingerprint = {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
+                           "lengths": lengths, "seed": ns.seed}
+            store = ItemStore(out, fingerprint, writable=prep.is_main)
+            done = {int(key): [_row(r) for r in payload] for key, payload in store.load().items()}
+            prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
 
-    with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet, leave=False) as bar:
-        result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
-                            on_length=finished, done=done)
-    facts = {**result.facts, "resumed_items": len(done)}
-    return finish("logits", ns, prep, model, [r.as_dict() for r in result.rows], result.verdict, facts,
-                  tensors=result.tensors, out=out)
+            def finished(tokens, rows):
+                store.save(str(tokens), [dataclasses.asdict(r) for r in rows])
+                bar.update(1)
+
+            with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet,
+                      leave=False) as bar:
+                result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
+                                    on_length=finished, done=done)
+            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
+                                {**result.facts, "resumed_items": len(done)}, tensors=result.tensors)
+        return run
+
+    return run_check(ns, "logits", DEFAULT_MAX_REL_L2, plan, resumable=True)
 
 
 def _row(payload: dict) -> ComparisonRow:

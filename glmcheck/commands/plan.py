@@ -6,7 +6,7 @@ import argparse
 
 from glmcheck.model.plan import HEADROOM, plan_memory
 from glmcheck.model.presets import PRESETS, make_config
-from glmcheck.tables import markdown_table
+from glmcheck.records.tables import markdown_table
 
 
 def add_parser(sub) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.records import read_record
-from glmcheck.report import render
+from glmcheck.records.report import render
+from glmcheck.records.store import read_record
 
 
 def add_parser(sub) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     if ns.plots:
-        from glmcheck.plots import write_plots
+        from glmcheck.records.plots import write_plots
 
         written = write_plots(ns.directory)
         if not written:

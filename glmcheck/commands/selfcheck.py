@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck import __version__
-from glmcheck.checks.setup import resolve_device
+from glmcheck.model.load import resolve_device
 
 
 def _positive_int(text: str) -> int:
@@ -33,8 +33,8 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
-    from glmcheck import selfcheck
-    from glmcheck.tables import fmt_cosine, fmt_sci, markdown_table
+    from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
+    from glmcheck.selftest import selfcheck
 
     device = resolve_device(ns.device)
     shape = selfcheck.default_shape(device)

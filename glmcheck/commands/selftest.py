@@ -44,7 +44,7 @@ def fmt_measured(value: float, threshold: float) -> str:
 
 def baseline_table(report) -> str:
     """Markdown table of the baseline checks."""
-    from glmcheck.tables import markdown_table
+    from glmcheck.records.tables import markdown_table
 
     rows = [(o.name, fmt_measured(o.measured, o.threshold), f"{o.threshold:g}" if o.threshold else "exact",
              fmt_margin(o.margin),
@@ -54,7 +54,7 @@ def baseline_table(report) -> str:
 
 def mutant_table(report, exhaustive: bool) -> str:
     """Markdown table, one row per mutant (with the failed-check count when exhaustive)."""
-    from glmcheck.tables import markdown_table
+    from glmcheck.records.tables import markdown_table
 
     headers = MUTANT_HEADERS + (["checks failed"] if exhaustive else [])
     rows = []

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from glmcheck.checks.setup import ModelSpec
-from glmcheck.tokenizer import ByteTokenizer
+from glmcheck.data.tokenizer import ByteTokenizer
+from glmcheck.model.load import ModelSpec
 
 
 class CheckpointTokenizer:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from glmcheck.environment import environment_metadata
-from glmcheck.indices import CAPTURED_TARGETS, union_statistics
-from glmcheck.records import default_run_dir, write_record
-from glmcheck.tables import markdown_table
+from glmcheck.data.indices import CAPTURED_TARGETS, union_statistics
+from glmcheck.records.environment import environment_metadata
+from glmcheck.records.store import default_run_dir, write_record
+from glmcheck.records.tables import markdown_table
 
 CURVE_LENGTHS = (1024, 2048, 3072, 4096, 6144, 8192)
 
@@ -38,7 +38,7 @@ def _row(source: str, label: str, batch: int, seq_len: int, stats: dict, layer=N
 
 
 def _synthetic(ns) -> list[dict]:
-    from glmcheck.bench import synthetic_indices
+    from glmcheck.bench.kernel import synthetic_indices
 
     rows = []
     points = [(len(t.seq_lens), t.seq_lens[0]) for t in CAPTURED_TARGETS] + [(1, n) for n in CURVE_LENGTHS]
@@ -50,7 +50,7 @@ def _synthetic(ns) -> list[dict]:
 
 
 def _trace(ns) -> list[dict]:
-    from glmcheck.traces import read_trace
+    from glmcheck.data.traces import read_trace
 
     layers, meta = read_trace(ns.indices)
     seq_lens = meta.get("seq_lens")

@@ -1,4 +1,5 @@
-"""Triton sparse-MLA prefill kernels and their launchers.
+"""Triton and Gluon sparse-MLA prefill kernels and their launchers (device code and launchers live
+in separate files: `prefill`, `union` and `gluon.launch` launch the kernels of the other files).
 
 Importing this package on a machine without CUDA turns on Triton's CPU interpreter
 (TRITON_INTERPRET=1) unless the variable is already set, so the kernels run everywhere.

@@ -1,11 +1,8 @@
 """Triton kernel: sparse-MLA prefill, one program per query token (and head tile).
 
-Each program owns one token t and a tile of BLOCK_H heads. It walks the token's selected KV
-rows in blocks of BLOCK_N, gathers each row once (main part [D_V] is both key and value, the
-tail [D_TAIL] is key only), scores all heads of the tile with two chained MMAs and keeps an
-online softmax in fp32 registers. No partial outputs, no second pass.
-
-Launchers live in `glmcheck.kernels.prefill`; this file holds device code only.
+Each program walks its token's selected KV rows in blocks of BLOCK_N, gathers each row once (the
+main [D_V] part is key and value, the tail [D_TAIL] key only), scores its BLOCK_H heads with two
+chained MMAs and keeps an online softmax in fp32 registers: no partial outputs, no second pass.
 """
 
 from __future__ import annotations
@@ -13,12 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import (
-    gather_kv_rows,
-    online_softmax_step,
-    round_to_bf16,
-    valid_slot_end,
-)
+from glmcheck.kernels.device_helpers import gather_kv_rows, online_softmax_step, round_to_bf16, valid_slot_end
 
 
 @triton.jit
@@ -33,7 +25,7 @@ def sparse_mla_token_kernel(
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     KV_INT64: tl.constexpr, UPCAST: tl.constexpr, HAS_LENGTH: tl.constexpr, FIND_BOUND: tl.constexpr,
-    END_BLOCK: tl.constexpr, LONGEST_FIRST: tl.constexpr = False,
+    END_BLOCK: tl.constexpr,
 ):
     """out[t, h] = softmax over valid selected rows s of (q[t, h] . kv[s]) * scale, times kv[s, :D_V].
 
@@ -45,11 +37,10 @@ def sparse_mla_token_kernel(
     row lies in [0, num_kv_rows). `qk_scale_log2` is
     sm_scale * log2(e) (the softmax runs in base 2). UPCAST is set in the CPU interpreter only,
     where bf16 arithmetic is not supported: tiles are upcast to fp32 after loading.
-    LONGEST_FIRST maps program p to token T-1-p (same outputs, another schedule).
+    Program p takes token T-1-p: in a causal prefill the last tokens have the most rows, so they
+    start first (docs/performance.md, "Launch order: longest first").
     """
-    token = tl.program_id(0).to(tl.int64)
-    if LONGEST_FIRST:  # prefill lengths grow with t: the last tokens start first, the short ones fill the tail
-        token = tl.num_programs(0).to(tl.int64) - 1 - token
+    token = tl.num_programs(0).to(tl.int64) - 1 - tl.program_id(0).to(tl.int64)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = offs_h < num_heads
     offs_d = tl.arange(0, D_V)

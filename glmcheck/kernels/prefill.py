@@ -19,8 +19,9 @@ import torch
 import triton
 
 from glmcheck.kernels import tiles
+from glmcheck.kernels.gluon.launch import launch_union_attention_ws, tile_for, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
-from glmcheck.kernels.runtime import interpreter_active, schedule
+from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import (
     build_union_sets,
     launch_union_attention,
@@ -28,29 +29,18 @@ from glmcheck.kernels.union import (
     token_row_sets,
     union_is_legal,
 )
-from glmcheck.kernels.union_ws_launch import WsConfig, launch_union_attention_ws, ws_supports
-from glmcheck.kernels.validate import (
-    PrefillArgs,
-    check_contents,
-    check_out,
-    check_prefill_args,
-)
+from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
 LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
-USE_WS_TILE = True  # the warp-specialised 64-row union tile where `ws_supports` (H200 run 9: 1.28-1.43x)
 END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
-KERNEL_FINDS_BOUND = True  # False hands the kernel topk_length or the host's effective_lengths instead (A/B)
-# The in-kernel bound pays only where the per-token tile has register room. H200 run 11, 1x8192
-# (scripts/token_tile_probe.py): 16-row tile 3.58 -> 3.25 ms with it; the 32-row tile, already at
-# 255 registers with a 64-byte stack (96 with the bound), 4.88 -> 5.38 ms, so it keeps the host's.
-# With topk_length the kernel still scans for the bound, within it: handed the lengths alone, the
-# 16-row tile ran 3.45 against 3.27 ms (docs/performance.md, "topk_length is free").
+# Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the
+# 32-row tile spills with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
-# From this many heads the per-token path runs the ping-pong Gluon tile per 64-head slice (padded):
-# H200 2026-12-01, 1 x 8192: the tile at 64 heads 3.78 ms, the Triton per-token tile 3.25 at
-# H = 16 and 4.89 at H = 32 (docs/performance.md, "Per-token tiles by head count").
+# From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one
+# slice costs ~3.73 ms at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32
+# (docs/performance.md, "Per-token tiles by head count").
 PINGPONG_MIN_HEADS = 17
 
 
@@ -106,7 +96,7 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
         args.sm_scale * LOG2E,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_H=block_h, BLOCK_N=tile.block_n,
-        KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
+        KV_INT64=kv_int64, UPCAST=interpreter_active(),
         HAS_LENGTH=lengths is not None, FIND_BOUND=lengths is None if find_bound is None else find_bound,
         END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
@@ -133,7 +123,7 @@ def kernel_finds_bound(args: PrefillArgs) -> bool:
     """True when the Triton per-token kernel finds each token's loop bound itself (within
     topk_length when given): on query tiles of at most KERNEL_BOUND_MAX_ROWS rows; larger tiles are
     handed topk_length, or the host's `effective_lengths` without it."""
-    return KERNEL_FINDS_BOUND and head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS
+    return head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS
 
 
 @dataclass(frozen=True)
@@ -153,16 +143,16 @@ TILE_NAMES = ("triton-token", "triton-union", "gluon-split", "gluon-pingpong")
 def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:
     """The per-token path's tile: the ping-pong Gluon tile per 64-head slice from
     PINGPONG_MIN_HEADS heads on (where `ws_supports` it), else the Triton per-token kernel."""
-    if USE_WS_TILE and first is None and args.num_heads >= PINGPONG_MIN_HEADS and ws_supports(args, 1):
+    if first is None and args.num_heads >= PINGPONG_MIN_HEADS and ws_supports(args, 1):
         return "gluon-pingpong"
     return "triton-token"
 
 
 def union_tile(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> str:
     """The union attention's tile for groups of `group` tokens: a Gluon 64-row tile where
-    `ws_supports` it (`WsConfig.tile_for` names which), else the Triton union kernel."""
-    if USE_WS_TILE and first is None and ws_supports(args, group):
-        return f"gluon-{WsConfig().tile_for(group)}"
+    `ws_supports` it (`tile_for` names which), else the Triton union kernel."""
+    if first is None and ws_supports(args, group):
+        return f"gluon-{tile_for(group)}"
     return "triton-union"
 
 
@@ -232,20 +222,13 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
     `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one
-    deduplicated gather (same values as the per-token path up to summation order). It runs
-    only when the G*H query tile is a power of two in [16, 64]; otherwise, or with
-    `deterministic=True` (batch-invariant results), the per-token path runs instead. Tail tokens
-    (T mod G) always take the per-token path. Every path runs without a host sync, so a CUDA
-    graph can capture it (the union buffers then live in the graph's memory pool). Where G*H = 64
-    on an sm_90 GPU (bf16, d_v 512, 64-wide rope tail) the union attention runs the
-    warp-specialised Gluon tile (`union_ws.py`), else the Triton tile. From PINGPONG_MIN_HEADS heads
-    the per-token path runs the ping-pong Gluon tile too, on each token's own rows (G = 1), per
-    64-head slice (`kernel_route` names the tiles a call runs).
-    `check_inputs=True` also checks contents (a host sync): q and kv finite, no
-    KV row named twice in one token's slots (ValueError otherwise); without it, NaN/Inf in q or
-    kv propagate to the affected tokens' outputs. `_kv_int64` forces int64 (True) or int32 (False) KV row addressing instead
-    of choosing by size; `_tile` overrides the tuned tile (and picks the Triton union tile). Both are for tests.
-    Deterministic: the same inputs (and union) give bitwise identical outputs.
+    deduplicated gather (the per-token values up to summation order), where the G*H query tile is
+    16, 32 or 64 rows; otherwise, with `deterministic=True` (batch-invariant results) and for the
+    T mod G tail tokens the per-token path runs. No host sync, so a CUDA graph can capture any
+    path. On an sm_90 GPU the Gluon tiles run where they apply (`kernel_route` names the tiles).
+    `check_inputs=True` also checks contents (a host sync): q and kv finite, no KV row named twice
+    in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row offsets;
+    `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     if check_inputs:

@@ -1,14 +1,10 @@
 """Launch tiles per GPU architecture, and the OutOfResources step-down with its memo.
 
-A tile is (BLOCK_N, num_warps, num_stages): KV rows per loop step, warps per program, software
-pipelining depth. The table is keyed by CUDA capability, then by kernel path and the query
-tile height M (BLOCK_H for the per-token path, G*H for the union path). Values for (9, 0)
-were measured on an H200 (see docs/performance.md). Other CUDA architectures get DEFAULT_TILE
-and one logged warning; the CPU interpreter gets INTERPRETER_TILE.
-
-When a launch raises Triton's OutOfResources, `launch_with_step_down` retries with smaller
-tiles and remembers the first one that fit per (path, heads, union G, device), so the retry
-happens once per shape.
+A tile is (BLOCK_N, num_warps, num_stages), keyed by CUDA capability, kernel path and query tile
+height M (BLOCK_H per-token, G*H union); (9, 0) was measured on the H200 (docs/performance.md,
+"Triton tile table"), other GPUs get DEFAULT_TILE with one warning, the interpreter
+INTERPRETER_TILE. A launch that raises OutOfResources retries with smaller tiles, and the first that
+fits is remembered per (path, heads, union G, device).
 """
 
 from __future__ import annotations
@@ -37,9 +33,7 @@ INTERPRETER_TILE = Tile(block_n=32, num_warps=1, num_stages=1)
 
 # capability -> (path, query tile rows M) -> tile. Missing M falls back to the nearest M below.
 TILE_TABLE: dict[tuple[int, int], dict[tuple[str, int], Tile]] = {
-    # H200 sweep 2026-11-29 (docs/performance.md), 1 x 8192, topk 2048, ms at the chosen tile:
-    # per-token M16 3.65, M32 4.96, M64 8.32; union (with its build) G2H8 2.85, G4H8 2.92, G2H16 3.93.
-    # 64-row union tiles (run 6, wgmma): G8H8 2.83 at 64/8/2, G4H16 3.65, G2H32 4.77 (builds included).
+    # H200 tile sweeps, 1 x 8192, topk 2048 (docs/performance.md, "Triton tile table")
     (9, 0): {
         ("per_token", 16): Tile(block_n=64, num_warps=4, num_stages=3),
         ("per_token", 32): Tile(block_n=64, num_warps=4, num_stages=2),

@@ -1,10 +1,5 @@
-"""Triton kernel: each token's valid selected rows, compacted: a "union" of one token.
-
-It lets the ping-pong 64-row union tile (`union_pingpong.py`) run the per-token path (G = 1, one
-program per token and 64-head slice): rows[t, :n] are the slots of token t that hold a row in
-[0, num_kv_rows) below topk_length[t], in slot order; bits[t, :n] = 1; lengths[t] = n.
-
-Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+"""Triton kernel: each token's valid selected rows, compacted: a "union" of one token, which the
+ping-pong tile reads on the per-token path (rows[t, :n] in slot order, bits 1, lengths[t] = n).
 """
 
 from __future__ import annotations

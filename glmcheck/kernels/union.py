@@ -1,11 +1,9 @@
-"""Launchers of the union fast path: the union build (`union_dedup`) and the union attention.
+"""Launchers of the union fast path: the union builds (`union_dedup`) and the Triton union tile.
 
-G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is a power of
-two in [16, 64] (tl.dot needs at least 16 rows; tl.arange needs a power of two; 64 rows is one
-Hopper warpgroup MMA tile, the largest whose fp32 accumulator [64, 512] still fits the
-registers of 8 warps): with 8 heads G = 2, 4 and 8, with 16 heads G = 2 and 4, with 32 heads
-G = 2. Everything runs on the device without a host sync; the
-union buffers live only as long as the call that made them.
+G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is 16, 32 or 64
+rows (tl.dot needs 16; 64 is one Hopper warpgroup MMA tile, the largest whose fp32 accumulator
+[64, 512] fits): 8 heads G = 2, 4, 8; 16 heads G = 2, 4; 32 heads G = 2. No host sync; the union
+buffers live only as long as the call that made them.
 """
 
 from __future__ import annotations
@@ -17,17 +15,12 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from glmcheck.kernels.runtime import interpreter_active, schedule
+from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
-from glmcheck.kernels.union_build import INT32_MAX, union_build_kernel
-from glmcheck.kernels.union_hash import union_hash_kernel
-from glmcheck.kernels.union_merge import (
-    union_keys_kernel,
-    union_merge_kernel,
-    union_sorted_keys_kernel,
-)
+from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
+from glmcheck.kernels.union_search import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_tree import union_pair_merge_kernel
 from glmcheck.kernels.validate import (
     PrefillArgs,
@@ -44,14 +37,11 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "tree", "anchor", "bitonic", "search", "hash")
-HASH_PROGRAMS_PER_SM = 4  # persistent programs of the hash build (each owns one table)
-HASH_BLOCK = 1024
+BUILD_METHODS = ("auto", "merge", "tree", "anchor", "search")
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
-BITONIC_WARPS = 8  # warps of the in-register group sort (bitonic build)
-ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200 run 9: 0.339 vs 0.354 ms at 1024)
-TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200 run 8: 0.62 vs 0.66 ms at 1024, G=4)
+ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200: 0.339 vs 0.354 ms at 1024)
+TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 
 
@@ -82,28 +72,15 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
                 method: str = "auto") -> UnionSets:
     """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
 
-    indices [T, topk] (or [T, 1, topk]) int32 on CUDA (or CPU in the interpreter); empty slots
-    are negative values, values >= num_kv_rows when it is given, and slots at or past
-    topk_length[t]. Contract: a token never selects the same row twice (`check_inputs=True`
-    verifies it, with a host sync, and raises ValueError naming the row).
-
-    `method`: "search" sorts each token's rows and binary-searches them in the other tokens'
-    lists (rows come out token-major); "merge" sorts the group's G*topk keys row*G + token
-    together and finds copies as neighbours (rows come out ascending; needs a power-of-two G
-    and num_kv_rows * G <= 2**31 - 1; the keys are int16 when num_kv_rows * G <= 32767, which
-    sorts in 0.70x the time); "tree" (G = 4, 8) runs "merge" at G = 2, then merges neighbouring
-    sorted unions pairwise (G = 2 -> 4 -> 8) by binary-search ranks, with no further sort (rows
-    come out ascending, as from "merge"); "anchor" (G = 2 only) sorts only the first token of each
-    pair and binary-searches the second token's rows in it (`union_anchor.py`: half the sort work
-    of "merge"; rows come out as the first token's ascending rows, then the second's new ones);
-    "auto" takes "anchor" for G = 2, "tree" for G = 4 and 8 where it is legal, else "search".
-    Measured on the H200 at 8192 tokens, topk 2048: G=2 anchor 0.34 ms vs merge 0.49 (int16 keys,
-    GPU run 9); int32 keys (GPU run 8): G=2 merge 0.63 ms vs search 0.86; G=4 tree 0.76 vs search 1.10 vs merge
-    1.40; G=8 tree 0.84 vs merge 1.44. All give the same set of rows and bits. "bitonic" is
-    "merge" with each group's keys sorted in registers by one program (tl.sort) instead of
-    torch.sort; H200: G=2 1.26 ms, G=4 2.05, G=8 2.65, never the fastest. "hash" needs no sort:
-    an open-addressing table per program, atomic compare-and-swap inserts (rows come out in hash
-    order); H200: G=2 0.89 ms, G=4 1.08, G=8 1.68, never the fastest.
+    indices [T, topk] (or [T, 1, topk]) int32; empty slots are negative values, values >=
+    num_kv_rows when given, and slots at or past topk_length[t]. A token never selects a row twice
+    (`check_inputs=True` verifies it with a host sync). `method` (all give the same rows and bits):
+    "search" (per-token sorts, binary searches; any S), "merge" (one sort of the group's keys
+    row*G + token, copies are neighbours; int16 keys while num_kv_rows*G <= 32767; needs a
+    power-of-two G and num_kv_rows*G <= 2**31 - 1), "tree" (G = 4, 8: merge at G = 2, then
+    pairwise merges by binary-search ranks), "anchor" (G = 2: only the first token sorted, the
+    second's rows searched in it); "auto" takes anchor, tree, else search (the fastest per G:
+    docs/performance.md, "Union builds").
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -118,7 +95,7 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     merge_legal = merge_is_legal(G, num_kv_rows)
     if method == "anchor" and G != 2:
         raise ValueError(f"method='anchor' needs G = 2, got G={G}")
-    if method in ("merge", "tree", "bitonic") and not merge_legal:
+    if method in ("merge", "tree") and not merge_legal:
         raise ValueError(f"method={method!r} needs a power-of-two G and num_kv_rows * G <= {INT32_MAX}, "
                          f"got G={G}, num_kv_rows={num_kv_rows}")
     if check_inputs:
@@ -139,16 +116,14 @@ def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | 
         return sets
     if method == "auto":
         method = choose_build(G, topk, merge_is_legal(G, num_kv_rows))
-    if method == "hash":
-        _build_by_hash(indices, topk_length, num_kv_rows, sets)
-    elif method == "search":
+    if method == "search":
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     elif method == "tree" and G > 2:
         _build_by_tree(indices, topk_length, num_kv_rows, sets)
     elif method == "anchor":
         _build_by_anchor(indices, topk_length, num_kv_rows, sets)
     else:
-        _build_by_merge(indices, topk_length, num_kv_rows, sets, in_kernel_sort=method == "bitonic")
+        _build_by_merge(indices, topk_length, num_kv_rows, sets)
     return sets
 
 
@@ -162,7 +137,7 @@ def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> Uni
 
 
 def choose_build(G: int, topk: int, merge_legal: bool) -> str:
-    """The build method "auto" runs (see `union_dedup`); `topk` is kept for future per-shape choices."""
+    """The build method "auto" runs (see `union_dedup`)."""
     if G == 2:
         return "anchor"
     return "tree" if merge_legal else "search"
@@ -181,7 +156,7 @@ def merge_is_legal(G: int, num_kv_rows: int | None) -> bool:
 
 def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
                      num_kv_rows: int | None, sets: UnionSets) -> None:
-    """Per-token sort, then the binary-search kernel (`union_build.py`) fills `sets`."""
+    """Per-token sort, then the binary-search kernel (`union_search.py`) fills `sets`."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     tokens = num_groups * G
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
@@ -198,35 +173,10 @@ def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
     )
 
 
-def _build_by_hash(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                   num_kv_rows: int | None, sets: UnionSets) -> None:
-    """One open-addressing table per persistent program (`union_hash.py`) fills `sets`."""
-    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
-    table_size = max(HASH_BLOCK, triton.next_power_of_2(2 * G * topk))
-    # Every program walks at least two groups when there are two, so the table clearing between
-    # groups runs in every call (small test shapes included; a GPU has more programs than they have groups).
-    if interpreter_active() or indices.device.type != "cuda":
-        programs = 2
-    else:
-        programs = HASH_PROGRAMS_PER_SM * torch.cuda.get_device_properties(indices.device).multi_processor_count
-    programs = min(programs, max(1, num_groups // 2))
-    table = torch.full((programs, table_size), -1, dtype=torch.int32, device=indices.device)
-    owners = torch.zeros((programs, table_size), dtype=torch.int32, device=indices.device)
-    length_arg = owners if topk_length is None else topk_length  # unread without HAS_LENGTH
-    union_hash_kernel[(programs,)](
-        indices, length_arg, table, owners, sets.rows, sets.bits, sets.lengths,
-        num_groups, INT32_MAX if num_kv_rows is None else num_kv_rows, topk,
-        indices.stride(0), indices.stride(1), sets.rows.stride(0), sets.bits.stride(0),
-        G=G, HAS_LENGTH=topk_length is not None, TABLE=table_size, LOG2_TABLE=table_size.bit_length() - 1,
-        BLOCK=HASH_BLOCK, num_warps=BUILD_WARPS,
-    )
-
-
 def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
                  G: int) -> tuple[torch.Tensor, int]:
     """Keys row*G + (t mod G) of the valid slots of `indices` [T, topk] (T a multiple of G; any
-    row stride; topk_length [T] of any stride), the empty key elsewhere, sorted per run of G tokens:
-    ([T/G, G*topk] int16 where
+    strides), the empty key elsewhere, sorted per run of G tokens: ([T/G, G*topk] int16 where
     every key fits below INT16_MAX, else int32; the empty key)."""
     tokens, topk = indices.shape
     key_dtype = merge_key_dtype(G, num_kv_rows)
@@ -242,22 +192,11 @@ def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv
 
 
 def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                    num_kv_rows: int, sets: UnionSets, in_kernel_sort: bool = False) -> None:
-    """Keys row*G + token per slot, one sort per group of G*topk keys (torch.sort of int16 or
-    int32 keys, or tl.sort of int32 keys in one program per group when `in_kernel_sort`), then
+                    num_kv_rows: int, sets: UnionSets) -> None:
+    """Keys row*G + token per slot, one torch.sort per group of G*topk keys (int16 or int32), then
     the merge kernel."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
-    length_arg = indices if topk_length is None else topk_length  # unread without HAS_LENGTH
-    empty_key = INT32_MAX
-    if in_kernel_sort:
-        sorted_keys = torch.empty((num_groups, G * topk), dtype=torch.int32, device=indices.device)
-        union_sorted_keys_kernel[(num_groups,)](
-            indices, length_arg, sorted_keys, num_kv_rows, topk, indices.stride(0), indices.stride(1),
-            sorted_keys.stride(0), G=G, HAS_LENGTH=topk_length is not None,
-            WIDTH_PAD=triton.next_power_of_2(G * topk), num_warps=BITONIC_WARPS,
-        )
-    else:
-        sorted_keys, empty_key = _sorted_keys(indices[:num_groups * G], topk_length, num_kv_rows, G)
+    sorted_keys, empty_key = _sorted_keys(indices[:num_groups * G], topk_length, num_kv_rows, G)
     union_merge_kernel[(num_groups,)](
         sorted_keys, sets.rows, sets.bits, sets.lengths,
         G * topk, sorted_keys.stride(0), sets.rows.stride(0), sets.bits.stride(0),
@@ -344,7 +283,7 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
         qk_scale_log2,
         H=args.num_heads, G=sets.group,
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(), LONGEST_FIRST=schedule["longest_first"],
+        BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 

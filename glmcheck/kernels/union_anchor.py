@@ -1,20 +1,12 @@
-"""Triton kernel of the anchor union build (G = 2 only): one token of each pair sorted, not both.
+"""Triton kernel of the anchor union build (G = 2): one token of each pair sorted, not both.
 
-Token 2g (the anchor) has its valid rows sorted ascending beforehand (empty slots last, as the
-dtype's largest value); token 2g+1's rows are read as they are. One program per pair:
-  1. copies the anchor's rows (a sorted prefix) to the output with ownership bits 1;
-  2. barrier (the next pass overwrites some of those bits; a CTA barrier orders and publishes the
-     global stores of all threads of the program);
-  3. looks every valid row of token 2g+1 up in the anchor's sorted list (lower_bound): a row the
-     anchor has gets bits 3 written at the anchor's position (rows of one token are distinct, so
-     no two lanes write one position); a row it lacks is appended after the anchor's rows with
-     bits 2 (prefix-sum compaction).
-Every row is emitted once, by the first token that selected it, as the union contract asks. Only
-the anchors are sorted, so the sort handles half the keys of the merge build (topk, not 2*topk,
-per segment). Rows come out as the anchor's ascending rows, then the partner's new rows in slot
-order. Cost O(K log K) per pair; nothing depends on the KV span S.
-
-Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+Token 2g (the anchor) comes with its valid rows sorted (empty slots last, as the dtype's largest
+value); token 2g+1's rows are read as they are. One program per pair copies the anchor's rows out
+with bits 1; after a CTA barrier (the next pass overwrites some of those bits) it looks each valid
+row of token 2g+1 up in the anchor's list (lower_bound): a shared row gets bits 3 at the anchor's
+position (a token's rows are distinct, so no two lanes write one position), a new one is appended
+with bits 2 (prefix-sum compaction). The sort handles half the merge build's keys; O(K log K) per
+pair, independent of S.
 """
 
 from __future__ import annotations

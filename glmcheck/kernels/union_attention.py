@@ -1,11 +1,8 @@
 """Triton kernel: sparse-MLA prefill for a group of G adjacent tokens over their union of rows.
 
-One program per group. The query tile holds G*H rows, token-major (row r is token r // H of
-the group, head r % H). Each union row is gathered once and scored for all G tokens; where the
-row's ownership bit for a token is 0, that token's rows score -inf, so every token keeps exactly
-its own softmax. The result equals the per-token path up to summation order.
-
-Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+One program per group; the query tile holds G*H rows, token-major (row r: token r // H, head
+r % H). Each union row is gathered once and scored for all G tokens; a row whose ownership bit for
+a token is 0 scores -inf for it, so each token keeps exactly its own softmax.
 """
 
 from __future__ import annotations
@@ -36,18 +33,17 @@ def sparse_mla_union_kernel(
     qk_scale_log2,
     H: tl.constexpr, G: tl.constexpr,
     D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr, LONGEST_FIRST: tl.constexpr = False,
+    BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
 
     The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or
     gathering it into registers before this block's MMAs, measured slower on the H200
-    (docs/performance.md, notes 17 and 18).
+    (docs/performance.md, "The Triton union tile"). Program p takes group num_programs - 1 - p:
+    later groups hold longer prefixes and start first ("Launch order: longest first").
     """
     BLOCK_M: tl.constexpr = G * H
-    group = tl.program_id(0).to(tl.int64)
-    if LONGEST_FIRST:  # later groups hold longer prefixes: start them first
-        group = tl.num_programs(0).to(tl.int64) - 1 - group
+    group = tl.num_programs(0).to(tl.int64) - 1 - tl.program_id(0).to(tl.int64)
     offs_m = tl.arange(0, BLOCK_M)
     member = offs_m // H
     token = group * G + member

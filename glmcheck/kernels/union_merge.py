@@ -1,18 +1,11 @@
 """Triton kernels of the merged-sort union build (no binary search).
 
-Each selected slot of token t becomes one key `row * G + (t mod G)`; empty slots become the
-largest value of the key dtype (int16 when every key fits below it, else int32: radix-sorting
-16-bit keys takes 0.70x the time of 32-bit ones on the H200). Sorting the G*topk keys of a
-group makes the copies of one KV row neighbours (at most G of them, ordered by token), so one
-linear pass finds each row's first copy, ORs the ownership
-bits of the copies that follow it and compacts the rows by a prefix sum. Legal while
-num_kv_rows * G <= INT32_MAX (the key must not overflow). Nothing depends on the KV span S.
-
-The group's keys are sorted either by torch.sort (`union_keys_kernel` writes them per token) or
-inside one program per group (`union_sorted_keys_kernel`: a bitonic tl.sort of the whole group in
-registers, no second pass over memory).
-
-Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+Each selected slot of token t becomes one key `row * G + (t mod G)` (`union_keys_kernel`), empty
+slots the key dtype's largest value (int16 keys where every key fits: torch.sort takes 0.70x the
+time of int32 on the H200). Sorted per group, the copies of a KV row are neighbours (at most G, by
+token), so one linear pass (`union_merge_kernel`) finds each row's first copy, ORs the ownership
+bits of the copies after it and compacts the rows by a prefix sum. Legal while
+num_kv_rows * G <= INT32_MAX; independent of S.
 """
 
 from __future__ import annotations
@@ -20,9 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import append_rows, load_group_slots
-
-EMPTY_KEY = tl.constexpr(2**31 - 1)  # sorts after every int32 key
+from glmcheck.kernels.device_helpers import append_rows
 
 
 @triton.jit
@@ -45,23 +36,6 @@ def union_keys_kernel(
         valid = valid & (slot < tl.load(length_ptr + token * stride_len))
     key = tl.where(valid, row * G + (token % G).to(tl.int32), EMPTY)
     tl.store(keys_ptr + token * topk + slot, key.to(keys_ptr.dtype.element_ty), mask=in_row)
-
-
-@triton.jit
-def union_sorted_keys_kernel(
-    idx_ptr, length_ptr, sorted_ptr,
-    num_kv_rows, topk, stride_it, stride_is, stride_sg,
-    G: tl.constexpr, HAS_LENGTH: tl.constexpr, WIDTH_PAD: tl.constexpr,
-):
-    """Grid (num_groups,). sorted[g, :G*topk] = group g's keys (as union_keys_kernel makes them),
-    ascending. WIDTH_PAD is a power of two >= G*topk; the padding sorts last as EMPTY_KEY."""
-    group = tl.program_id(0).to(tl.int64)
-    width = G * topk
-    pos = tl.arange(0, WIDTH_PAD)
-    row, member, valid = load_group_slots(idx_ptr, length_ptr, group, pos, width, topk, num_kv_rows,
-                                          stride_it, stride_is, G, HAS_LENGTH)
-    key = tl.where(valid, row * G + member.to(tl.int32), EMPTY_KEY)
-    tl.store(sorted_ptr + group * stride_sg + pos, tl.sort(key), mask=pos < width)
 
 
 @triton.jit

@@ -1,18 +1,10 @@
-"""Triton kernel of the tree union build: merge two sorted unions of G/2 tokens into one of G.
+"""Triton kernel of the tree union build: two sorted unions of G/2 tokens merged into one of G.
 
-The merged-sort build at G = 2 emits each group's rows ascending. Two neighbouring such groups
-(A = tokens 0..G/2-1, B = tokens G/2..G-1 of the output group) are merged without a sort: every
-row of A finds its rank in B by a vectorised binary search (lower_bound) and vice versa. With
-both lists sorted and duplicate-free, a row of A lands at
-
-    position(a_i) = i + lower_bound_B(a_i) - (rows of A before i that B also holds)
-
-and a row of B that A does not hold at j + lower_bound_A(b_j) - (rows of B before j that A
-holds); a row both hold is written once, from A, with bits A | B << HALF. The output is again
-ascending and duplicate-free, so levels repeat: G = 2 -> 4 -> 8. Cost per level: one search per
-row, O(n log n); nothing depends on the KV span S.
-
-Launchers live in `glmcheck.kernels.union`; this file holds device code only.
+Neighbouring groups A and B (ascending, duplicate-free, from the G = 2 merge build) merge without a
+sort: each row finds its rank in the other list by binary search (lower_bound), so a row of A lands
+at i + lower_bound_B(a_i) - (rows of A before i that B holds), and likewise for B's new rows; a row
+both hold is written once, from A, with bits A | B << HALF. The output is again ascending and
+duplicate-free, so levels repeat (G = 2 -> 4 -> 8); O(n log n) per level, independent of S.
 """
 
 from __future__ import annotations

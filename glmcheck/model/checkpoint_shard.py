@@ -20,8 +20,15 @@ from typing import Callable
 
 import torch
 
-from glmcheck.model.checkpoint import (CheckpointError, _open, _read_one, fp8_block, read_config,
-                                       trim_to_layer0, weight_map)
+from glmcheck.model.checkpoint import (
+    CheckpointError,
+    _open,
+    _read_one,
+    fp8_block,
+    read_config,
+    trim_to_layer0,
+    weight_map,
+)
 from glmcheck.model.sharding import build_shard, slicer
 
 FUSED_EXPERTS = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")

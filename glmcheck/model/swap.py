@@ -31,8 +31,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
-from glmcheck.model.absorbed import (absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows,
-                                     split_kv_b)
+from glmcheck.model.absorbed import absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows, split_kv_b
 
 ABSORBED_IMPL = "glmcheck_absorbed"
 HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}

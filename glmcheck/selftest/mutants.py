@@ -1,7 +1,7 @@
 """Mutant catalogue and the machinery that builds a mutated copy of `glmcheck.kernels`.
 
 A mutant is one exact source edit (file, snippet, replacement) planting a realistic kernel
-fault. `mutated_kernels(mutant)` copies every `glmcheck/kernels/*.py` into a fresh package
+fault. `mutated_kernels(mutant)` copies every `glmcheck/kernels/**/*.py` into a fresh package
 with a unique name in a temporary directory, rewrites the `glmcheck.kernels` imports to that
 name, applies the edit and imports the copy (Triton's @triton.jit reads kernel source through
 inspect, so the copy must be real files, not exec'd strings). The real package is never
@@ -36,7 +36,8 @@ class MutantError(ValueError):
 
 @dataclass(frozen=True)
 class Mutant:
-    """One planted fault: replace `snippet` (must occur exactly once) in kernels/`file`."""
+    """One planted fault: replace `snippet` (must occur exactly once) in kernels/`file` (a path
+    relative to the kernels package)."""
 
     name: str
     breaks: str
@@ -70,11 +71,11 @@ CATALOGUE: tuple[Mutant, ...] = (
            "if done < args.num_tokens:",
            "if False and done < args.num_tokens:"),
     Mutant("search_off_by_one", "union build's binary search misses a row in the last sorted slot",
-           "union_build.py",
+           "union_search.py",
            "inside = lo < count",
            "inside = lo < count - 1"),
     Mutant("duplicate_row", "union build emits a shared row again for a later token (weighted twice)",
-           "union_build.py",
+           "union_search.py",
            "emit = emit & (~found)",
            "emit = emit  # mutant: rows of earlier tokens are emitted again"),
     Mutant("merge_bits_short", "merged-sort build ORs one neighbour too few (the last owner's bit lost)",
@@ -85,14 +86,6 @@ CATALOGUE: tuple[Mutant, ...] = (
            "union_merge.py",
            "first = live & ((~has_prev) | ((prev >> LOG2_G) != row))",
            "first = live"),
-    Mutant("hash_table_not_cleared", "hash build leaves a group's rows in its table for the next group",
-           "union_hash.py",
-           "tl.store(table + cell, tl.full([BLOCK], EMPTY_SLOT, tl.int32), mask=live)",
-           "tl.store(table + cell, tl.full([BLOCK], EMPTY_SLOT, tl.int32), mask=live & (cell < 0))"),
-    Mutant("bitonic_unsorted", "in-register build stores the group's keys unsorted (copies not neighbours)",
-           "union_merge.py",
-           "tl.store(sorted_ptr + group * stride_sg + pos, tl.sort(key), mask=pos < width)",
-           "tl.store(sorted_ptr + group * stride_sg + pos, key, mask=pos < width)"),
     Mutant("tree_bits_lost", "tree build drops the other half's ownership bits of a shared row",
            "union_tree.py",
            "bits = bits | other",
@@ -166,16 +159,19 @@ def write_mutated_package(mutant: Mutant, root: Path, package: str,
         raise MutantError(f"mutant {mutant.name}: {target} does not exist")
     package_dir = root / package
     package_dir.mkdir()
-    for path in sorted(source_dir.glob("*.py")):
+    for path in sorted(source_dir.rglob("*.py")):
+        relative = path.relative_to(source_dir)
         text = path.read_text()
-        if path.name == mutant.file:
+        if relative.as_posix() == mutant.file:
             text = apply_mutation(text, mutant)
         text = rename_package(text, package)
+        target_path = package_dir / relative
         try:
-            compile(text, str(package_dir / path.name), "exec")
+            compile(text, str(target_path), "exec")
         except SyntaxError as err:
-            raise MutantError(f"mutant {mutant.name}: {path.name} no longer compiles: {err}") from err
-        (package_dir / path.name).write_text(text)
+            raise MutantError(f"mutant {mutant.name}: {relative} no longer compiles: {err}") from err
+        target_path.parent.mkdir(parents=True, exist_ok=True)
+        target_path.write_text(text)
     return package_dir
 
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from glmcheck import metrics
-from glmcheck.indices import drifting_indices
-from glmcheck.inputs import poisoned_out, random_inputs, random_qkv
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.checks import metrics
+from glmcheck.data.indices import drifting_indices
+from glmcheck.data.inputs import poisoned_out, random_inputs, random_qkv
 from glmcheck.kernels.runtime import interpreter_active
-from glmcheck.reference import sparse_mla_reference
 
 REL_L2_GATE = 3e-3
 COSINE_GATE = 0.99999
@@ -247,10 +247,10 @@ def check_union_dedup(impl: Impl, seed: int) -> Outcome:
     bad = total = 0
     for group in (2, 4):
         expected = python_union(indices.cpu(), group, kv_rows, lengths.cpu())
-        for method in ("merge", "tree", "bitonic", "search", "hash") + (("anchor",) if group == 2 else ()):
+        for method in ("merge", "tree", "search") + (("anchor",) if group == 2 else ()):
             sets = impl.union_dedup(indices, group, lengths, num_kv_rows=kv_rows, method=method)
             bad, total = bad + union_mismatches(sets, expected), total + len(expected)
-    return exact_outcome("union_dedup", bad, total, "groups (G=2 and G=4; merge, tree, bitonic, search, hash builds; anchor at G=2)")
+    return exact_outcome("union_dedup", bad, total, "groups (G=2 and G=4; merge, tree, search builds; anchor at G=2)")
 
 
 def check_determinism(impl: Impl, seed: int) -> Outcome:

@@ -1,0 +1,291 @@
+"""Kernel benchmark: correctness-gated timings of the sparse-MLA prefill backends on the GPU.
+
+Each point (batch x length, heads) builds fresh N(0, 1) bf16 q/kv and prefill indices: by
+default calibrated synthetic ones (`glmcheck.indices.calibrated_indices`: token t < topk selects
+its causal prefix, later tokens a drifting top-k set whose union-of-2/4 ratios match captured
+GLM-5.1 traces; batches are independent sequences in one KV pool), or "drift10" (10 % of rows
+swapped per token), "uniform", or a captured trace. Every backend's output is first compared with
+the fp32 reference (rel-L2 gate); only a backend that passes is timed
+(`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.checks import metrics
+from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_indices
+from glmcheck.data.inputs import poisoned_out, random_qkv
+from glmcheck.kernels import sparse_mla_prefill, union_dedup, union_is_legal
+from glmcheck.kernels.prefill import effective_lengths
+
+REFERENCE_POINTS: list[tuple[int, int]] = [(1, 2048), (1, 4096), (1, 8192), (2, 4096), (4, 2048)]
+# The table's points: the H = 8 reference points, 1 x 8192 at every head count the contract's tiles
+# change at, and 1 x 2048 where the 64-head tile is shortest.
+DEFAULT_POINTS = ",".join([f"{b}x{n}:8" for b, n in REFERENCE_POINTS] + [f"1x8192:{h}" for h in (16, 32, 64, 96, 128)]
+                          + ["1x2048:64", "1x2048:128"])
+GATE_REL_L2 = 3e-3
+REFERENCE_BUDGET_BYTES = 2 * 2**30  # the reference's gather chunk on the GPU (fewer, larger chunks)
+D_V, D_TAIL, TOPK = 512, 64, 2048
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    """batch sequences of seq_len tokens each, `heads` query heads per token."""
+
+    batch: int
+    seq_len: int
+    heads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.batch}x{self.seq_len} H={self.heads}"
+
+
+def parse_points(text: str) -> list[BenchPoint]:
+    """Points from "BxS:H,BxS:H,...", e.g. "1x8192:64"; ValueError naming --points otherwise."""
+    points = []
+    for item in (part.strip() for part in text.split(",")):
+        try:
+            shape, heads = item.split(":")
+            batch, seq_len = shape.lower().split("x")
+            point = BenchPoint(int(batch), int(seq_len), int(heads))
+        except ValueError:
+            raise ValueError(f"--points takes BxS:H items separated by commas (e.g. 1x8192:64), got {item!r}") \
+                from None
+        if min(point.batch, point.seq_len) < 1 or not 1 <= point.heads <= 128:
+            raise ValueError(f"--points: batch and length must be >= 1 and heads in 1..128, got {item!r}")
+        points.append(point)
+    return points
+
+
+@dataclass
+class PointInputs:
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    topk_length: torch.Tensor
+    sm_scale: float
+
+
+@dataclass
+class BenchResult:
+    """One backend at one point: ms is None when the gate failed or the backend is absent. A paired
+    row (`ratios` not empty) holds the per-round ratios of backend "A / B", timed alternately."""
+
+    point: BenchPoint
+    backend: str
+    ms: float | None
+    rel_l2: float | None
+    note: str = ""
+    ratios: tuple[float, ...] = ()
+
+
+@dataclass
+class BenchSpec:
+    """A timed callable: `run(inputs, out)` returns the [T, H, d_v] output; backends that
+    write in place use `out` (poisoned with NaN for the gate run), others return a new tensor."""
+
+    name: str
+    run: Callable[[PointInputs, torch.Tensor], torch.Tensor]
+    gate_rel_l2: float = GATE_REL_L2
+    applies: Callable[[int], bool] = lambda heads: True  # runs at points with this many heads
+
+
+INDEX_MODES = ("calibrated", "drift10", "uniform")
+
+
+def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> torch.Tensor:
+    """Prefill indices [sum(seq_lens), topk] int32 (CPU) of one of INDEX_MODES."""
+    if mode == "calibrated":
+        return calibrated_indices(seq_lens, topk, seed=seed)
+    if mode == "drift10":
+        return drifting_indices(seq_lens, topk, 0.10, seed=seed)
+    if mode == "uniform":
+        return uniform_indices(seq_lens, topk, seed=seed)
+    raise ValueError(f"index mode must be one of {', '.join(INDEX_MODES)}, got {mode!r}")
+
+
+def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, device: str = "cuda",
+                mode: str = "calibrated", indices: torch.Tensor | None = None) -> PointInputs:
+    """Fresh random q/kv and prefill indices for `point` on `device` (topk default TOPK).
+
+    `indices` (e.g. from a captured trace) replaces the synthetic ones; the KV pool then has
+    as many rows as the indices have tokens.
+    """
+    tokens = point.batch * point.seq_len
+    topk = TOPK if topk is None else topk
+    if indices is None:
+        indices = synthetic_indices(mode, [point.seq_len] * point.batch, topk, seed)
+    elif indices.shape[0] != tokens:
+        raise ValueError(f"indices must have {tokens} rows for {point.label}, got {indices.shape[0]}")
+    indices = indices.to(device)
+    q, kv = random_qkv(tokens, point.heads, tokens, D_V, D_TAIL, torch.Generator().manual_seed(seed), device)
+    lengths = effective_lengths(indices, None, tokens)
+    return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5)
+
+
+EXACT_PATHS = ("per-token", "union2", "union4", "union8")  # our kernel's paths; each also as "+len"
+LENGTH_SUFFIX = "+len"
+
+
+def default_specs(flashmla: bool) -> list[BenchSpec]:
+    """The backends of the reference table (FlashMLA only when it loads): each of our paths with and
+    without topk_length (a union path only where G*H is legal: elsewhere it would run per-token)."""
+    from glmcheck.backends.flashmla import flashmla_sparse_prefill
+    from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
+
+    def triton(union: int, with_length: bool):
+        return lambda x, out: sparse_mla_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V, out=out, union=union,
+                                                 topk_length=x.topk_length if with_length else None)
+
+    specs = []
+    for name, union in zip(EXACT_PATHS, (0, 2, 4, 8), strict=True):
+        legal = (lambda heads: True) if not union else (lambda heads, g=union: union_is_legal(heads, g))
+        specs += [BenchSpec(name, triton(union, False), applies=legal),
+                  BenchSpec(name + LENGTH_SUFFIX, triton(union, True), applies=legal)]
+    if flashmla:
+        specs += [
+            BenchSpec("flashmla+len", lambda x, out: flashmla_sparse_prefill(
+                x.q, x.kv, x.indices, x.sm_scale, D_V, topk_length=x.topk_length)),
+            BenchSpec("flashmla", lambda x, out: flashmla_sparse_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V)),
+        ]
+    # Its scores are rounded to bf16 by the bmm, so it gets a looser gate (about 3e-3 measured).
+    specs.append(BenchSpec("torch_bf16", lambda x, out: torch_bf16_sparse_prefill(
+        x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2, applies=lambda heads: heads == 8))
+    return specs
+
+
+def length_pairs(specs: list[BenchSpec]) -> list[tuple[str, str]]:
+    """(path+len, path) for every path of ours in `specs` given in both forms."""
+    names = {spec.name for spec in specs}
+    return [(name + LENGTH_SUFFIX, name) for name in EXACT_PATHS if {name, name + LENGTH_SUFFIX} <= names]
+
+
+def paired_ratios(call_a: Callable[[], object], call_b: Callable[[], object], rounds: int,
+                  timer: Callable[..., float], rep_ms: int) -> tuple[float, ...]:
+    """ms(A) / ms(B) per round over `rounds` rounds, the order alternating (A B, B A, ...) so that
+    neither side always runs first."""
+    ratios = []
+    for round_ in range(rounds):
+        if round_ % 2:
+            t_b, t_a = timer(call_b, rep_ms=rep_ms), timer(call_a, rep_ms=rep_ms)
+        else:
+            t_a, t_b = timer(call_a, rep_ms=rep_ms), timer(call_b, rep_ms=rep_ms)
+        ratios.append(t_a / t_b)
+    return tuple(ratios)
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median milliseconds of fn() on the GPU (triton.testing.do_bench)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+TIMINGS = ("eager", "graph")
+
+
+def capture_graph(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], object], torch.Tensor]:
+    """Capture fn() in a CUDA graph (after one warm call on a side stream, so compilation and
+    allocator setup stay outside); returns (graph.replay, the output tensor the replays write)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        output = fn()
+    return graph.replay, output
+
+
+def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, reference: torch.Tensor,
+                timing: str, capture: Callable) -> tuple[Callable[[], object] | None, str]:
+    """The call to time for a spec that passed its eager gate, or (None, why) when its graph
+    replay cannot be captured or fails the same gate (the replay's output is poisoned first)."""
+    run = lambda: spec.run(inputs, out)
+    if timing == "eager":
+        return run, ""
+    replay, output, failure = _try_capture(capture, run)
+    if replay is None:
+        return None, failure
+    output.fill_(float("nan"))
+    replay()
+    rel = metrics.rel_l2(output, reference)
+    if not rel <= spec.gate_rel_l2:
+        return None, f"graph replay gate failed: rel-L2 {rel:.3e}"
+    # A graph holds no reference to the tensors it writes: keep `out` and the output alive for as long
+    # as the replay is timed, or the replays write into memory the allocator has handed out again.
+    return (lambda _written=(out, output): replay()), "CUDA graph replay"
+
+
+def gated_call(spec: BenchSpec, inputs: PointInputs, reference: torch.Tensor, timing: str,
+               capture: Callable = capture_graph) -> tuple[Callable[[], object] | None, float, str]:
+    """(the call to time, rel-L2 of its eager run, note) for one spec: it runs once on a
+    NaN-poisoned [T, H, d_v] output and must reach `spec.gate_rel_l2` against `reference`, then
+    `_timed_call` adds the graph replay's own gate. The call is None when a gate fails (the note
+    says which; a NaN fails too)."""
+    out = spec.run(inputs, poisoned_out(inputs.q.shape[0], inputs.q.shape[1], D_V, inputs.q.device))
+    rel = metrics.rel_l2(out, reference)
+    if not rel <= spec.gate_rel_l2:
+        return None, rel, f"gate failed: rel-L2 {rel:.3e}"
+    call, note = _timed_call(spec, inputs, out, reference, timing, capture)
+    return call, rel, note
+
+
+def _try_capture(capture: Callable, fn: Callable[[], torch.Tensor]):
+    """(replay, output, "") from capture(fn), or (None, None, why) when capturing fails (e.g. a
+    backend that syncs with the host)."""
+    try:
+        replay, output = capture(fn)
+    except RuntimeError as err:
+        return None, None, f"graph capture failed: {err}"
+    return replay, output, ""
+
+
+def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: bool = False,
+              topk: int | None = None, device: str = "cuda", mode: str = "calibrated",
+              indices: torch.Tensor | None = None, timer: Callable[..., float] | None = None,
+              timing: str = "eager", capture: Callable = capture_graph, pairs: list[tuple[str, str]] = (),
+              pair_rounds: int = 0, reference_dtype: torch.dtype = torch.float32) -> list[BenchResult]:
+    """Gate then time every spec that applies at the point's head count (rel-L2 against the
+    reference in `reference_dtype`: fp32, or fp64 where margins are finer than fp32's own
+    rounding, ~1e-10 of a ~2e-3 rel-L2); the union build is timed
+    alone as well; then each (A, B) of `pairs` that both passed their gates is timed alternately
+    over `pair_rounds` rounds (`paired_ratios`), one paired row per pair.
+
+    `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
+    point whose host work outlasts its GPU work measures the host); "graph" captures each call
+    in a CUDA graph and times its replay (the GPU's time alone; every backend alike), after the
+    replay's output passed the same gate. `timer(fn, rep_ms=...)` defaults to `time_ms` (GPU) and
+    `capture(fn) -> (replay, output)` to `capture_graph`; tests pass their own.
+    """
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
+    timer = timer or time_ms
+    inputs = make_inputs(point, topk=topk, seed=seed, device=device, mode=mode, indices=indices)
+    reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V,
+                                      dtype=reference_dtype, budget_bytes=REFERENCE_BUDGET_BYTES)
+    results = []
+    rep = 40 if quick else 100
+    calls = {}
+    for spec in (s for s in specs if s.applies(point.heads)):
+        call, rel, note = gated_call(spec, inputs, reference, timing, capture)
+        results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
+        if call is not None:
+            calls[spec.name] = call
+    for group in (2, 4, 8):
+        build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows
+        call, _, failure = (build, None, "") if timing == "eager" else _try_capture(capture, build)
+        results.append(BenchResult(point, f"build{group}", None if call is None else timer(call, rep_ms=rep),
+                                   None, failure or "union build alone"))
+    for a, b in pairs:
+        if pair_rounds and a in calls and b in calls:
+            ratios = paired_ratios(calls[a], calls[b], pair_rounds, timer, rep_ms=rep // 2)
+            results.append(BenchResult(point, f"{a} / {b}", None, None, f"{pair_rounds} paired rounds", ratios))
+    return results

@@ -1,0 +1,123 @@
+"""Tables of kernel-bench results (`glmcheck.bench.kernel`): ms per backend and point, ratios
+against FlashMLA+len and per-token, paired-round medians, and the accuracy margin against the
+shipped baseline."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from glmcheck.bench.kernel import EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
+from glmcheck.records.tables import markdown_table
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive values (NaN for an empty list)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+@dataclass
+class BenchTable:
+    """Results by (point label, backend)."""
+
+    results: list[BenchResult] = field(default_factory=list)
+
+    def ms(self, point: BenchPoint, backend: str) -> float | None:
+        for r in self.results:
+            if r.point == point and r.backend == backend:
+                return r.ms
+        return None
+
+
+def render_table(results: list[BenchResult]) -> str:
+    """Markdown tables: ms per backend, per point; ratios against FlashMLA+len and per-token; the
+    paired rounds' median ratios (`render_paired`) when there are any."""
+    paired = [r for r in results if r.ratios]
+    results = [r for r in results if not r.ratios]
+    points = list(dict.fromkeys(r.point for r in results))
+    backends = list(dict.fromkeys(r.backend for r in results))
+    table = BenchTable(results)
+    headers = ["point"] + [f"{b} ms" for b in backends]
+    rows = []
+    best_vs_flash: dict[int, list[float]] = {}  # heads -> one ratio per point
+    for p in points:
+        row = [p.label]
+        for b in backends:
+            ms = table.ms(p, b)
+            row.append("-" if ms is None else f"{ms:.3f}")
+        rows.append(row)
+    out = [markdown_table(headers, rows)]
+    ratio_rows = []
+    exact = [b for b in EXACT_PATHS if b in backends]
+    ours = [b for b in backends if b.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS]
+    for p in points:
+        flash = table.ms(p, "flashmla+len")
+        per_token = table.ms(p, "per-token")
+        row = [p.label]
+        for b in exact:
+            ms = table.ms(p, b)
+            row.append("-" if ms is None or flash is None else f"{flash / ms:.2f}x")
+            row.append("-" if ms is None or per_token is None else f"{per_token / ms:.2f}x")
+        best = [table.ms(p, b) for b in ours if table.ms(p, b) is not None]
+        best_len = [table.ms(p, b) for b in ours if b.endswith(LENGTH_SUFFIX) and table.ms(p, b) is not None]
+        peers = [table.ms(p, b) for b in ("flashmla+len", "flashmla") if table.ms(p, b) is not None]
+        row.append(f"{flash / min(best_len):.2f}x" if best_len and flash else "-")
+        if best and peers:
+            best_vs_flash.setdefault(p.heads, []).append(min(peers) / min(best))
+            row.append(f"{min(peers) / min(best):.2f}x")
+        else:
+            row.append("-")
+        ratio_rows.append(row)
+    ratio_headers = ["point"] + [f"{b} vs {ref}" for b in exact for ref in ("flash+len", "per-token")]
+    ratio_headers += ["best ours+len vs flash+len", "best ours vs best FlashMLA"]
+    out.append(markdown_table(ratio_headers, ratio_rows))
+    if best_vs_flash:
+        out.append(geomean_line(best_vs_flash))
+    if paired:
+        out.append(render_paired(paired))
+    return "\n\n".join(out)
+
+
+def render_paired(paired: list[BenchResult]) -> str:
+    """Markdown table of paired rows: per point, each pair's median ratio and its range over the rounds."""
+    names = list(dict.fromkeys(r.backend for r in paired))
+    points = list(dict.fromkeys(r.point for r in paired))
+    cells = {(r.point, r.backend): r.ratios for r in paired}
+    rows = []
+    for p in points:
+        row = [p.label]
+        for name in names:
+            ratios = sorted(cells.get((p, name), ()))
+            row.append(f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" if ratios else "-")
+        rows.append(row)
+    rounds = max(len(r.ratios) for r in paired)
+    return (f"paired rounds (ms of A / ms of B, median and range over up to {rounds} alternating rounds; "
+            f"> 1: B faster):\n\n" + markdown_table(["point"] + names, rows))
+
+
+def geomean_line(ratios_by_heads: dict[int, list[float]]) -> str:
+    """One line: the geomean of the best exact path's speed-up per head count, then over all points."""
+    def cell(ratios: list[float]) -> str:
+        return f"{geomean(ratios):.2f}x over {len(ratios)} point{'s' if len(ratios) != 1 else ''}"
+
+    parts = [f"H={heads} {cell(ratios)}" for heads, ratios in ratios_by_heads.items()]
+    if len(ratios_by_heads) > 1:
+        parts.append(f"all {cell([r for ratios in ratios_by_heads.values() for r in ratios])}")
+    return "geomean speed-up of the best exact path over the faster FlashMLA form: " + "; ".join(parts)
+
+
+def render_accuracy(results: list[BenchResult], reference: str) -> str:
+    """Per point: our worst rel-L2 and FlashMLA's best against the `reference` (e.g. "fp64"), and
+    their difference (below 0: ours closer); "" when FlashMLA did not run."""
+    rows = []
+    for point in dict.fromkeys(r.point for r in results):
+        here = [r for r in results if r.point == point and r.rel_l2 is not None and not r.ratios]
+        ours = [r.rel_l2 for r in here if r.backend.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS]
+        flash = [r.rel_l2 for r in here if r.backend.startswith("flashmla")]
+        if ours and flash:
+            rows.append([point.label, f"{max(ours):.9e}", f"{min(flash):.9e}", f"{max(ours) - min(flash):+.3e}"])
+    if not rows:
+        return ""
+    return (f"accuracy against the {reference} reference (our worst path, FlashMLA's best form):\n\n"
+            + markdown_table(["point", "ours worst rel-L2", "FlashMLA best rel-L2", "ours - FlashMLA"], rows))

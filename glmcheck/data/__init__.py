@@ -1,0 +1,1 @@
+"""Inputs: synthetic and captured top-k indices, random kernel inputs, prompts, tokenizers."""

@@ -1,0 +1,385 @@
+"""The ping-pong tile's two consumer partitions: each warpgroup's scores, softmax, handoffs and
+O += P V per block pair, and the write-out (protocol: `pingpong.py`)."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from glmcheck.kernels.gluon.pingpong_shared import (
+    BLOCK_M,
+    D_HALF,
+    LEFT,
+    O_LAYOUT,
+    ODD_TAIL,
+    P_LAYOUT,
+    RIGHT,
+    ROW_LAYOUT,
+    S_LAYOUT,
+    half_index,
+    tile_index,
+)
+
+
+@gluon.jit
+def _first_stage(length, pair):
+    """0, from values the compiler cannot bound ((length + pair) >> 31: both non-negative, their sum
+    far below 2**31): the index of stage 0 (and of Q) in a pair. Views indexed by it are not
+    loop-invariant, so their wgmma descriptors are built in the pair instead of hoisted and spilled
+    (docs/performance.md, "Wgmma descriptors built in the loop": 1.05x at H = 64, 1.11x at union 8)."""
+    return (length + pair) >> 31
+
+
+@gluon.jit
+def _wait_piece(full_bars, index: gl.constexpr, phase):
+    """Wait until the stage piece with barrier `index` has landed (this pair's phase)."""
+    mbarrier.wait(full_bars.index(index), phase)
+    fence_async_shared()  # cp.async wrote through the generic proxy; wgmma reads through the async one
+
+
+@gluon.jit
+def _wait_half(full_bars, stage: gl.constexpr, half: gl.constexpr, phase):
+    """Wait until a stage half has landed (this pair's phase)."""
+    _wait_piece(full_bars, half_index(stage, half), phase)
+
+
+@gluon.jit
+def _scores_left(q_main, main_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, :256] K[:, :256]^T, async."""
+    return warpgroup_mma(q_main.slice(0, D_HALF, dim=1), main_buf.slice(0, D_HALF, dim=1).permute((1, 0)), acc,
+                         use_acc=use_acc, is_async=True)
+
+
+@gluon.jit
+def _scores_right_main(q_main, main_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, 256:512] K[:, 256:512]^T, async."""
+    return warpgroup_mma(q_main.slice(D_HALF, D_HALF, dim=1), main_buf.slice(D_HALF, D_HALF, dim=1).permute((1, 0)),
+                         acc, use_acc=use_acc, is_async=True)
+
+
+@gluon.jit
+def _scores_tail(q_tail, tail_buf, acc):
+    """acc += Q_tail K_tail^T, async."""
+    return warpgroup_mma(q_tail, tail_buf.permute((1, 0)), acc, is_async=True)
+
+
+@gluon.jit
+def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr):
+    """acc (+)= Q[:, 256:512] K[:, 256:512]^T + Q_tail K_tail^T, async."""
+    return _scores_tail(q_tail, tail_buf, _scores_right_main(q_main, main_buf, acc, use_acc))
+
+
+@gluon.jit
+def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`), loaded a pair
+    ahead (a load used at once, or in flight at a fence, stalls the warpgroup); at G = 1 the live
+    mask, nothing loaded (docs/performance.md, "Ownership bits a pair ahead")."""
+    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+    if G == 1:  # the group's one token owns every live row: the bits are the live mask
+        return (offs_n < length).to(gl.uint8)
+    return gl.load(union_bits + offs_n, mask=offs_n < length, other=0)
+
+
+@gluon.jit
+def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
+    """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an
+    owner, and rows past the length have no bits, so this is also the live mask."""
+    member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
+    return ((bits.to(gl.int32)[None, :] >> member[:, None]) & 1) != 0
+
+
+@gluon.jit
+def _shift(row_max):
+    """The row max a block's P is taken against: 0 where nothing is live yet (-inf)."""
+    return gl.where(row_max == float("-inf"), 0.0, row_max)
+
+
+@gluon.jit
+def _alpha(max_from, max_to):
+    """Per-row factor that moves values taken against the max `max_from` to the (larger) max
+    `max_to` (0 where nothing is live yet, `_shift`)."""
+    return gl.exp2(max_from - _shift(max_to))
+
+
+@gluon.jit
+def _rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
+    """Move O and the row sums from the max `max_from` to the (larger) max `max_to`."""
+    alpha = _alpha(max_from, max_to)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    return acc, row_sum * alpha
+
+
+@gluon.jit
+def _publish_max(row_max, max_buf, bar):
+    """Hand this block's running max to the other warpgroup (read by ld.shared: no proxy fence)."""
+    max_buf.store(row_max)
+    gl.thread_barrier()  # every thread's store is done before the single arrive
+    mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _publish_p(p, p_buf, bar):
+    """Hand a block's P (bf16 [64, BLOCK_N]) to the other warpgroup, whose wgmma reads it."""
+    p_buf.store(p)
+    _signal_p(bar)
+
+
+@gluon.jit
+def _signal_p(bar):
+    """Arrive on `bar` once this warpgroup's P stores are visible to the peer's wgmma."""
+    fence_async_shared()  # P is read by the peer's wgmma (async proxy)
+    gl.thread_barrier()  # every thread's stores are done before the single arrive
+    mbarrier.arrive(bar)
+
+
+@gluon.jit
+def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr,
+                G: gl.constexpr, PARTIAL_HEADS: gl.constexpr, o_layout: gl.constexpr):
+    """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
+    group's G tokens, heads from head0 (`tile_index`); PARTIAL_HEADS: rows of heads at or past
+    num_heads are padding and not stored."""
+    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
+    token = group * G + offs_m // H
+    head = head0 + offs_m % H
+    offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
+    ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
+    if PARTIAL_HEADS:
+        gl.store(ptrs, out, mask=(head < num_heads)[:, None])
+    else:
+        gl.store(ptrs, out)
+
+
+@gluon.jit
+def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
+               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, PARTIAL_HEADS: gl.constexpr,
+               o_layout: gl.constexpr, row_layout: gl.constexpr):
+    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
+    of the sum barriers, 0 for a program's only group)."""
+    sum_mine.store(row_sum)
+    gl.thread_barrier()
+    mbarrier.arrive(bar_mine)
+    mbarrier.wait(bar_peer, phase)
+    total = row_sum + sum_peer.load(row_layout)
+    # one reciprocal per row, then a multiply per element: the division per element (div.full.f32)
+    # cost ~256 more instructions per thread at the end of every program, with the same rel-L2
+    # against fp64 (docs/performance.md, "Softmax form and write-out")
+    inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
+    out = (acc * inverse[:, None]).to(gl.bfloat16)
+    _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
+                o_layout)
+
+
+@gluon.jit
+def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
+    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first
+    block) for one union group."""
+    length = gl.load(len_ptr + group)
+    union_bits = bits_ptr + group * stride_bg
+    run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
+    row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
+    acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
+    bits = _load_bits(union_bits, first_block, length, G, BLOCK_N, S_LAYOUT)
+    return length, union_bits, run_max, row_sum, acc, bits
+
+
+@gluon.jit
+def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
+    """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken
+    against the new max (`_shift`). The scale fused into P's exponent (one FMA) measured
+    1.006-1.015x faster but less accurate against fp64 than FlashMLA, so the unfused form stays
+    (docs/performance.md, "Softmax form and write-out")."""
+    logits = gl.where(_owned(bits, H, S_LAYOUT), scores * qk_scale_log2, float("-inf"))
+    new_max = gl.maximum(prev_max, gl.max(logits, 1))
+    return new_max, gl.exp2(logits - _shift(new_max)[:, None])
+
+
+@gluon.jit
+def _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase):
+    """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for),
+    once 0L of this `phase` has landed (before the loop, and in each pair for the next). stage0:
+    `_first_stage`."""
+    _wait_half(full_bars, 0, LEFT, phase)
+    return _scores_left(q_main, main_bufs.index(stage0), zero_s, False)
+
+
+@gluon.jit
+def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, stage0, phase):
+    """The even warpgroup's S0 (fp32 [64, 64]) from its finished left half `scores`: the right half
+    and the rope tail once 0R has landed, waited for. Trace event 0 is 0R's wait here."""
+    _wait_half(full_bars, 0, RIGHT, phase)
+    scores = _scores_right(q_main, q_tail, main_bufs.index(stage0), tail_bufs.index(stage0), scores, True)
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    return scores
+
+
+@gluon.jit
+def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                 max_bufs, qk_scale_log2, phase, union_bits, length, pair, H: gl.constexpr,
+                 G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr):
+    """The rest of the even warpgroup's pair: softmax of S0 and its max M0 published alone;
+    O += P0 V0[:, :256] from registers (free 0L); the odd warpgroup's max M1, the pair's; P0 moved
+    to M1 and published for the odd warpgroup; O moved to M1; the odd warpgroup's P1 and
+    O += P1 V1[:, :256] (free 1L), with NEXT_LEFT the next pair's S0 left half
+    (`_even_scores_left`) behind it. Returns (acc, row_sum, run_max = M1, the ownership bits of the
+    warpgroup's next block, loaded at the end: see `_load_bits`; that left half, or zero_s without
+    NEXT_LEFT). stage0: `_first_stage`."""
+    new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    row_sum += gl.sum(p, 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
+                        main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
+    # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(half_index(0, LEFT)))
+    mbarrier.wait(max_bars.index(1), phase)
+    pair_max = max_bufs.index(1).load(ROW_LAYOUT)
+    # P0 in the rope-tail buffer of stage 0 (S0, its only other reader, is done)
+    _publish_p((p * _alpha(new_max, pair_max)[:, None]).to(gl.bfloat16), tail_bufs.index(stage0), pub_bars.index(0))
+    acc, row_sum = _rescale(acc, row_sum, new_max, pair_max, O_LAYOUT)
+    mbarrier.wait(pub_bars.index(1), phase)
+    acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
+    next_scores = zero_s
+    if NEXT_LEFT:
+        next_scores = _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase ^ 1)
+        acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1, the older group: 1L's last read
+    else:
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index(half_index(1, LEFT)))
+    if NEXT_LEFT:
+        next_scores = warpgroup_mma_wait(0, deps=(next_scores,))
+    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
+    return acc, row_sum, pair_max, bits, next_scores
+
+
+@gluon.jit
+def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, H: gl.constexpr,
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
+    its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
+    the loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left
+    half carried across the loop keeps 32 more registers live, and with hoisted descriptors ptxas
+    spilled 86 loads a pair here. Returns (acc, row_sum, run_max)."""
+    num_pairs = gl.cdiv(length, 2 * BLOCK_N)
+    if num_pairs > 0:
+        scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
+        for pair in range(num_pairs - 1):
+            phase = pair & 1
+            stage0 = _first_stage(length, pair)
+            q_view = q_main.index(stage0)
+            scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores, stage0,
+                                       phase)
+            acc, row_sum, run_max, bits, scores = _even_blocks(
+                scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                max_bufs, qk_scale_log2, phase, union_bits, length, pair, H, G, BLOCK_N, zero_s, q_view,
+                full_bars, stage0, True)
+        last = num_pairs - 1
+        scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
+                                   last & 1)
+        acc, row_sum, run_max, bits, scores = _even_blocks(
+            scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+            max_bufs, qk_scale_log2, last & 1, union_bits, length, last, H, G, BLOCK_N, zero_s, q_main.index(0),
+            full_bars, 0, False)
+    return acc, row_sum, run_max
+
+
+@gluon.jit
+def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zero_s, phase, stage0):
+    """The odd warpgroup's whole S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), waited for; frees
+    1T, read by S1 only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed."""
+    own_main = main_bufs.index(stage0 + 1)
+    _wait_half(full_bars, 1, RIGHT, phase)
+    scores = _scores_right_main(q_main, own_main, zero_s, False)
+    _wait_piece(full_bars, ODD_TAIL, phase)
+    scores = _scores_tail(q_tail, tail_bufs.index(stage0 + 1), scores)
+    _wait_half(full_bars, 1, LEFT, phase)
+    scores = _scores_left(q_main, own_main, scores, True)
+    scores = warpgroup_mma_wait(0, deps=(scores,))
+    mbarrier.arrive(empty_bars.index(ODD_TAIL))
+    return scores
+
+
+@gluon.jit
+def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                max_bufs, qk_scale_log2, union_bits, length, phase, stage0, pair, H: gl.constexpr,
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The rest of the odd warpgroup's pair: the even warpgroup's max M0; softmax of S1 against it
+    and the pair's max M1 published alone; O moved to M1; O += P1 V1[:, 256:] from registers; P1
+    stored for the even warpgroup; the even warpgroup's P0 (against M1) and O += P0 V0[:, 256:];
+    P1 published; free 1R, then 0R (P0 lives in stage 0's tail, read last here). Returns (acc,
+    row_sum, run_max = M1, the ownership bits of the warpgroup's next block, loaded at the end:
+    loading them earlier cost spill loads and stores, ptxas at H = 64)."""
+    mbarrier.wait(max_bars.index(0), phase)
+    peer_max = max_bufs.index(0).load(ROW_LAYOUT)
+    new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+    _publish_max(new_max, max_bufs.index(1), max_bars.index(1))
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    row_sum += gl.sum(p, 1)
+    p_bf16 = p.to(gl.bfloat16)
+    acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1),
+                        acc, is_async=True)
+    # odd_p's last reader, the even warpgroup's O += P1 V1 of the previous pair, freed 1L, which
+    # this pair's S1 waited for. P1 is published only after O += P0 V0 is queued: published before
+    # the wait for P0 instead, it measured 0.99x ("Ping-pong handoffs").
+    odd_p.store(p_bf16)
+    mbarrier.wait(pub_bars.index(0), phase)
+    acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
+                        is_async=True)
+    _signal_p(pub_bars.index(1))
+    acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
+    mbarrier.arrive(empty_bars.index(half_index(1, RIGHT)))
+    acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P0 V0[:, 256:]: 0R's (and P0's) last read
+    mbarrier.arrive(empty_bars.index(half_index(0, RIGHT)))
+    bits = _load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
+    return acc, row_sum, new_max, bits
+
+
+@gluon.jit
+def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2).
+    q_main, q_tail: [1, ...] views."""
+    group, head0 = tile_index(HEAD_SLICES)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
+                                                                      BLOCK_N)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
+    acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
+                                        pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
+                                        union_bits, length, qk_scale_log2, H, G, BLOCK_N)
+    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
+               out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS, O_LAYOUT,
+               ROW_LAYOUT)
+
+
+@gluon.jit
+def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
+                  qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
+                  sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
+    """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
+    q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
+    group, head0 = tile_index(HEAD_SLICES)
+    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
+                                                                      BLOCK_N)
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
+    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+        phase = pair & 1
+        stage0 = _first_stage(length, pair)
+        scores = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs, tail_bufs, full_bars,
+                             empty_bars, zero_s, phase, stage0)
+        acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
+                                                  empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
+                                                  union_bits, length, phase, stage0, pair, H, G, BLOCK_N)
+    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
+               out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
+               O_LAYOUT, ROW_LAYOUT)
+

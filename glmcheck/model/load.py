@@ -1,0 +1,102 @@
+"""Which model a check builds and how: a preset with seeded dummy weights or a local checkpoint,
+whole or layer 0 only, one process or this rank's TP shard under torchrun; and the device it runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.model.build import build_dummy_model
+from glmcheck.model.presets import PRESETS, make_config
+from glmcheck.model.weights import INIT_SCALES
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to build: a preset with dummy weights, or a local checkpoint."""
+
+    preset: str = "tiny"
+    checkpoint: str | None = None
+    layers: int | None = None
+    experts: int | None = None
+    seed: int = 0
+    init: str = "sharp"
+
+    def describe(self) -> dict:
+        return {"preset": None if self.checkpoint else self.preset, "checkpoint": self.checkpoint,
+                "layers": self.layers, "experts": self.experts, "seed": self.seed,
+                "init": None if self.checkpoint else self.init}
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """`name` or, when None, CUDA if present else the CPU; ValueError for an unusable device."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device must be cpu or cuda[:N], got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda requested but no CUDA device is available")
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda[:N], got {name!r}")
+    return device
+
+
+def heads_of(spec: ModelSpec) -> int:
+    """Attention heads of the model `spec` describes (reads only the config)."""
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint import read_config
+
+        return read_config(spec.checkpoint).num_attention_heads
+    if spec.preset not in PRESETS:
+        raise ValueError(f"unknown preset {spec.preset!r}; expected one of {', '.join(PRESETS)}")
+    return PRESETS[spec.preset].fields["num_attention_heads"]
+
+
+def latent_dims_of(spec: ModelSpec) -> tuple[int, int]:
+    """(kv_lora_rank, qk_rope_head_dim) of the model `spec` describes (reads only the config)."""
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint import read_config
+
+        config = read_config(spec.checkpoint)
+    else:
+        config = make_config(spec.preset, layers=1)
+    return config.kv_lora_rank, config.qk_rope_head_dim
+
+
+def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = False) -> torch.nn.Module:
+    """Build the model `spec` describes on `device` (layer0_only: one layer / partial loading).
+
+    Under torchrun (glmcheck.model.distributed active) each rank builds only its TP shard.
+    """
+    from glmcheck.model import distributed
+
+    if spec.init not in INIT_SCALES:
+        raise ValueError(f"init must be one of {', '.join(INIT_SCALES)}, got {spec.init!r}")
+    ctx = distributed.current()
+    if ctx is not None:
+        return _load_shard(spec, ctx, layer0_only)
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint import load_checkpoint_model, load_layer0_model
+
+        return (load_layer0_model if layer0_only else load_checkpoint_model)(spec.checkpoint, device=device)
+    layers = 1 if layer0_only and spec.layers is None else spec.layers
+    config = make_config(spec.preset, layers=layers, experts=spec.experts)
+    return build_dummy_model(config, seed=spec.seed, init=spec.init, device=device)
+
+
+def _load_shard(spec: ModelSpec, ctx, layer0_only: bool) -> torch.nn.Module:
+    from glmcheck.model import distributed
+    from glmcheck.model.sharding import build_shard
+
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint_shard import load_checkpoint_shard
+
+        return load_checkpoint_shard(spec.checkpoint, rank=ctx.rank, world=ctx.world_size, device=ctx.device,
+                                     reduce=distributed.all_reduce_sum, layer0_only=layer0_only)
+    layers = 1 if layer0_only and spec.layers is None else spec.layers
+    config = make_config(spec.preset, layers=layers, experts=spec.experts)
+    return build_shard(config, rank=ctx.rank, world=ctx.world_size, seed=spec.seed, init=spec.init,
+                       device=ctx.device, reduce=distributed.all_reduce_sum)

@@ -1,0 +1,69 @@
+"""Per-item progress of long checks, so a killed run resumes where it stopped.
+
+`ItemStore(directory, fingerprint)` keeps one JSON file per finished item under
+`directory/items/`, each written atomically. The fingerprint (command, model, options, items
+requested) is stored beside them; reopening the directory with a different fingerprint raises
+ValueError instead of mixing two runs. Rerunning with the same `--out` loads the finished
+items and computes only the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from glmcheck.records.store import write_json_atomic
+
+ITEMS_DIR = "items"
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+def _safe_name(key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:60]
+    return f"{clean}-{digest}.json"
+
+
+class ItemStore:
+    """Finished items of one run, keyed by a string (prompt id, prompt length...)."""
+
+    def __init__(self, directory: str | Path | None, fingerprint: dict, writable: bool = True):
+        """`writable=False` (torchrun ranks other than 0) reads finished items but writes nothing;
+        `directory=None` is an empty store that keeps nothing."""
+        self.writable = writable and directory is not None
+        self.root = Path(directory) / ITEMS_DIR if directory is not None else None
+        self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+        if self.root is None or (not self.writable and not self.root.exists()):
+            return
+        if self.writable:
+            self.root.mkdir(parents=True, exist_ok=True)
+        stored = self.root / FINGERPRINT_FILE
+        if stored.exists():
+            previous = json.loads(stored.read_text())
+            if previous != self.fingerprint:
+                changed = sorted(k for k in set(previous) | set(self.fingerprint)
+                                 if previous.get(k) != self.fingerprint.get(k))
+                raise ValueError(f"--out {Path(directory)} holds a run with other settings ({', '.join(changed)}); "
+                                 f"use another --out or the same settings to resume")
+        elif self.writable:
+            write_json_atomic(stored, self.fingerprint)
+
+    def load(self) -> dict[str, Any]:
+        """{key: payload} of every finished item."""
+        done = {}
+        if self.root is None or not self.root.exists():
+            return done
+        for path in sorted(self.root.glob("*.json")):
+            if path.name == FINGERPRINT_FILE:
+                continue
+            item = json.loads(path.read_text())
+            done[item["key"]] = item["payload"]
+        return done
+
+    def save(self, key: str, payload: Any) -> None:
+        """Record one finished item (atomic; nothing on a read-only store)."""
+        if not self.writable:
+            return
+        write_json_atomic(self.root / _safe_name(key), {"key": key, "payload": payload})

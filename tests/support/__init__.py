@@ -1,0 +1,1 @@
+"""Helpers and models the tests share (not tests themselves)."""

@@ -1,0 +1,45 @@
+"""The CLI front end: `--help` and `--version` import no command (nor torch), and its table of
+commands says what each command's own parser says."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+from glmcheck import cli
+
+
+def test_help_and_version_import_neither_torch_nor_any_command():
+    script = ("import sys, contextlib, io\n"
+              "from glmcheck import cli\n"
+              "for argv in (['--help'], ['--version']):\n"
+              "    with contextlib.redirect_stdout(io.StringIO()):\n"
+              "        try:\n"
+              "            cli.main(argv)\n"
+              "        except SystemExit as exit:\n"
+              "            assert exit.code == 0, exit.code\n"
+              "heavy = [m for m in sys.modules if m == 'torch' or m.startswith('glmcheck.commands.')]\n"
+              "print(heavy)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_command_table_matches_each_commands_parser():
+    """The name and help line of every command in cli.COMMANDS are the ones its module registers."""
+    for name, (module, help_line) in cli.COMMANDS.items():
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        importlib.import_module(f"glmcheck.commands.{module}").add_parser(sub)
+        (registered,) = sub.choices
+        assert registered == name
+        assert sub._choices_actions[0].help == help_line, name
+
+
+def test_only_the_requested_command_is_built_in_full():
+    parser = cli.build_parser(["union-stats", "--synthetic"])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert "--synthetic" in sub.choices["union-stats"].format_help()
+    assert "--model" not in sub.choices["layer0"].format_help()
+    assert cli.requested_command(["--quiet", "layer0"]) == "layer0" and cli.requested_command(["--help"]) is None
