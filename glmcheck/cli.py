@@ -1,6 +1,7 @@
 """glmcheck: accuracy checks for the DSA sparse-MLA prefill kernel of GLM-5.x models.
 
-Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message).
+Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message),
+130 interrupted (SIGINT), 143 terminated (SIGTERM); finished items of a resumable run are kept.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "union-stats": ("union_stats", "valid rows/token and union-of-2/4 ratios of index sets"),
     "plan": ("plan", "memory per GPU for a preset at a TP degree (printed before loading)"),
     "bench": ("bench", "kernel timings on the GPU, each point correctness-gated first"),
+    "backends": ("backends", "list every backend found, where it came from and whether it runs here"),
 }
 
 
@@ -41,13 +43,25 @@ def requested_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line on stderr (`prog: error: message`, no usage
+    block) and exit 2, as every other input error of the CLI; its subcommands' parsers too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else 'bad usage'}\n")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (finished items kept) but ending with exit 143."""
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the full options of the command `argv` names (all of them when argv is None)
     and a name-and-help entry for every other command."""
     import importlib
 
     wanted = requested_command(argv) if argv is not None else None
-    parser = argparse.ArgumentParser(prog="glmcheck", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_line) in COMMANDS.items():
@@ -74,10 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"glmcheck {ns.command}: interrupted; finished items are kept, rerun with the same --out to "
               f"resume", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, Terminated) else 130
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -105,8 +119,8 @@ def _torchrun(ns: argparse.Namespace):
 
 
 def _terminate(signum, frame):
-    """SIGTERM ends a run like Ctrl-C: finished items stay on disk for a resume."""
-    raise KeyboardInterrupt
+    """SIGTERM ends a run like Ctrl-C: finished items stay on disk for a resume (exit 143)."""
+    raise Terminated
 
 
 def _main_thread() -> bool:

@@ -72,7 +72,7 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": heads, "G": 64 // heads, "D_V": 512, "D_TAIL": 64,
                   "BLOCK_N": common.BLOCK_N, "KV_INT64": ns.kv_int64}
     if ns.tile == "split":
-        kernel, num_warps = module.sparse_mla_union_ws_kernel, module.CONSUMER_WARPS.value
+        kernel, num_warps = module.sparse_mla_union_split_kernel, module.CONSUMER_WARPS.value
         constexprs |= {"NUM_STAGES": common.SPLIT_STAGES, "PRODUCER_WARPS": common.SPLIT_PRODUCER_WARPS,
                        "PRODUCER_REGS": common.SPLIT_PRODUCER_REGS}
     else:

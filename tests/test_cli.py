@@ -8,6 +8,8 @@ import importlib
 import subprocess
 import sys
 
+import pytest
+
 from glmcheck import cli
 
 
@@ -43,3 +45,16 @@ def test_only_the_requested_command_is_built_in_full():
     assert "--synthetic" in sub.choices["union-stats"].format_help()
     assert "--model" not in sub.choices["layer0"].format_help()
     assert cli.requested_command(["--quiet", "layer0"]) == "layer0" and cli.requested_command(["--help"]) is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["layer0", "--tokens", "x"], "glmcheck layer0: error: argument --tokens: invalid int value: 'x'"),
+    (["layer0", "--nosuch"], "glmcheck: error: unrecognized arguments: --nosuch"),
+    ([], "glmcheck: error: the following arguments are required: COMMAND"),
+    (["bench", "--timing", "slow"], "glmcheck bench: error: argument --timing: invalid choice: 'slow'"),
+])
+def test_argparse_errors_are_one_line_and_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(message), err

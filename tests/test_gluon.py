@@ -147,13 +147,13 @@ def test_gluon_tiles_take_the_shared_positional_arguments():
     kernels need an sm_90 GPU, their signatures and the argument tuple do not)."""
     from glmcheck.kernels.gluon.launch import _shared_kernel_args
     from glmcheck.kernels.gluon.pingpong import sparse_mla_union_pingpong_kernel
-    from glmcheck.kernels.gluon.split import sparse_mla_union_ws_kernel
+    from glmcheck.kernels.gluon.split import sparse_mla_union_split_kernel
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.validate import PrefillArgs
     names = ["q_ptr", "kv_ptr", "rows_ptr", "bits_ptr", "len_ptr", "out_ptr", "stride_qt", "stride_qh",
              "stride_qd", "stride_kvs", "stride_rg", "stride_bg", "stride_ot", "stride_oh", "stride_od",
              "qk_scale_log2"]
-    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_ws_kernel):
+    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_split_kernel):
         assert kernel.arg_names[:16] == names
     q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
     sets = UnionSets(torch.zeros((1, 40), dtype=torch.int32), torch.zeros((1, 48), dtype=torch.uint8),

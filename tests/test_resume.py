@@ -35,6 +35,8 @@ def _kill_midway(args: list[str], out: Path, sig: int, after: int) -> int:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, "the run must not have finished before the signal"
     assert "rerun with the same --out to resume" in err or proc.returncode < 0
+    if "rerun with the same --out to resume" in err:  # handled: 130 for SIGINT, 143 for SIGTERM
+        assert proc.returncode == {signal.SIGINT: 130, signal.SIGTERM: 143}[sig], proc.returncode
     return len(_items(out))
 
 

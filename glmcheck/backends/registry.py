@@ -60,16 +60,61 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
 }
 
 
-def register_backend(name: str, fn: Callable[..., torch.Tensor], description: str = "") -> None:
+_SOURCES: dict[str, str] = {}  # where each backend came from, for `glmcheck backends`
+
+
+def register_backend(name: str, fn: Callable[..., torch.Tensor], description: str = "",
+                     source: str = "register_backend") -> None:
     """Make `fn` (the kernel signature above) available under `name` to the checks and the CLI.
 
-    Names must be new (ValueError otherwise); use this to put your own kernel under test.
+    Names must be new (ValueError otherwise); use this to put your own kernel under test, or an
+    entry point / `--backends name=module:function` (`glmcheck.backends.plugins`).
     """
-    if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith("hf_"):
+    if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith("hf_") or "=" in name:
         raise ValueError(f"backend name must be a new non-empty string (not hf_*), got {name!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     _REGISTRY[name] = (fn, description)
+    _SOURCES[name] = source
+
+
+def resolve_backend(spec: str) -> str:
+    """The backend name `spec` stands for, registering it first when it comes from outside:
+    a registered name as it is; `name=module:function` (or `name=file.py:function`) loaded and
+    registered under `name`; an installed package's entry point loaded under its name. BackendError
+    (one line naming the backend and the module) for a spec that names nothing that loads."""
+    from glmcheck.backends import plugins
+
+    if spec in _REGISTRY:
+        return spec
+    if "=" in spec:
+        name, target = plugins.parse_spec(spec)
+        if name in _REGISTRY and _SOURCES.get(name) == f"--backends {target}":
+            return name
+        if name in _REGISTRY or name.startswith("hf_"):
+            raise plugins.BackendError(f"backend name {name!r} is taken; choose another for {target}")
+        register_backend(name, plugins.load_target(name, target), f"{target} (by name)", f"--backends {target}")
+        return name
+    points = plugins.entry_points()
+    if spec in points:
+        fn = plugins.load_entry_point(spec, points[spec])
+        register_backend(spec, fn, f"{points[spec].value}", plugins.entry_point_source(points[spec]))
+        return spec
+    known = list(_REGISTRY) + [n for n in points if n not in _REGISTRY]
+    raise plugins.BackendError(f"unknown backend {spec!r}; expected one of {', '.join(known)}, hf_eager, hf_sdpa, "
+                               f"or NAME=MODULE:FUNCTION")
+
+
+def backend_source(name: str) -> str:
+    """Where a registered backend came from: "built in", an entry point, a name=module spec, ..."""
+    if name in _BUILTIN:
+        return "built in"
+    if name in _SOURCES:
+        return _SOURCES[name]
+    from glmcheck.backends.plugins import entry_point_source, entry_points
+
+    points = entry_points()
+    return entry_point_source(points[name]) if name in points else "register_backend"
 
 
 def unregister_backend(name: str) -> None:
@@ -77,22 +122,25 @@ def unregister_backend(name: str) -> None:
     if name in _BUILTIN or name not in _REGISTRY:
         raise ValueError(f"{name!r} is not a registered custom backend")
     del _REGISTRY[name]
+    _SOURCES.pop(name, None)
 
 _BUILTIN = frozenset(_REGISTRY)
 
 
 def backend_names() -> list[str]:
-    """All registered kernel-level backend names."""
-    return list(_REGISTRY)
+    """All kernel-level backend names: registered ones, then installed packages' entry points."""
+    from glmcheck.backends.plugins import entry_points
+
+    return list(_REGISTRY) + [name for name in entry_points() if name not in _REGISTRY]
 
 
 def get_backend(name: str, *, deterministic: bool = False) -> Backend:
     """A fresh Backend for `name`; ValueError naming the known backends otherwise.
 
-    `deterministic` asks the Triton backends for batch-invariant results (union off).
+    `deterministic` asks the Triton backends for batch-invariant results (union off). `name` may
+    also be an installed entry point or `name=module:function` (`resolve_backend`).
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(_REGISTRY)}")
+    name = resolve_backend(name)
     fn, description = _REGISTRY[name]
     if deterministic and name.startswith("triton_sparse_mla"):
         fn = functools.partial(fn, deterministic=True)

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import torch
 
+from glmcheck.backends.errors import BackendError
 from glmcheck.backends.flashmla import LATENT_DIMS, flashmla_supports
-from glmcheck.backends.registry import backend_names, flashmla_available
+from glmcheck.backends.registry import backend_names, flashmla_available, resolve_backend
 from glmcheck.kernels.tiles import DEFAULT_TILE, TILE_TABLE
 from glmcheck.kernels.union import legal_groups, union_is_legal
 
 HF_NAMES = ("hf_eager", "hf_sdpa")
-
-
-class BackendError(ValueError):
-    """A backend choice that cannot run here; the message says why and what would."""
 
 
 def all_backend_names() -> list[str]:
@@ -58,9 +55,10 @@ def _check_triton_device(device: torch.device) -> list[str]:
 
 def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
                      deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
-    """Raise BackendError if `name` cannot run; return warnings otherwise (see module docstring)."""
-    if name not in all_backend_names():
-        raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(all_backend_names())}")
+    """Raise BackendError if `name` cannot run; return warnings otherwise (see module docstring).
+    A backend of an installed package's entry point is loaded here (`resolve_backend`)."""
+    if name not in HF_NAMES:
+        resolve_backend(name)
     warnings: list[str] = []
     if name.startswith("triton_sparse_mla"):
         warnings += _check_triton_device(device)
@@ -82,6 +80,12 @@ def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
         if not ok:
             raise BackendError(why)
     return warnings
+
+
+def resolve_backend_names(specs: list[str]) -> list[str]:
+    """The backend names `specs` stand for (transformers' own as they are; entry points and
+    `name=module:function` loaded and registered: `resolve_backend`)."""
+    return [spec if spec in HF_NAMES else resolve_backend(spec) for spec in specs]
 
 
 def validate_backends(names: list[str], *, device: torch.device, heads: int, tp: int,

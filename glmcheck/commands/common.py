@@ -14,7 +14,7 @@ import torch
 
 from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
-from glmcheck.backends.validation import validate_backends
+from glmcheck.backends.validation import resolve_backend_names, validate_backends
 from glmcheck.checks.common import Gate
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.kernels.union import legal_groups
@@ -92,9 +92,9 @@ class Prepared:
         if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
         dims = latent_dims_of(self.spec)
-        self.reference = ns.reference or default_reference(self.device, dims)
-        self.backends = ([b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends
-                         else default_backends(self.device, heads // ns.tp, dims))
+        self.reference = resolve_backend_names([ns.reference or default_reference(self.device, dims)])[0]
+        self.backends = resolve_backend_names([b.strip() for b in ns.backends.split(",") if b.strip()]
+                                              if ns.backends else default_backends(self.device, heads // ns.tp, dims))
         self.warnings = validate_backends([self.reference] + self.backends, device=self.device, heads=heads,
                                           tp=ns.tp, deterministic=ns.deterministic, latent_dims=dims)
         # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.

@@ -132,9 +132,9 @@ def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, q
 
 def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
     """The split tile (`split.py`) on checked arguments."""
-    from glmcheck.kernels.gluon.split import CONSUMER_WARPS, sparse_mla_union_ws_kernel
+    from glmcheck.kernels.gluon.split import CONSUMER_WARPS, sparse_mla_union_split_kernel
 
-    return sparse_mla_union_ws_kernel[(sets.lengths.shape[0],)](
+    return sparse_mla_union_split_kernel[(sets.lengths.shape[0],)](
         *_shared_kernel_args(args, sets, out, qk_scale_log2),
         H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
         BLOCK_N=BLOCK_N, NUM_STAGES=SPLIT_STAGES, PRODUCER_WARPS=SPLIT_PRODUCER_WARPS,

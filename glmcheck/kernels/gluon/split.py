@@ -126,7 +126,7 @@ def _consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, 
 
 
 @gluon.jit
-def sparse_mla_union_ws_kernel(
+def sparse_mla_union_split_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
     stride_qt, stride_qh, stride_qd, stride_kvs,
     stride_rg, stride_bg,
