@@ -61,6 +61,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     import importlib
 
     wanted = requested_command(argv) if argv is not None else None
+    if argv is None or wanted:
+        # Before any command module imports triton: on a CPU-only machine Triton must be imported in
+        # interpreter mode (TRITON_INTERPRET=1), or triton.language's own functions stay compiled-only.
+        import glmcheck.kernels  # noqa: F401
     parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -76,7 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ns = build_parser(argv).parse_args(argv)
-    import glmcheck.kernels  # noqa: F401  (turns on Triton's interpreter on CPU-only machines)
     from glmcheck.backends.validation import BackendError
     from glmcheck.model.checkpoint import CheckpointError
 

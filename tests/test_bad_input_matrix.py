@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from glmcheck.checks.common import FAIL, Gate
 from glmcheck.data.inputs import random_inputs
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
 from glmcheck.model import build_dummy_model, make_config
+from glmcheck.records.store import write_record
 
 
 @pytest.fixture
@@ -98,33 +101,163 @@ def test_model_builder_bad_inputs():
         build_dummy_model(make_config("tiny"), init="wide")
 
 
+def test_out_that_overlaps_itself_is_refused(inp):
+    """An `out` from .expand() would have every token write the same memory: refused, named."""
+    out = torch.empty((1, 8, 64), dtype=torch.bfloat16, device=inp.q.device).expand(12, 8, 64)
+    with pytest.raises(ValueError, match=r"out must not overlap itself"):
+        sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, out=out)
+    strided = torch.empty((12, 8, 80), dtype=torch.bfloat16, device=inp.q.device)[..., :64]
+    sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, out=strided)  # a strided view is fine
+
+
+# ---- the command line: every usage or input error is one line, exit 2, nothing written ----------
+
+UNWRITABLE = "/proc/glmcheck-unwritable"  # no file can be created there, not even by root
+HUGE_SEED = str(10**21)
+TINY_CHECKPOINT = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny-bf16")
+
+
 @pytest.fixture
-def bad_files(tmp_path):
+def bad_files(tmp_path, monkeypatch):
+    """The inputs the cases name ({tmp}/...), and an empty working directory (where runs/ would go)."""
+    (tmp_path / "file.txt").write_text("not a directory")
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "broken.jsonl").write_text('{"prompt": "fine"}\n{not json\n')
+    (tmp_path / "huge.jsonl").write_text(json.dumps({"id": "huge", "prompt": "word " * 200_000}) + "\n")
     (tmp_path / "no-summary").mkdir()
+    write_record(tmp_path / "bad-record", {"command": "layer0"}, [{"comparison": "x"}])
+    write_record(tmp_path / "mixed-record", {"command": "firsttoken", "facts": {}}, [{"comparison": "x"}])
+    (tmp_path / "resume" / "items").mkdir(parents=True)
+    (tmp_path / "resume" / "items" / "stray.json").write_text('{"payload": 1}')
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
     return tmp_path
 
 
-@pytest.mark.parametrize("args, words", [
-    (["selfcheck", "--d-v", "48"], "d_v must be a power of two"),
-    (["layer0", "--tokens", "0"], "--tokens must be a positive int"),
-    (["layer0", "--model", "tiny", "--layers", "0"], "layers must be a positive int"),
+MODEL_CASES = [  # (args, words in the one error line)
+    (["layer0", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["layer0", "--out", f"{UNWRITABLE}/run"], f"--out {UNWRITABLE}/run: cannot write in"),
+    (["layer0", "--tokens", "1000000000"], "--tokens 1000000000: more than the model's"),
+    (["layer0", "--tokens", "0"], "--tokens must be an int >= 1"),
+    (["layer0", "--seed", HUGE_SEED], "--seed must be an int in [0, 2**63 - 1]"),
+    (["layer0", "--seed", "-1"], "--seed must be an int in [0, 2**63 - 1]"),
+    (["layer0", "--backends", ""], "--backends names no backend"),
+    (["layer0", "--backends", ","], "--backends names no backend"),
+    (["layer0", "--backends", "nope"], "unknown backend 'nope'"),
+    (["layer0", "--backends", "mine=no_such_module_xyz:fn"], "backend 'mine': cannot import no_such_module_xyz"),
+    (["layer0", "--backends", "flashmla_sparse"], "flashmla_sparse"),
+    (["layer0", "--checkpoint", TINY_CHECKPOINT, "--layers", "1000"], "--layers 1000 does not apply to --checkpoint"),
+    (["layer0", "--checkpoint", TINY_CHECKPOINT, "--experts", "3"], "--experts 3 does not apply to --checkpoint"),
+    (["layer0", "--layers", "0"], "--layers must be an int >= 1"),
+    (["layer0", "--experts", "0"], "--experts must be an int >= 1"),
+    (["layer0", "--checkpoint", "{tmp}/file.txt"], "is a file; expected a checkpoint directory"),
+    (["layer0", "--checkpoint", "{tmp}/absent"], "does not exist"),
+    (["layer0", "--gate-ratio", "nan"], "--gate-ratio must be a finite number > 0"),
+    (["layer0", "--gate-ratio", "0"], "--gate-ratio must be a finite number > 0"),
+    (["layer0", "--max-rel-l2", "-1"], "--max-rel-l2 must be a finite number >= 0"),
+    (["layer0", "--max-rel-l2", "inf"], "--max-rel-l2 must be a finite number >= 0"),
+    (["layer0", "--tp", "3"], "--tp must divide the 8 attention heads"),
+    (["layer0", "--text", "x" * 100_000], "--text (tokens) 100001: more than the model's"),
     (["logits", "--tokens", "0"], "--tokens must be a comma-separated list"),
-    (["drift", "--tp", "3"], "--tp must divide the 8 attention heads"),
+    (["logits", "--tokens", ""], "--tokens must be a comma-separated list"),
+    (["logits", "--tokens", "64,1000000000"], "--tokens 1000000000: more than the model's"),
+    (["logits", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["logits", "--seed", HUGE_SEED], "--seed must be an int"),
+    (["logits", "--dense-threshold", "-1"], "--dense-threshold must be an int >= 0"),
+    (["logits", "--tokens", "24", "--out", "{tmp}/resume", "--backends", "torch_bf16"], "is not a glmcheck item"),
+    (["firsttoken", "--prompts", "{tmp}/huge.jsonl"], "prompt 'huge' of tokens"),
     (["firsttoken", "--prompts", "{tmp}/empty.jsonl"], "is empty"),
     (["firsttoken", "--prompts", "{tmp}/broken.jsonl"], "broken.jsonl"),
+    (["firsttoken", "--prompts", "nonexistent50"], "nonexistent50"),
+    (["firsttoken", "--tie-gap", "nan"], "--tie-gap must be a finite number >= 0"),
+    (["firsttoken", "--tie-gap", "inf"], "--tie-gap must be a finite number >= 0"),
+    (["firsttoken", "--max-dlogprob", "-1"], "--max-dlogprob must be a finite number >= 0"),
+    (["firsttoken", "--continue", "-1"], "--continue must be an int >= 0"),
+    (["firsttoken", "--limit", "0"], "limit"),
+    (["firsttoken", "--seed", HUGE_SEED], "--seed must be an int"),
+    (["firsttoken", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["drift", "--tokens", "0"], "--tokens must be an int >= 1"),
+    (["drift", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["drift", "--seed", HUGE_SEED], "--seed must be an int"),
+    (["drift", "--tp", "3"], "--tp must divide the 8 attention heads"),
+] + [([command, "--out", f"{UNWRITABLE}/run"], f"--out {UNWRITABLE}/run: cannot write in")
+     for command in ("logits", "firsttoken", "drift")]
+
+OTHER_CASES = [
     (["report", "{tmp}/no-summary"], "no summary.json"),
-    (["capture-indices", "--tokens", "0", "--out", "{tmp}/t.safetensors"], "must be positive"),
+    (["report", "{tmp}/absent"], "does not exist"),
+    (["report", "{tmp}/bad-record"], "layer0 record lacks what its tables need"),
+    (["report", "{tmp}/mixed-record"], "firsttoken record lacks what its tables need"),
+    (["capture-indices", "--tokens", "0", "--out", "{tmp}/t.safetensors"], "--tokens must be an int >= 1"),
+    (["capture-indices", "--tokens", "8", "--batch", "0", "--out", "{tmp}/t.safetensors"], "--batch must be an int"),
+    (["capture-indices", "--tokens", "8", "--out", "{tmp}"], "is a directory; expected a file path"),
+    (["capture-indices", "--tokens", "8", "--out", "{tmp}/t.txt"], "must end in .safetensors"),
+    (["capture-indices", "--tokens", "8", "--out", f"{UNWRITABLE}/t.safetensors"], "cannot write in"),
+    (["capture-indices", "--tokens", "8", "--seed", HUGE_SEED, "--out", "{tmp}/t.safetensors"], "--seed must be"),
+    (["capture-indices", "--tokens", "100000000", "--out", "{tmp}/t.safetensors"], "--tokens x --batch 100000000"),
     (["union-stats", "--indices", "{tmp}/absent.safetensors"], "does not exist"),
-    (["layer0", "--backends", "flashmla_sparse"], "flashmla_sparse"),
-])
-def test_cli_bad_inputs_exit_2_with_one_line(args, words, bad_files, capsys):
+    (["union-stats", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["union-stats", "--seed", HUGE_SEED], "--seed must be"),
+    (["union-stats", "--topk", "0"], "--topk must be an int >= 1"),
+    (["union-stats", "--out", f"{UNWRITABLE}/run"], "cannot write in"),
+    (["bench", "--out", f"{UNWRITABLE}/run"], "cannot write in"),
+    (["selfcheck", "--d-v", "48"], "d_v must be a power of two"),
+    (["selfcheck", "--seed", HUGE_SEED], "--seed must be"),
+    (["selftest", "--seed", HUGE_SEED], "--seed must be"),
+    (["bench", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
+    (["plan", "--tokens", "0"], "must be positive"),
+    (["backends", "--heads", "0"], "--heads must be a positive int"),
+    (["backends", "--backends", "nope"], "unknown backend 'nope'"),
+]
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("args, words", MODEL_CASES + OTHER_CASES, ids=lambda v: " ".join(v)[:70] if
+                         isinstance(v, list) else None)
+def test_cli_bad_inputs_exit_2_with_one_line_and_write_nothing(args, words, bad_files, capsys):
     args = [a.replace("{tmp}", str(bad_files)) for a in args]
-    before = sorted(p.name for p in bad_files.iterdir())
+    before = _tree(bad_files)
     code = cli.main(args + (["--quiet"] if args[0] in ("layer0", "logits", "drift", "firsttoken") else []))
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    errors = [line for line in err if "error:" in line]
-    assert len(errors) == 1 and words in errors[0], err
-    assert sorted(p.name for p in bad_files.iterdir()) == before, "nothing written on a usage error"
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert words.replace("{tmp}", str(bad_files)) in err, err
+    assert _tree(bad_files) == before, "a run that failed validation left files behind"
+
+
+def test_corrected_rerun_with_the_same_out_runs(bad_files, capsys):
+    """After an exit-2 error nothing was written, so the corrected command with the same --out runs."""
+    out = str(bad_files / "fresh")
+    assert cli.main(["logits", "--tokens", "0", "--out", out, "--quiet", "--backends", "torch_bf16"]) == 2
+    assert not Path(out).exists()
+    assert cli.main(["logits", "--tokens", "24", "--out", out, "--quiet", "--backends", "torch_bf16"]) == 0, \
+        capsys.readouterr().err
+
+
+def test_report_plots_refuse_a_record_they_cannot_write(bad_files, monkeypatch, capsys):
+    """A read-only record (root writes anywhere, so the write probe is made to fail here) is one line."""
+    from glmcheck.commands import options
+    assert cli.main(["union-stats", "--out", str(bad_files / "stats")]) == 0
+    real = options.tempfile.mkstemp
+
+    def refuse(*args, dir=None, **kwargs):
+        if Path(dir) == bad_files / "stats":
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(options.tempfile, "mkstemp", refuse)
+    capsys.readouterr()
+    assert cli.main(["report", "--plots", str(bad_files / "stats")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--plots: cannot write in" in err and "Permission denied" in err, err
+    assert not list((bad_files / "stats").glob("*.png"))
+
+
+def test_report_reads_union_stats_records(bad_files, capsys):
+    assert cli.main(["union-stats", "--out", str(bad_files / "stats")]) == 0
+    printed = capsys.readouterr().out
+    assert cli.main(["report", str(bad_files / "stats")]) == 0
+    assert capsys.readouterr().out.strip() == printed.split("record:")[0].strip()

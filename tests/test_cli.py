@@ -58,3 +58,15 @@ def test_argparse_errors_are_one_line_and_exit_2(argv, message, capsys):
         cli.main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and err.startswith(message), err
+
+
+def test_the_readme_main_command_runs_in_a_fresh_process(tmp_path):
+    """`glmcheck layer0 --model tiny` as a new user runs it (no TRITON_INTERPRET set, nothing imported
+    before): the Triton kernel in the interpreter on a CPU-only machine, verdict PASS."""
+    import os
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-m", "glmcheck", "layer0", "--model", "tiny", "--tokens", "24",
+                             "--backends", "triton_sparse_mla", "--quiet", "--out", str(tmp_path / "run")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "verdict: PASS" in result.stdout

@@ -86,6 +86,9 @@ def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.commands.options import check_out_dir
+
+    check_out_dir(ns.out)
     if ns.model and ns.timing != "eager":
         raise ValueError(f"--timing {ns.timing} applies to the kernel bench; --model times whole prefills eagerly")
     _require_gpu()

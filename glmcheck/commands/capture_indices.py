@@ -6,9 +6,11 @@ import argparse
 
 import torch
 
+from glmcheck.commands.options import check_count, check_out_file, check_seed
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.data.traces import capture_indices, write_trace
-from glmcheck.model.load import ModelSpec, load_model, resolve_device
+from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
+from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
 from glmcheck.records.environment import config_hash
 
@@ -31,10 +33,13 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    if ns.tokens < 1 or ns.batch < 1:
-        raise ValueError(f"--tokens and --batch must be positive, got {ns.tokens} and {ns.batch}")
+    check_count(ns.tokens, "--tokens")
+    check_count(ns.batch, "--batch")
+    check_seed(ns.seed)
+    check_out_file(ns.out, suffix=".safetensors")
     spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
     device = resolve_device(ns.device)
+    check_fits(config_of(spec), ns.tokens * ns.batch, device, "--tokens x --batch")
     model = load_model(spec, device)
     prompts = torch.cat([seeded_prompt(model.config.vocab_size, ns.tokens, ns.seed + b, device)
                          for b in range(ns.batch)])

@@ -17,10 +17,13 @@ from glmcheck.backends.flashmla import flashmla_supports
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
 from glmcheck.checks.common import Gate
 from glmcheck.checks.runner import SwapOptions
+from glmcheck.commands.options import check_count, check_number, check_out_dir, check_seed
 from glmcheck.kernels.union import legal_groups
-from glmcheck.model.load import ModelSpec, heads_of, latent_dims_of, load_model, resolve_device
+from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
+from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
 from glmcheck.records.environment import config_hash, environment_metadata
+from glmcheck.records.progress import ItemStore
 from glmcheck.records.report import render
 from glmcheck.records.store import default_run_dir, write_record
 
@@ -81,17 +84,24 @@ def default_reference(device: torch.device, latent_dims: tuple[int, int] | None 
 class Prepared:
     """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
 
-    def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None):
+    def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None, *, layer0_only: bool = False):
         from glmcheck.model import distributed
 
+        check_seed(ns.seed)
+        check_number(ns.gate_ratio, "--gate-ratio", positive=True)
+        check_number(ns.max_rel_l2, "--max-rel-l2")
+        check_out_dir(ns.out)
+        if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
+            raise ValueError(f"--backends names no backend: {ns.backends!r}")
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
                               seed=ns.seed, init=ns.init)
+        self.config = config_of(self.spec, layer0_only=layer0_only)
         self.dist = distributed.current()
         self.device = self.dist.device if self.dist else resolve_device(ns.device)
-        heads = heads_of(self.spec)
+        heads = self.config.num_attention_heads
         if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
-        dims = latent_dims_of(self.spec)
+        dims = (self.config.kv_lora_rank, self.config.qk_rope_head_dim)
         self.reference = resolve_backend_names([ns.reference or default_reference(self.device, dims)])[0]
         self.backends = resolve_backend_names([b.strip() for b in ns.backends.split(",") if b.strip()]
                                               if ns.backends else default_backends(self.device, heads // ns.tp, dims))
@@ -116,11 +126,19 @@ class Prepared:
                 "max_rel_l2": self.gate.max_rel_l2, "device": str(self.device)}
 
     def prompt_tokens(self, requested: int | None) -> int:
-        """--tokens, or 4096 on a GPU and 128 on the CPU; ValueError unless positive."""
+        """--tokens, or 4096 on a GPU and 128 on the CPU; ValueError unless positive, within the
+        model's positions and within the device's memory (`check_prompt`)."""
         tokens = requested if requested is not None else (4096 if self.device.type == "cuda" else 128)
-        if tokens < 1:
-            raise ValueError(f"--tokens must be a positive int, got {tokens}")
+        self.check_prompt(tokens)
         return tokens
+
+    def check_prompt(self, tokens: int, option: str = "--tokens") -> None:
+        """ValueError naming `option` unless a prompt of `tokens` tokens fits the model and device."""
+        check_count(tokens, option)
+        limit = getattr(self.config, "max_position_embeddings", None)
+        if limit is not None and tokens > limit:
+            raise ValueError(f"{option} {tokens}: more than the model's {limit} positions")
+        check_fits(self.config, tokens, self.device, option)
 
     def forward_count(self) -> int:
         """Forwards of a layer0/drift run: reference twice, the floor, every other backend once."""
@@ -140,6 +158,24 @@ def run_directory(ns: argparse.Namespace, prep: Prepared, command: str) -> Path 
     return default_run_dir(command) if prep.is_main else None
 
 
+class Resume:
+    """The finished items of a resumable run: with --out, read and checked (fingerprint, item files)
+    while the options are checked, before any model is built; without it, a fresh record directory's
+    empty store, bound once the run has one (`bind`)."""
+
+    def __init__(self, ns: argparse.Namespace, prep: Prepared, fingerprint: dict):
+        self.fingerprint, self.writable = fingerprint, prep.is_main
+        self.store = ItemStore(Path(ns.out), fingerprint, writable=self.writable) if ns.out else None
+        self.done = self.store.load() if self.store is not None else {}
+
+    def bind(self, out: Path | None) -> None:
+        if self.store is None:
+            self.store = ItemStore(out, self.fingerprint, writable=self.writable)
+
+    def save(self, key: str, payload) -> None:
+        self.store.save(key, payload)
+
+
 @dataclass
 class CheckOutcome:
     """What one check run produced: its record rows, verdict, facts, extra summary fields, tensors."""
@@ -154,16 +190,16 @@ class CheckOutcome:
 def run_check(ns: argparse.Namespace, command: str, default_max_rel_l2: float | None,
               plan: Callable[[Prepared], Callable[[torch.nn.Module, Path | None], CheckOutcome]], *,
               layer0_only: bool = False, resumable: bool = False) -> int:
-    """The one sequence of every model check: resolve the shared options (`Prepared`), let `plan`
-    check the command's own options and return its run, print the warnings, build the model, run
-    it, write the record and print the tables. `resumable` commands get their record directory
-    before the run (their finished items live there); the others get it when the record is written.
-    Returns the exit code (0 PASS, 1 FAIL)."""
-    prep = Prepared(ns, default_max_rel_l2)
+    """The one sequence of every model check: resolve and check the shared options (`Prepared`),
+    let `plan` check the command's own options and return its run, print the warnings, build the
+    model, run it, write the record and print the tables. Nothing is written before the model is
+    built. `resumable` commands get their record directory before the run (their finished items
+    live there); the others get it when the record is written. Returns 0 PASS, 1 FAIL."""
+    prep = Prepared(ns, default_max_rel_l2, layer0_only=layer0_only)
     run = plan(prep)
     prep.say_warnings()
-    out = run_directory(ns, prep, command) if resumable else None
     model = load_model(prep.spec, prep.device, layer0_only=layer0_only)
+    out = run_directory(ns, prep, command) if resumable else None
     outcome = run(model, out)
     return finish(command, ns, prep, model, outcome, out)
 

@@ -8,10 +8,10 @@ import dataclasses
 from tqdm import tqdm
 
 from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
-from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
+from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
+from glmcheck.commands.options import check_count, check_number
 from glmcheck.commands.tokenizers import model_tokenizer
 from glmcheck.data.prompts import PROMPT_SETS, load_prompts
-from glmcheck.records.progress import ItemStore
 
 
 def add_parser(sub) -> None:
@@ -33,19 +33,24 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     def plan(prep):
-        if ns.continue_tokens < 0:
-            raise ValueError(f"--continue must be >= 0, got {ns.continue_tokens}")
+        check_count(ns.continue_tokens, "--continue", minimum=0)
+        check_number(ns.tie_gap, "--tie-gap")
+        check_number(ns.max_dlogprob, "--max-dlogprob")
         prompts = load_prompts(ns.prompts, ns.limit)
+        tokenizer = model_tokenizer(prep.spec, prep.config.vocab_size)
+        for prompt in prompts:
+            prep.check_prompt(len(tokenizer.encode(prompt.prompt)) + ns.continue_tokens,
+                              f"--prompts {ns.prompts}: prompt {prompt.id!r} of tokens")
+
+        resume = Resume(ns, prep, {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
+                                   "prompts": [p.id for p in prompts], "continue": ns.continue_tokens})
+        done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
 
         def run(model, out):
-            fingerprint = {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
-                           "prompts": [p.id for p in prompts], "continue": ns.continue_tokens}
-            store = ItemStore(out, fingerprint, writable=prep.is_main)
-            done = {key: [PromptOutcome(**o) for o in payload] for key, payload in store.load().items()}
-            tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
+            resume.bind(out)
 
             def finished(prompt, outcomes):
-                store.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
+                resume.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
                 bar.update(1)
 
             with tqdm(total=len(prompts), initial=len(done), desc="firsttoken prompts", disable=prep.quiet,

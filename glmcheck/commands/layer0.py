@@ -27,11 +27,14 @@ def add_parser(sub) -> None:
 def handle(ns: argparse.Namespace) -> int:
     def plan(prep):
         tokens = prep.prompt_tokens(ns.tokens)
+        text_ids = None
+        if ns.text is not None:
+            text_ids = model_tokenizer(prep.spec, prep.config.vocab_size).encode(ns.text)
+            prep.check_prompt(max(len(text_ids), tokens), "--text (tokens)")
 
         def run(model, out):
-            if ns.text is not None:
-                tokenizer = model_tokenizer(prep.spec, model.config.vocab_size)
-                ids = text_prompt(tokenizer.encode(ns.text), ns.tokens, prep.device)
+            if text_ids is not None:
+                ids = text_prompt(text_ids, ns.tokens, prep.device)
             else:
                 ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
             with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \

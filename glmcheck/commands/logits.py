@@ -9,14 +9,14 @@ from tqdm import tqdm
 
 from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
-from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
+from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
+from glmcheck.commands.options import check_count
 from glmcheck.data.prompts import seeded_prompt
-from glmcheck.records.progress import ItemStore
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
     try:
-        lengths = [int(x) for x in (text or default).split(",") if x.strip()]
+        lengths = [int(x) for x in (default if text is None else text).split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {text!r}") from None
     if not lengths or any(n < 1 for n in lengths):
@@ -39,16 +39,19 @@ def add_parser(sub) -> None:
 def handle(ns: argparse.Namespace) -> int:
     def plan(prep):
         lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
+        check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
+        for tokens in lengths:
+            prep.check_prompt(tokens)
+        resume = Resume(ns, prep, {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
+                                   "lengths": lengths, "seed": ns.seed})
+        done = {int(key): [_row(r) for r in payload] for key, payload in resume.done.items()}
 
         def run(model, out):
-            fingerprint = {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
-                           "lengths": lengths, "seed": ns.seed}
-            store = ItemStore(out, fingerprint, writable=prep.is_main)
-            done = {int(key): [_row(r) for r in payload] for key, payload in store.load().items()}
+            resume.bind(out)
             prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
 
             def finished(tokens, rows):
-                store.save(str(tokens), [dataclasses.asdict(r) for r in rows])
+                resume.save(str(tokens), [dataclasses.asdict(r) for r in rows])
                 bar.update(1)
 
             with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.records.report import render
+from glmcheck.records.report import TABLE_COMMANDS, render
 from glmcheck.records.store import read_record
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
-                       description="Re-read a record directory written by layer0, logits or firsttoken and "
-                                   "print its tables; exit 0 if its verdict was PASS, 1 otherwise.")
+                       description="Re-read a record directory written by layer0, logits, firsttoken, drift, "
+                                   "union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
+                                   "it has none, as union-stats and bench records), 1 otherwise.")
     p.add_argument("directory", help="record directory (holds summary.json)")
     p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata")
     p.add_argument("--plots", action="store_true",
@@ -21,8 +22,12 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     if ns.plots:
+        from glmcheck.commands.options import check_writable_dir
         from glmcheck.records.plots import write_plots
+        from glmcheck.records.store import find_records
 
+        for record_dir in find_records(ns.directory):
+            check_writable_dir(record_dir, "--plots")
         written = write_plots(ns.directory)
         if not written:
             raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats) under {ns.directory}")
@@ -30,5 +35,10 @@ def handle(ns: argparse.Namespace) -> int:
             print(f"wrote {path}")
         return 0
     record = read_record(ns.directory)
-    print(render(record.summary, record.rows, md=ns.md), end="" if ns.md else "\n")
-    return 0 if record.summary.get("verdict") == "PASS" else 1
+    try:
+        text = render(record.summary, record.rows, md=ns.md)
+    except ValueError as err:
+        raise ValueError(f"{ns.directory}: {err}") from None
+    print(text, end="" if ns.md else "\n")
+    verdict = record.summary.get("verdict")
+    return 0 if verdict == "PASS" or (verdict is None and record.summary.get("command") in TABLE_COMMANDS) else 1

@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.commands.options import check_seed
+
+    check_seed(ns.seed)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
     from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
     from glmcheck.selftest import selfcheck

@@ -68,6 +68,9 @@ def mutant_table(report, exhaustive: bool) -> str:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.commands.options import check_seed
+
+    check_seed(ns.seed)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
     from glmcheck.selftest.runner import run_selftest

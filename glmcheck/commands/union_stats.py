@@ -80,6 +80,11 @@ def table(rows: list[dict]) -> str:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.commands.options import check_count, check_out_dir, check_seed
+
+    check_seed(ns.seed)
+    check_count(ns.topk, "--topk")
+    check_out_dir(ns.out)
     rows = _trace(ns) if ns.indices else _synthetic(ns)
     text = table(rows)
     print(text)

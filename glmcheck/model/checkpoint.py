@@ -45,6 +45,8 @@ class CheckpointError(ValueError):
 def read_config(path: str | os.PathLike) -> GlmMoeDsaConfig:
     """The checkpoint's config, checked to be a GLM-MoE-DSA model."""
     root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"checkpoint {str(root)!r} is a file; expected a checkpoint directory")
     if not root.is_dir():
         raise FileNotFoundError(f"checkpoint directory {str(root)!r} does not exist")
     if not (root / "config.json").is_file():

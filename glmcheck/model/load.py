@@ -44,25 +44,38 @@ def resolve_device(name: str | None) -> torch.device:
     return device
 
 
-def heads_of(spec: ModelSpec) -> int:
-    """Attention heads of the model `spec` describes (reads only the config)."""
-    if spec.checkpoint:
-        from glmcheck.model.checkpoint import read_config
-
-        return read_config(spec.checkpoint).num_attention_heads
-    if spec.preset not in PRESETS:
-        raise ValueError(f"unknown preset {spec.preset!r}; expected one of {', '.join(PRESETS)}")
-    return PRESETS[spec.preset].fields["num_attention_heads"]
-
-
-def latent_dims_of(spec: ModelSpec) -> tuple[int, int]:
-    """(kv_lora_rank, qk_rope_head_dim) of the model `spec` describes (reads only the config)."""
+def config_of(spec: ModelSpec, *, layer0_only: bool = False):
+    """The config of the model `spec` describes, as `load_model` would build it (reads files only).
+    ValueError for --layers / --experts with a checkpoint (they apply to presets) or below 1."""
+    for option, value in (("--layers", spec.layers), ("--experts", spec.experts)):
+        if value is not None and (isinstance(value, bool) or value < 1):
+            raise ValueError(f"{option} must be an int >= 1, got {value!r}")
     if spec.checkpoint:
         from glmcheck.model.checkpoint import read_config
 
         config = read_config(spec.checkpoint)
-    else:
-        config = make_config(spec.preset, layers=1)
+        for option, value, own in (("--layers", spec.layers, config.num_hidden_layers),
+                                   ("--experts", spec.experts, config.n_routed_experts)):
+            if value is not None and value != own:
+                raise ValueError(f"{option} {value} does not apply to --checkpoint {spec.checkpoint} "
+                                 f"(it has {own}; the checkpoint's own are used)")
+        if layer0_only:
+            config.num_hidden_layers = 1
+        return config
+    if spec.preset not in PRESETS:
+        raise ValueError(f"unknown preset {spec.preset!r}; expected one of {', '.join(PRESETS)}")
+    layers = 1 if layer0_only and spec.layers is None else spec.layers
+    return make_config(spec.preset, layers=layers, experts=spec.experts)
+
+
+def heads_of(spec: ModelSpec) -> int:
+    """Attention heads of the model `spec` describes (reads only the config)."""
+    return config_of(spec).num_attention_heads
+
+
+def latent_dims_of(spec: ModelSpec) -> tuple[int, int]:
+    """(kv_lora_rank, qk_rope_head_dim) of the model `spec` describes (reads only the config)."""
+    config = config_of(spec)
     return config.kv_lora_rank, config.qk_rope_head_dim
 
 

@@ -10,6 +10,7 @@ a few hidden-state buffers and the absorbed query / kernel output of H/tp heads.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from transformers import GlmMoeDsaConfig
@@ -91,3 +92,26 @@ def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 
         used, max_layers = used + size, max_layers + 1
     return MemoryPlan(config.num_hidden_layers, tp, tokens, total, per_rank, (sum(layer_bytes) + other_bytes) / GIB,
                       activations / GIB, gpu_gib, max_layers)
+
+
+def device_bytes(device) -> int:
+    """Memory of `device`: a CUDA GPU's total, or the machine's physical memory for the CPU."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--tokens") -> None:
+    """ValueError naming `option` when one process's prefill of `tokens` tokens (all weights, the
+    rough activation estimate) needs more memory than `device` has at all: a run that cannot fit
+    fails here, before anything is allocated. The estimate is an upper bound, so this only refuses
+    what could never run."""
+    _, _, layer_bytes, other_bytes = _rank_bytes(config, 1)
+    need = sum(layer_bytes) + other_bytes + activation_bytes(config, 1, tokens)
+    have = device_bytes(device)
+    if need > have:
+        raise ValueError(f"{option} {tokens}: a prefill of {config.num_hidden_layers} layers needs about "
+                         f"{need / GIB:,.0f} GiB (weights and activations, `glmcheck plan`), more than the "
+                         f"{have / GIB:,.0f} GiB of {device}")

@@ -2,7 +2,8 @@
 
 `ItemStore(directory, fingerprint)` keeps one JSON file per finished item under
 `directory/items/`, each written atomically. The fingerprint (command, model, options, items
-requested) is stored beside them; reopening the directory with a different fingerprint raises
+requested) is stored beside them with the first item (a run that fails before any item finishes
+leaves nothing); reopening the directory with a different fingerprint raises
 ValueError instead of mixing two runs. Rerunning with the same `--out` loads the finished
 items and computes only the rest.
 """
@@ -35,20 +36,21 @@ class ItemStore:
         self.writable = writable and directory is not None
         self.root = Path(directory) / ITEMS_DIR if directory is not None else None
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+        self._fingerprint_written = False
         if self.root is None or (not self.writable and not self.root.exists()):
             return
-        if self.writable:
-            self.root.mkdir(parents=True, exist_ok=True)
         stored = self.root / FINGERPRINT_FILE
+        self._fingerprint_written = stored.exists()
         if stored.exists():
-            previous = json.loads(stored.read_text())
+            try:
+                previous = json.loads(stored.read_text())
+            except json.JSONDecodeError:
+                raise ValueError(f"{stored} is not valid JSON; remove it or use another --out") from None
             if previous != self.fingerprint:
                 changed = sorted(k for k in set(previous) | set(self.fingerprint)
                                  if previous.get(k) != self.fingerprint.get(k))
                 raise ValueError(f"--out {Path(directory)} holds a run with other settings ({', '.join(changed)}); "
                                  f"use another --out or the same settings to resume")
-        elif self.writable:
-            write_json_atomic(stored, self.fingerprint)
 
     def load(self) -> dict[str, Any]:
         """{key: payload} of every finished item."""
@@ -58,12 +60,20 @@ class ItemStore:
         for path in sorted(self.root.glob("*.json")):
             if path.name == FINGERPRINT_FILE:
                 continue
-            item = json.loads(path.read_text())
-            done[item["key"]] = item["payload"]
+            try:
+                item = json.loads(path.read_text())
+                done[item["key"]] = item["payload"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f"finished item {path} is not a glmcheck item (JSON with key and payload); "
+                                 f"remove it or use another --out") from None
         return done
 
     def save(self, key: str, payload: Any) -> None:
         """Record one finished item (atomic; nothing on a read-only store)."""
         if not self.writable:
             return
+        if not self._fingerprint_written:  # written with the first item: a run that fails before leaves none
+            self.root.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.root / FINGERPRINT_FILE, self.fingerprint)
+            self._fingerprint_written = True
         write_json_atomic(self.root / _safe_name(key), {"key": key, "payload": payload})

@@ -91,12 +91,22 @@ RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _
              "drift": _render_drift}
 
 
+TABLE_COMMANDS = ("union-stats", "bench", "bench-model")  # records that carry their printed table
+
+
 def render(summary: dict, rows: pd.DataFrame, md: bool = False) -> str:
-    """The tables of a record, then the gate rule and the verdict."""
+    """The tables of a record, then the gate rule and the verdict (records of TABLE_COMMANDS: the
+    table they printed). ValueError naming the field when the record lacks one its command needs."""
     command = summary.get("command")
+    if command in TABLE_COMMANDS and isinstance(summary.get("table"), str):
+        return summary["table"] + ("\n" if md else "")
     if command not in RENDERERS:
-        raise ValueError(f"record of unknown command {command!r}; expected one of {', '.join(RENDERERS)}")
-    parts = RENDERERS[command](summary, rows)
+        raise ValueError(f"record of unknown command {command!r}; expected one of "
+                         f"{', '.join(list(RENDERERS) + list(TABLE_COMMANDS))}")
+    try:
+        parts = RENDERERS[command](summary, rows)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{command} record lacks what its tables need ({type(err).__name__}: {err})") from None
     facts = summary.get("facts", {})
     lines = [f"gate: {facts['gate']}" if "gate" in facts else "", f"verdict: {summary.get('verdict')}"]
     if md:
