@@ -1,9 +1,6 @@
-"""Triton and Gluon sparse-MLA prefill kernels and their launchers (device code and launchers live
-in separate files: `prefill`, `union` and `gluon.launch` launch the kernels of the other files).
-
-Importing this package on a machine without CUDA turns on Triton's CPU interpreter
-(TRITON_INTERPRET=1) unless the variable is already set, so the kernels run everywhere.
-"""
+"""Triton and Gluon sparse-MLA prefill kernels and their launchers (device code and launchers live in separate
+files: `prefill`, `union` and `gluon.launch` launch the kernels of the other files). Importing this package on a
+machine without CUDA turns on Triton's CPU interpreter (TRITON_INTERPRET=1) unless the variable is already set."""
 
 from glmcheck.kernels.runtime import ensure_interpreter_without_cuda
 

@@ -35,20 +35,17 @@ LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
 END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
-# Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the
-# 32-row tile spills with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
+# Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the 32-row tile spills
+# with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
-# From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one
-# slice costs ~3.73 ms at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32
-# (docs/performance.md, "Per-token tiles by head count").
+# From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one slice costs ~3.73 ms
+# at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32 (docs/performance.md, "Per-token tiles by head count").
 PINGPONG_MIN_HEADS = 17
 
 
 def head_tile(num_heads: int) -> int:
-    """Query rows per program on the per-token path: heads padded to a 16-row MMA tile.
-
-    Up to MAX_HEAD_TILE heads share one program; more heads are split over the grid.
-    """
+    """Query rows per program on the per-token path: heads padded to a 16-row MMA tile. Up to MAX_HEAD_TILE heads
+    share one program; more heads are split over the grid."""
     return min(max(16, triton.next_power_of_2(num_heads)), MAX_HEAD_TILE)
 
 
@@ -57,8 +54,7 @@ def needs_int64_rows(num_kv_rows: int, d_qk: int) -> bool:
     return num_kv_rows * d_qk >= INT32_LIMIT
 
 
-def effective_lengths(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                      num_kv_rows: int) -> torch.Tensor:
+def effective_lengths(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int) -> torch.Tensor:
     """Per-token loop bound [T] int32: topk_length, or the position after the last valid slot."""
     if topk_length is not None:
         return topk_length.contiguous()
@@ -78,24 +74,18 @@ def _check_device(q: torch.Tensor) -> None:
 
 def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,
                      tile: tiles.Tile, kv_int64: bool, find_bound: bool | None = None):
-    """Launch the Triton per-token kernel once with `tile` (no step-down); returns Triton's handle.
-    `lengths` [T] int32 (topk_length, or the host's `effective_lengths`) bounds each token's slots,
-    None reads all topk slots. `find_bound` (default: `lengths is None`) has the kernel find the
-    bound itself within them: one past the last slot holding a row in [0, S), as
-    `effective_lengths` would."""
+    """Launch the Triton per-token kernel once with `tile` (no step-down); returns Triton's handle. `lengths` [T]
+    int32 (topk_length, or the host's `effective_lengths`) bounds each token's slots, None reads all topk slots.
+    `find_bound` (default: `lengths is None`) has the kernel find the bound itself within them: one past the last
+    slot holding a row in [0, S), as `effective_lengths` would."""
     q, kv, idx = args.q, args.kv, args.indices
     block_h = head_tile(args.num_heads)
     grid = (args.num_tokens, triton.cdiv(args.num_heads, block_h))
     return sparse_mla_token_kernel[grid](
-        q, kv, idx, idx if lengths is None else lengths, out,
-        args.num_kv_rows, args.num_heads, args.topk,
-        q.stride(0), q.stride(1), q.stride(2),
-        kv.stride(0), kv.stride(1),
-        idx.stride(0), idx.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
-        args.sm_scale * LOG2E,
-        D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
-        BLOCK_H=block_h, BLOCK_N=tile.block_n,
+        q, kv, idx, idx if lengths is None else lengths, out, args.num_kv_rows, args.num_heads, args.topk,
+        q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(1), idx.stride(0), idx.stride(1),
+        out.stride(0), out.stride(1), out.stride(2), args.sm_scale * LOG2E,
+        D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail), BLOCK_H=block_h, BLOCK_N=tile.block_n,
         KV_INT64=kv_int64, UPCAST=interpreter_active(),
         HAS_LENGTH=lengths is not None, FIND_BOUND=lengths is None if find_bound is None else find_bound,
         END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
@@ -120,17 +110,15 @@ def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
 
 
 def kernel_finds_bound(args: PrefillArgs) -> bool:
-    """True when the Triton per-token kernel finds each token's loop bound itself (within
-    topk_length when given): on query tiles of at most KERNEL_BOUND_MAX_ROWS rows; larger tiles are
-    handed topk_length, or the host's `effective_lengths` without it."""
+    """True when the Triton per-token kernel finds each token's loop bound itself, within topk_length if given (query
+    tiles of at most KERNEL_BOUND_MAX_ROWS rows); larger tiles get topk_length, else the host's `effective_lengths`."""
     return head_tile(args.num_heads) <= KERNEL_BOUND_MAX_ROWS
 
 
 @dataclass(frozen=True)
 class Route:
-    """The kernels one `sparse_mla_prefill` call runs: `tile` (one of TILE_NAMES) for the first
-    T - T mod G tokens in union groups of `group` tokens (1: the per-token path), `tail` (a
-    per-token tile) for the T mod G tokens left, None when there are none."""
+    """The kernels one `sparse_mla_prefill` call runs: `tile` (one of TILE_NAMES) for the first T - T mod G tokens
+    in union groups of `group` tokens (1: the per-token path), `tail` (a per-token tile, or None) for the rest."""
 
     group: int
     tile: str
@@ -141,16 +129,16 @@ TILE_NAMES = ("triton-token", "triton-union", "gluon-split", "gluon-pingpong")
 
 
 def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:
-    """The per-token path's tile: the ping-pong Gluon tile per 64-head slice from
-    PINGPONG_MIN_HEADS heads on (where `ws_supports` it), else the Triton per-token kernel."""
+    """The per-token path's tile: the ping-pong Gluon tile per 64-head slice from PINGPONG_MIN_HEADS heads on
+    (where `ws_supports` it), else the Triton per-token kernel."""
     if first is None and args.num_heads >= PINGPONG_MIN_HEADS and ws_supports(args, 1):
         return "gluon-pingpong"
     return "triton-token"
 
 
 def union_tile(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> str:
-    """The union attention's tile for groups of `group` tokens: a Gluon 64-row tile where
-    `ws_supports` it (`tile_for` names which), else the Triton union kernel."""
+    """The union attention's tile for groups of `group` tokens: a Gluon 64-row tile where `ws_supports` it
+    (`tile_for` names which), else the Triton union kernel."""
     if first is None and ws_supports(args, group):
         return f"gluon-{tile_for(group)}"
     return "triton-union"
@@ -168,8 +156,8 @@ def plan_route(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -
 def kernel_route(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
                  topk_length: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
                  _tile: tiles.Tile | None = None) -> Route:
-    """The Route `sparse_mla_prefill` takes for these arguments (it dispatches by the same
-    function), without running anything: which tile serves which tokens (tests, diagnostics)."""
+    """The Route `sparse_mla_prefill` takes for these arguments (it dispatches by the same function), without
+    running anything: which tile serves which tokens (tests, diagnostics)."""
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     return plan_route(args, _union_gate(args, union, deterministic), _tile)
 
@@ -198,8 +186,7 @@ def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: 
                                 lambda tile: launch_per_token(args, lengths, out, tile, kv_int64, find_bound))
 
 
-def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
-               first: tiles.Tile | None) -> None:
+def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
     sets = build_union_sets(args.indices, group, args.topk_length, args.num_kv_rows)
     scale = args.sm_scale * LOG2E
     if union_tile(args, group, first) != "triton-union":
@@ -214,21 +201,19 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
         _run_per_token(_token_slice(args, done), out[done:], kv_int64, None)
 
 
-def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
-                       d_v: int = 512, *, topk_length: torch.Tensor | None = None,
-                       out: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
-                       check_inputs: bool = False, _kv_int64: bool | None = None,
+def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
+                       topk_length: torch.Tensor | None = None, out: torch.Tensor | None = None, union: int = 0,
+                       deterministic: bool = False, check_inputs: bool = False, _kv_int64: bool | None = None,
                        _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
-    `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one
-    deduplicated gather (the per-token values up to summation order), where the G*H query tile is
-    16, 32 or 64 rows; otherwise, with `deterministic=True` (batch-invariant results) and for the
-    T mod G tail tokens the per-token path runs. No host sync, so a CUDA graph can capture any
-    path. On an sm_90 GPU the Gluon tiles run where they apply (`kernel_route` names the tiles).
-    `check_inputs=True` also checks contents (a host sync): q and kv finite, no KV row named twice
-    in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row offsets;
-    `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits.
+    `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one deduplicated gather (the
+    per-token values up to summation order), where the G*H query tile is 16, 32 or 64 rows; otherwise, with
+    `deterministic=True` (batch-invariant results) and for the T mod G tail tokens the per-token path runs. No host
+    sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
+    (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no
+    KV row named twice in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row
+    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     if check_inputs:

@@ -1,6 +1,5 @@
-"""Where the Triton kernels run: a CUDA GPU, or the CPU through Triton's interpreter, which Triton
-chooses when a kernel module is imported (TRITON_INTERPRET); without CUDA we set it first.
-"""
+"""Where the Triton kernels run: a CUDA GPU, or the CPU through Triton's interpreter, which Triton chooses when
+a kernel module is imported (TRITON_INTERPRET); without CUDA we set it first."""
 
 from __future__ import annotations
 

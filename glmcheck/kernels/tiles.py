@@ -1,10 +1,9 @@
 """Launch tiles per GPU architecture, and the OutOfResources step-down with its memo.
 
-A tile is (BLOCK_N, num_warps, num_stages), keyed by CUDA capability, kernel path and query tile
-height M (BLOCK_H per-token, G*H union); (9, 0) was measured on the H200 (docs/performance.md,
-"Triton tile table"), other GPUs get DEFAULT_TILE with one warning, the interpreter
-INTERPRETER_TILE. A launch that raises OutOfResources retries with smaller tiles, and the first that
-fits is remembered per (path, heads, union G, device).
+A tile is (BLOCK_N, num_warps, num_stages), keyed by CUDA capability, kernel path and query tile height M
+(BLOCK_H per-token, G*H union); (9, 0) was measured on the H200 (docs/performance.md, "Triton tile table"), other
+GPUs get DEFAULT_TILE with one warning, the interpreter INTERPRETER_TILE. After OutOfResources the first smaller
+tile that fits is remembered per (path, heads, union G, device).
 """
 
 from __future__ import annotations
@@ -67,11 +66,8 @@ def table_tile(path: str, block_m: int, device: torch.device) -> Tile:
 
 
 def step_down(tile: Tile) -> Tile | None:
-    """The next smaller tile to try after OutOfResources, or None when nothing smaller exists.
-
-    Order: fewer pipeline stages (down to 2), then half the rows per step (down to 16), then a
-    single stage, then fewer warps.
-    """
+    """The next smaller tile to try after OutOfResources, or None when nothing smaller exists: fewer pipeline
+    stages (down to 2), then half the rows per step (down to 16), then a single stage, then fewer warps."""
     if tile.num_stages > 2:
         return replace(tile, num_stages=tile.num_stages - 1)
     if tile.block_n > 16:
@@ -99,11 +95,8 @@ def clear_fitted_tiles() -> None:
 
 
 def launch_with_step_down(key: tuple, first: Tile, launch: Callable[[Tile], None]) -> Tile:
-    """Run `launch(tile)`, stepping the tile down on OutOfResources; return the tile that ran.
-
-    A tile remembered for `key` is used instead of `first`. Raises the last OutOfResources when
-    even the smallest tile does not fit.
-    """
+    """Run `launch(tile)`, stepping the tile down on OutOfResources; return the tile that ran. A tile remembered
+    for `key` is used instead of `first`. Raises the last OutOfResources when even the smallest tile does not fit."""
     tile = _fitted_tiles.get(key, first)
     while True:
         try:

@@ -1,9 +1,8 @@
 """Launchers of the union fast path: the union builds (`union_dedup`) and the Triton union tile.
 
-G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is 16, 32 or 64
-rows (tl.dot needs 16; 64 is one Hopper warpgroup MMA tile, the largest whose fp32 accumulator
-[64, 512] fits): 8 heads G = 2, 4, 8; 16 heads G = 2, 4; 32 heads G = 2. No host sync; the union
-buffers live only as long as the call that made them.
+G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is 16, 32 or 64 rows (tl.dot needs
+16; 64 is one Hopper warpgroup MMA tile, the largest whose fp32 accumulator [64, 512] fits): 8 heads G = 2, 4, 8;
+16 heads G = 2, 4; 32 heads G = 2. No host sync; the union buffers live only as long as the call that made them.
 """
 
 from __future__ import annotations
@@ -47,9 +46,8 @@ INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key
 
 @dataclass(frozen=True)
 class UnionSets:
-    """Per group g of G adjacent tokens: rows[g, :lengths[g]] the distinct valid KV rows
-    (int32), bits[g, :lengths[g]] their ownership masks (uint8, bit i = token i of the group
-    selected the row), lengths [num_groups] int32. Entries past lengths[g] are unspecified."""
+    """Per group g of G adjacent tokens, n = lengths[g] (lengths [num_groups] int32): rows[g, :n] the distinct
+    valid KV rows (int32), bits[g, :n] their ownership masks (uint8, bit i: token i selected it); rest unspecified."""
 
     rows: torch.Tensor
     bits: torch.Tensor
@@ -68,19 +66,17 @@ def legal_groups(num_heads: int) -> list[int]:
 
 
 def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
-                num_kv_rows: int | None = None, check_inputs: bool = False,
-                method: str = "auto") -> UnionSets:
+                num_kv_rows: int | None = None, check_inputs: bool = False, method: str = "auto") -> UnionSets:
     """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
 
-    indices [T, topk] (or [T, 1, topk]) int32; empty slots are negative values, values >=
-    num_kv_rows when given, and slots at or past topk_length[t]. A token never selects a row twice
-    (`check_inputs=True` verifies it with a host sync). `method` (all give the same rows and bits):
-    "search" (per-token sorts, binary searches; any S), "merge" (one sort of the group's keys
-    row*G + token, copies are neighbours; int16 keys while num_kv_rows*G <= 32767; needs a
-    power-of-two G and num_kv_rows*G <= 2**31 - 1), "tree" (G = 4, 8: merge at G = 2, then
-    pairwise merges by binary-search ranks), "anchor" (G = 2: only the first token sorted, the
-    second's rows searched in it); "auto" takes anchor, tree, else search (the fastest per G:
-    docs/performance.md, "Union builds").
+    indices [T, topk] (or [T, 1, topk]) int32; empty slots are negative values, values >= num_kv_rows when given,
+    and slots at or past topk_length[t]. A token never selects a row twice (`check_inputs=True` verifies it with a
+    host sync). `method` (all give the same rows and bits): "search" (per-token sorts, binary searches; any S),
+    "merge" (one sort of the group's keys row*G + token, copies are neighbours; int16 keys while
+    num_kv_rows*G <= 32767; needs a power-of-two G and num_kv_rows*G <= 2**31 - 1), "tree" (G = 4, 8: merge at
+    G = 2, then pairwise merges by binary-search ranks), "anchor" (G = 2: only the first token sorted, the second's
+    rows searched in it); "auto" takes anchor, tree, else search (the fastest per G: docs/performance.md,
+    "Union builds").
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -105,9 +101,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
 
 def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None,
                      num_kv_rows: int | None, method: str = "auto") -> UnionSets:
-    """`union_dedup` without its argument checks, for callers that already validated them
-    (the prefill path: fewer host operations per call). indices [T, topk] int32, topk_length
-    [T] int32 or None, both on one device; `method` legal for G and num_kv_rows."""
+    """`union_dedup` without its argument checks, for callers that validated them (the prefill path: fewer host
+    operations per call): indices [T, topk] int32, topk_length [T] int32 or None, one device, `method` legal."""
     num_groups = indices.shape[0] // G
     topk = indices.shape[1]
     sets = _empty_sets(num_groups, G, topk, indices.device)
@@ -128,8 +123,8 @@ def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | 
 
 
 def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> UnionSets:
-    """Output buffers for `num_groups` groups of G tokens. Lengths are left unset: every build
-    kernel writes the length of every group it is launched for (a fill launch fewer per buffer)."""
+    """Output buffers for `num_groups` groups of G tokens. Lengths are left unset: every build kernel writes the
+    length of every group it is launched for (a fill launch fewer per buffer)."""
     rows = torch.empty((num_groups, G * topk), dtype=torch.int32, device=device)
     bits = torch.empty((num_groups, G * topk), dtype=torch.uint8, device=device)
     lengths = torch.empty((num_groups,), dtype=torch.int32, device=device)
@@ -144,8 +139,8 @@ def choose_build(G: int, topk: int, merge_legal: bool) -> str:
 
 
 def merge_key_dtype(G: int, num_kv_rows: int) -> torch.dtype:
-    """Key dtype of the merged-sort build: int16 when every key row*G + token (at most
-    num_kv_rows*G - 1) stays below the int16 empty-slot key, else int32."""
+    """Key dtype of the merged-sort build: int16 when every key row*G + token (at most num_kv_rows*G - 1) stays
+    below the int16 empty-slot key, else int32."""
     return torch.int16 if num_kv_rows * G <= INT16_MAX else torch.int32
 
 
@@ -168,16 +163,14 @@ def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
     union_build_kernel[(num_groups,)](
         sorted_rows, counts, sets.rows, sets.bits, sets.lengths,
         sorted_rows.stride(0), sets.rows.stride(0), sets.bits.stride(0),
-        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=_search_steps(topk),
-        num_warps=BUILD_WARPS,
+        G=G, BLOCK=BUILD_BLOCK, SEARCH_STEPS=_search_steps(topk), num_warps=BUILD_WARPS,
     )
 
 
 def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
                  G: int) -> tuple[torch.Tensor, int]:
-    """Keys row*G + (t mod G) of the valid slots of `indices` [T, topk] (T a multiple of G; any
-    strides), the empty key elsewhere, sorted per run of G tokens: ([T/G, G*topk] int16 where
-    every key fits below INT16_MAX, else int32; the empty key)."""
+    """Keys row*G + (t mod G) of the valid slots of `indices` [T, topk] (T a multiple of G; any strides), else the
+    empty key, sorted per run of G tokens: ([T/G, G*topk] int16 if all fit below INT16_MAX, else int32; empty key)."""
     tokens, topk = indices.shape
     key_dtype = merge_key_dtype(G, num_kv_rows)
     empty_key = INT16_MAX if key_dtype == torch.int16 else INT32_MAX
@@ -191,10 +184,8 @@ def _sorted_keys(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv
     return torch.sort(keys.view(tokens // G, G * topk), dim=1).values, empty_key
 
 
-def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                    num_kv_rows: int, sets: UnionSets) -> None:
-    """Keys row*G + token per slot, one torch.sort per group of G*topk keys (int16 or int32), then
-    the merge kernel."""
+def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int, sets: UnionSets) -> None:
+    """Keys row*G + token per slot, one torch.sort per group of G*topk keys (int16 or int32), then the merge kernel."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     sorted_keys, empty_key = _sorted_keys(indices[:num_groups * G], topk_length, num_kv_rows, G)
     union_merge_kernel[(num_groups,)](
@@ -206,15 +197,14 @@ def _build_by_merge(indices: torch.Tensor, topk_length: torch.Tensor | None,
 
 def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
                      num_kv_rows: int | None, sets: UnionSets) -> None:
-    """G = 2: sort each pair's first token's rows (int16 keys while every row fits below the
-    int16 empty key), then the anchor kernel (`union_anchor.py`) fills `sets`."""
+    """G = 2: sort each pair's first token's rows (int16 keys while every row fits below the int16 empty key), then
+    the anchor kernel (`union_anchor.py`) fills `sets`."""
     num_pairs, topk = sets.lengths.shape[0], indices.shape[1]
     span = INT32_MAX if num_kv_rows is None else num_kv_rows
     anchor_lengths = None if topk_length is None else topk_length[0:2 * num_pairs:2]  # a view: no copy launch
     sorted_keys, empty_key = _sorted_keys(indices[0:2 * num_pairs:2], anchor_lengths, span, 1)
     union_anchor_kernel[(num_pairs,)](
-        sorted_keys, indices, indices if topk_length is None else topk_length,
-        sets.rows, sets.bits, sets.lengths,
+        sorted_keys, indices, indices if topk_length is None else topk_length, sets.rows, sets.bits, sets.lengths,
         span, topk, sorted_keys.stride(0), indices.stride(0), indices.stride(1),
         sets.rows.stride(0), sets.bits.stride(0),
         HAS_LENGTH=topk_length is not None, BLOCK=min(ANCHOR_BLOCK, triton.next_power_of_2(topk)),
@@ -222,10 +212,9 @@ def _build_by_anchor(indices: torch.Tensor, topk_length: torch.Tensor | None,
     )
 
 
-def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
-                   num_kv_rows: int, sets: UnionSets) -> None:
-    """Merge build at G = 2, then pairwise merges of neighbouring unions up to sets.group
-    (`union_tree.py`); the intermediate levels live only inside this call."""
+def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int, sets: UnionSets) -> None:
+    """Merge build at G = 2, then pairwise merges of neighbouring unions up to sets.group (`union_tree.py`); the
+    intermediate levels live only inside this call."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     tokens = num_groups * G
     level = _empty_sets(tokens // 2, 2, topk, indices.device)
@@ -238,14 +227,10 @@ def _build_by_tree(indices: torch.Tensor, topk_length: torch.Tensor | None,
             level.rows, level.bits, level.lengths, merged.rows, merged.bits, merged.lengths,
             merged.rows.shape[1], level.rows.stride(0), level.bits.stride(0),
             merged.rows.stride(0), merged.bits.stride(0),
-            HALF=half, BLOCK=_tree_block(width_in), SEARCH_STEPS=_search_steps(width_in), num_warps=BUILD_WARPS,
+            HALF=half, BLOCK=min(TREE_BLOCK, triton.next_power_of_2(width_in)), SEARCH_STEPS=_search_steps(width_in),
+            num_warps=BUILD_WARPS,
         )
         level = merged
-
-
-def _tree_block(width_in: int) -> int:
-    """Rows per step of a tree merge whose input groups are `width_in` wide."""
-    return min(TREE_BLOCK, triton.next_power_of_2(width_in))
 
 
 def _search_steps(width: int) -> int:
@@ -254,9 +239,9 @@ def _search_steps(width: int) -> int:
 
 
 def token_row_sets(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int) -> UnionSets:
-    """Each token's valid rows compacted, as sets of one token (group 1, ownership bit 1): what
-    the ping-pong tile reads on the per-token path (one 64-head slice per program; from 17 heads).
-    indices [T, topk] int32, topk_length [T] int32 or None (checked by the caller)."""
+    """Each token's valid rows compacted, as sets of one token (group 1, bit 1) for the ping-pong tile on the
+    per-token path (from 17 heads, a 64-head slice per program); indices [T, topk] int32, topk_length [T] int32 or
+    None (checked by the caller)."""
     tokens, topk = indices.shape
     sets = _empty_sets(tokens, 1, topk, indices.device)
     if tokens == 0 or topk == 0:
@@ -276,13 +261,9 @@ def launch_union_attention(args: PrefillArgs, sets: UnionSets, out: torch.Tensor
     q, kv = args.q, args.kv
     return sparse_mla_union_kernel[(sets.lengths.shape[0],)](
         q, kv, sets.rows, sets.bits, sets.lengths, out,
-        q.stride(0), q.stride(1), q.stride(2),
-        kv.stride(0), kv.stride(1),
-        sets.rows.stride(0), sets.bits.stride(0),
-        out.stride(0), out.stride(1), out.stride(2),
-        qk_scale_log2,
-        H=args.num_heads, G=sets.group,
-        D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
+        q.stride(0), q.stride(1), q.stride(2), kv.stride(0), kv.stride(1), sets.rows.stride(0), sets.bits.stride(0),
+        out.stride(0), out.stride(1), out.stride(2), qk_scale_log2,
+        H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail),
         BLOCK_N=tile.block_n, KV_INT64=kv_int64, UPCAST=interpreter_active(),
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

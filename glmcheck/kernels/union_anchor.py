@@ -1,12 +1,11 @@
 """Triton kernel of the anchor union build (G = 2): one token of each pair sorted, not both.
 
-Token 2g (the anchor) comes with its valid rows sorted (empty slots last, as the dtype's largest
-value); token 2g+1's rows are read as they are. One program per pair copies the anchor's rows out
-with bits 1; after a CTA barrier (the next pass overwrites some of those bits) it looks each valid
-row of token 2g+1 up in the anchor's list (lower_bound): a shared row gets bits 3 at the anchor's
-position (a token's rows are distinct, so no two lanes write one position), a new one is appended
-with bits 2 (prefix-sum compaction). The sort handles half the merge build's keys; O(K log K) per
-pair, independent of S.
+Token 2g (the anchor) comes with its valid rows sorted (empty slots last, as the dtype's largest value); token
+2g+1's rows are read as they are. One program per pair copies the anchor's rows out with bits 1; after a CTA
+barrier (the next pass overwrites some of those bits) it looks each valid row of token 2g+1 up in the anchor's
+list (lower_bound): a shared row gets bits 3 at the anchor's position (a token's rows are distinct, so no two lanes
+write one position), a new one is appended with bits 2 (prefix-sum compaction). The sort handles half the merge
+build's keys; O(K log K) per pair, independent of S.
 """
 
 from __future__ import annotations
@@ -23,10 +22,9 @@ def union_anchor_kernel(
     num_kv_rows, topk, stride_sg, stride_it, stride_is, stride_rg, stride_bg,
     HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr, EMPTY: tl.constexpr,
 ):
-    """Grid (num_pairs,). sorted[g, :topk]: token 2g's valid rows ascending, then EMPTY (int16 or
-    int32, EMPTY above every valid row). idx [T, topk] the raw selections (token 2g+1 is read
-    from it; validity as everywhere: 0 <= row < num_kv_rows, slot < topk_length[t] when
-    HAS_LENGTH). Writes rows[g, :n], bits[g, :n] and len[g] = n."""
+    """Grid (num_pairs,). sorted[g, :topk]: token 2g's valid rows ascending, then EMPTY (int16 or int32, EMPTY above
+    every valid row). idx [T, topk] the raw selections (token 2g+1 is read from it; validity as everywhere:
+    0 <= row < num_kv_rows, slot < topk_length[t] when HAS_LENGTH). Writes rows[g, :n], bits[g, :n], len[g] = n."""
     pair = tl.program_id(0).to(tl.int64)
     anchor = sorted_ptr + pair * stride_sg
     out_rows = rows_ptr + pair * stride_rg

@@ -1,8 +1,8 @@
 """Triton kernel: sparse-MLA prefill for a group of G adjacent tokens over their union of rows.
 
-One program per group; the query tile holds G*H rows, token-major (row r: token r // H, head
-r % H). Each union row is gathered once and scored for all G tokens; a row whose ownership bit for
-a token is 0 scores -inf for it, so each token keeps exactly its own softmax.
+One program per group; the query tile holds G*H rows, token-major (row r: token r // H, head r % H). Each union row
+is gathered once and scored for all G tokens; a row whose ownership bit for a token is 0 scores -inf for it, so
+each token keeps exactly its own softmax.
 """
 
 from __future__ import annotations
@@ -26,21 +26,15 @@ def _owned_scores(q_main, q_tail, kv_main, kv_tail, bits, live, member, qk_scale
 @triton.jit
 def sparse_mla_union_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
-    stride_qt, stride_qh, stride_qd,
-    stride_kvs, stride_kvd,
-    stride_rg, stride_bg,
-    stride_ot, stride_oh, stride_od,
-    qk_scale_log2,
-    H: tl.constexpr, G: tl.constexpr,
-    D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
+    stride_qt, stride_qh, stride_qd, stride_kvs, stride_kvd, stride_rg, stride_bg, stride_ot, stride_oh, stride_od,
+    qk_scale_log2, H: tl.constexpr, G: tl.constexpr, D_V: tl.constexpr, D_TAIL: tl.constexpr, TAIL_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr, KV_INT64: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Grid (num_groups,). rows/bits/len come from the union build (rows always in [0, S)).
 
-    The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or
-    gathering it into registers before this block's MMAs, measured slower on the H200
-    (docs/performance.md, "The Triton union tile"). Program p takes group num_programs - 1 - p:
-    later groups hold longer prefixes and start first ("Launch order: longest first").
+    The loop is left to Triton's pipeliner: carrying the next block's rows one step ahead, or gathering it into
+    registers before this block's MMAs, measured slower on the H200 (docs/performance.md, "The Triton union tile").
+    Program p takes group num_programs - 1 - p: later (longer) groups start first ("Launch order: longest first").
     """
     BLOCK_M: tl.constexpr = G * H
     group = tl.num_programs(0).to(tl.int64) - 1 - tl.program_id(0).to(tl.int64)

@@ -1,11 +1,10 @@
 """Triton kernels of the merged-sort union build (no binary search).
 
-Each selected slot of token t becomes one key `row * G + (t mod G)` (`union_keys_kernel`), empty
-slots the key dtype's largest value (int16 keys where every key fits: torch.sort takes 0.70x the
-time of int32 on the H200). Sorted per group, the copies of a KV row are neighbours (at most G, by
-token), so one linear pass (`union_merge_kernel`) finds each row's first copy, ORs the ownership
-bits of the copies after it and compacts the rows by a prefix sum. Legal while
-num_kv_rows * G <= INT32_MAX; independent of S.
+Each selected slot of token t becomes one key `row * G + (t mod G)` (`union_keys_kernel`), empty slots the key
+dtype's largest value (int16 keys where every key fits: torch.sort takes 0.70x the time of int32 on the H200).
+Sorted per group, the copies of a KV row are neighbours (at most G, by token), so one linear pass
+(`union_merge_kernel`) finds each row's first copy, ORs the ownership bits of the copies after it and compacts the
+rows by a prefix sum. Legal while num_kv_rows * G <= INT32_MAX; independent of S.
 """
 
 from __future__ import annotations
@@ -18,15 +17,12 @@ from glmcheck.kernels.device_helpers import append_rows
 
 @triton.jit
 def union_keys_kernel(
-    idx_ptr, length_ptr, keys_ptr,
-    num_kv_rows, topk, stride_it, stride_is, stride_len,
+    idx_ptr, length_ptr, keys_ptr, num_kv_rows, topk, stride_it, stride_is, stride_len,
     G: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr, EMPTY: tl.constexpr,
 ):
-    """Grid (tokens, cdiv(topk, BLOCK)). keys[t, s] = idx[t, s] * G + t % G for a valid slot
-    (0 <= idx < num_kv_rows, s < topk_length[t], read at length_ptr + t * stride_len), EMPTY
-    otherwise; keys is [tokens, topk]
-    contiguous (int16 or int32; EMPTY is the dtype's largest value and above every valid key),
-    so a group's keys are the contiguous G*topk run starting at its first token."""
+    """Grid (tokens, cdiv(topk, BLOCK)). keys[t, s] = idx[t, s] * G + t % G for a valid slot (0 <= idx <
+    num_kv_rows, s < topk_length[t], read at length_ptr + t * stride_len), else EMPTY (the dtype's largest value,
+    above every valid key); keys [tokens, topk] int16 or int32, contiguous: a group's keys are one G*topk run."""
     token = tl.program_id(0).to(tl.int64)
     slot = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     in_row = slot < topk
@@ -40,14 +36,11 @@ def union_keys_kernel(
 
 @triton.jit
 def union_merge_kernel(
-    sorted_ptr, rows_ptr, bits_ptr, len_ptr,
-    width, stride_sg, stride_rg, stride_bg,
+    sorted_ptr, rows_ptr, bits_ptr, len_ptr, width, stride_sg, stride_rg, stride_bg,
     G: tl.constexpr, LOG2_G: tl.constexpr, BLOCK: tl.constexpr, EMPTY: tl.constexpr,
 ):
-    """Grid (num_groups,). sorted[g, :width] holds group g's keys ascending (width = G*topk;
-    int16 or int32, empty slots = EMPTY).
-    Writes rows[g, :n] (each distinct valid row once, ascending), bits[g, :n] (bit i = token i
-    of the group selected it) and len[g] = n."""
+    """Grid (num_groups,). sorted[g, :width]: group g's keys ascending (width = G*topk; int16 or int32, empty slots
+    EMPTY) -> rows[g, :n] (each distinct valid row once, ascending), bits[g, :n] (bit i: token i has it), len[g] = n."""
     group = tl.program_id(0).to(tl.int64)
     keys_row = sorted_ptr + group * stride_sg
     out_rows = rows_ptr + group * stride_rg

@@ -1,9 +1,9 @@
 """Triton kernel of the search union build: the distinct KV rows of G adjacent tokens.
 
-Input: each token's valid rows sorted ascending (INT32_MAX last) and its count. One program per
-group: each row of token j is binary-searched (lower_bound) in the other tokens' lists and emitted
-once, by the first token that selected it, with its ownership bits (bit i: token i selected it),
-compacted by a prefix sum. O(G * K * log K) per group, independent of S.
+Input: each token's valid rows sorted ascending (INT32_MAX last) and its count. One program per group: each row of
+token j is binary-searched (lower_bound) in the other tokens' lists and emitted once, by the first token that
+selected it, with its ownership bits (bit i: token i selected it), compacted by a prefix sum. O(G * K * log K) per
+group, independent of S.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ def _contains(sorted_row, count, needle, SEARCH_STEPS: tl.constexpr):
 
 @triton.jit
 def union_build_kernel(
-    sorted_ptr, count_ptr, rows_ptr, bits_ptr, len_ptr,
-    stride_st, stride_rg, stride_bg,
+    sorted_ptr, count_ptr, rows_ptr, bits_ptr, len_ptr, stride_st, stride_rg, stride_bg,
     G: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
 ):
     """Grid (num_groups,). Writes rows[g, :n], bits[g, :n] and len[g] = n for group g."""

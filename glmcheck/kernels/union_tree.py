@@ -1,10 +1,10 @@
 """Triton kernel of the tree union build: two sorted unions of G/2 tokens merged into one of G.
 
-Neighbouring groups A and B (ascending, duplicate-free, from the G = 2 merge build) merge without a
-sort: each row finds its rank in the other list by binary search (lower_bound), so a row of A lands
-at i + lower_bound_B(a_i) - (rows of A before i that B holds), and likewise for B's new rows; a row
-both hold is written once, from A, with bits A | B << HALF. The output is again ascending and
-duplicate-free, so levels repeat (G = 2 -> 4 -> 8); O(n log n) per level, independent of S.
+Neighbouring groups A and B (ascending, duplicate-free, from the G = 2 merge build) merge without a sort: each row
+finds its rank in the other list by binary search (lower_bound), so a row of A lands at i + lower_bound_B(a_i) -
+(rows of A before i that B holds), and likewise for B's new rows; a row both hold is written once, from A, with bits
+A | B << HALF. The output is again ascending and duplicate-free, so levels repeat (G = 2 -> 4 -> 8); O(n log n) per
+level, independent of S.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ EMPTY = tl.constexpr(2**31 - 1)  # sorts after every row
 def _merge_side(own_rows, own_bits, own_count, other_rows, other_bits, other_count, out_rows, out_bits,
                 width_out, OWN_SHIFT: tl.constexpr, OTHER_SHIFT: tl.constexpr, KEEP_SHARED: tl.constexpr,
                 BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr):
-    """Write this side's rows at their merged positions; returns how many of them the other side
-    also holds. KEEP_SHARED: shared rows are written from this side (A), else skipped (B)."""
+    """Write this side's rows at their merged positions; returns how many of them the other side also holds.
+    KEEP_SHARED: shared rows are written from this side (A), else skipped (B)."""
     lanes = tl.arange(0, BLOCK)
     shared_before = tl.zeros([], dtype=tl.int32)
     for start in range(0, own_count, BLOCK):
@@ -49,12 +49,11 @@ def _merge_side(own_rows, own_bits, own_count, other_rows, other_bits, other_cou
 
 @triton.jit
 def union_pair_merge_kernel(
-    rows_in, bits_in, len_in, rows_out, bits_out, len_out,
-    width_out, stride_ri, stride_bi, stride_ro, stride_bo,
+    rows_in, bits_in, len_in, rows_out, bits_out, len_out, width_out, stride_ri, stride_bi, stride_ro, stride_bo,
     HALF: tl.constexpr, BLOCK: tl.constexpr, SEARCH_STEPS: tl.constexpr,
 ):
-    """Grid (num_groups_out,). Input groups 2g and 2g+1 (HALF tokens each, rows ascending and
-    distinct, bits uint8) -> output group g (2*HALF tokens): rows ascending, len_out[g] = n."""
+    """Grid (num_groups_out,). Input groups 2g and 2g+1 (HALF tokens each, rows ascending and distinct, bits uint8)
+    -> output group g (2*HALF tokens): rows ascending, len_out[g] = n."""
     group = tl.program_id(0).to(tl.int64)
     a, b = 2 * group, 2 * group + 1
     count_a = tl.load(len_in + a)

@@ -1,7 +1,7 @@
 """Input checks and normalisation for the sparse-MLA prefill entry points.
 
-Every failure names the argument and what was expected: wrong dtypes raise TypeError (a packed
-FP8 KV cache must never be read at a bf16 stride), wrong shapes, devices and sizes ValueError.
+Every failure names the argument and what was expected: wrong dtypes raise TypeError (a packed FP8 KV cache must
+never be read at a bf16 stride), wrong shapes, devices and sizes ValueError.
 """
 
 from __future__ import annotations
@@ -103,8 +103,7 @@ def check_prefill_args(q: object, kv: object, indices: object, sm_scale: object,
     q = _require_tensor("q", q)
     kv = _require_tensor("kv", kv)
     _require_dtype("q", q, torch.bfloat16)
-    _require_dtype("kv", kv, torch.bfloat16,
-                   " (an FP8 or packed KV cache must be dequantised to bf16 first)")
+    _require_dtype("kv", kv, torch.bfloat16, " (an FP8 or packed KV cache must be dequantised to bf16 first)")
     if q.dim() != 3:
         raise ValueError(f"q must have shape [T, H, d_qk], got {tuple(q.shape)}")
     num_tokens, num_heads, d_qk = q.shape
@@ -141,11 +140,23 @@ def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
     if tuple(out.shape) != expected:
         raise ValueError(f"out must have shape {list(expected)}, got {tuple(out.shape)}")
     _require_device("out", out, args.q.device)
+    if _overlaps(out):
+        raise ValueError(f"out must not overlap itself (e.g. a view from .expand()), got strides {out.stride()}")
     return out
 
 
-def valid_slot_mask(indices: torch.Tensor, num_kv_rows: int,
-                    topk_length: torch.Tensor | None) -> torch.Tensor:
+def _overlaps(tensor: torch.Tensor) -> bool:
+    """True when two elements of `tensor` may share memory: with its dims of size > 1 ordered by
+    stride, each stride must exceed the span of the smaller dims (a sufficient test for no overlap)."""
+    span = 0
+    for stride, size in sorted((st, s) for s, st in zip(tensor.shape, tensor.stride()) if s > 1):
+        if stride <= span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+def valid_slot_mask(indices: torch.Tensor, num_kv_rows: int, topk_length: torch.Tensor | None) -> torch.Tensor:
     """Bool [T, topk]: the slot holds a row in [0, num_kv_rows) and lies below topk_length[t]."""
     valid = (indices >= 0) & (indices < num_kv_rows)
     if topk_length is not None:
@@ -155,10 +166,8 @@ def valid_slot_mask(indices: torch.Tensor, num_kv_rows: int,
 
 
 def check_contents(args: PrefillArgs) -> None:
-    """Opt-in checks that need a host sync: finite q/kv, no KV row named twice in a token's row.
-
-    Raises ValueError naming the argument and the first offending token.
-    """
+    """Opt-in checks that need a host sync: finite q/kv, no KV row named twice in a token's row. Raises ValueError
+    naming the argument and the first offending token."""
     for name, tensor in (("q", args.q), ("kv", args.kv)):
         finite = torch.isfinite(tensor)
         if not bool(finite.all()):

@@ -1,6 +1,5 @@
-"""What both Gluon tiles share: their launch constants (read by the launcher and by
-scripts/gluon_compile.py, which compiles what the launcher launches) and which union group a
-program takes."""
+"""What both Gluon tiles share: their launch constants (read by the launcher and by scripts/gluon_compile.py,
+which compiles what the launcher launches) and which union group a program takes."""
 
 from __future__ import annotations
 
@@ -11,15 +10,13 @@ BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 
 SPLIT_STAGES = 2
 SPLIT_PRODUCER_WARPS = 4
 SPLIT_PRODUCER_REGS = 56
-# Each ping-pong consumer warpgroup's registers: 224 beat 216, 232 and 240 (docs/performance.md,
-# "Consumer and producer registers").
-PINGPONG_CONSUMER_REGS = 224
+PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
 
 
 @gluon.jit
 def group_index():
-    """This program's union group: program p takes group num_programs - 1 - p. In a causal prefill
-    the last groups hold the longest rows, so they start first and the short ones fill the last
-    wave (docs/performance.md, "Launch order: longest first")."""
+    """This program's union group: program p takes group num_programs - 1 - p. In a causal prefill the last groups
+    hold the longest rows, so they start first and the short ones fill the last wave (docs/performance.md,
+    "Launch order: longest first")."""
     program = gl.program_id(0).to(gl.int64)
     return gl.num_programs(0).to(gl.int64) - 1 - program

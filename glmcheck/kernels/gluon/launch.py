@@ -1,9 +1,9 @@
-"""Launchers of the warp-specialised 64-row union tiles (Hopper + Gluon only): the ping-pong tile
-(`pingpong.py`) and the split tile (`split.py`); `tile_for` picks one per union group.
+"""Launchers of the warp-specialised 64-row union tiles (Hopper + Gluon only): the ping-pong tile (`pingpong.py`)
+and the split tile (`split.py`); `tile_for` picks one per union group.
 
-`sparse_mla_prefill` takes them wherever `ws_supports` says yes (G*H = 64, or one-token groups
-at any head count on the ping-pong tile; an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail,
-16-byte aligned rows); everywhere else the Triton kernels run.
+`sparse_mla_prefill` takes them wherever `ws_supports` says yes (G*H = 64, or one-token groups at any head count on
+the ping-pong tile; an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail, 16-byte aligned rows); everywhere else
+the Triton kernels run.
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
 
 TILES = ("auto", "split", "pingpong")
-# Groups whose 64-row tile is the ping-pong one under tile="auto": the per-token path (G = 1) and
-# union 8; union 4 at H = 16 and union 2 at H = 32 measured faster on the split tile
-# (docs/performance.md, "Which 64-row tile per group").
+# Groups whose 64-row tile is the ping-pong one under tile="auto": the per-token path (G = 1) and union 8; union 4 at
+# H = 16 and union 2 at H = 32 measured faster on the split tile (docs/performance.md, "Which 64-row tile per group").
 PINGPONG_GROUPS = (1, 8)
 
 
 def tile_for(group: int, tile: str = "auto") -> str:
-    """The Gluon tile that runs union groups of `group` tokens: `tile` when it names one, else by
-    PINGPONG_GROUPS ("split" or "pingpong")."""
+    """The Gluon tile ("split" or "pingpong") for `group`-token groups: `tile` if not "auto", else PINGPONG_GROUPS."""
     if tile not in TILES:
         raise ValueError(f"tile must be one of {TILES}, got {tile!r}")
     if tile != "auto":
@@ -42,9 +40,8 @@ def tile_for(group: int, tile: str = "auto") -> str:
     return "pingpong" if group in PINGPONG_GROUPS else "split"
 
 
-# Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy these kernels
-# use), so the tiles run only on the triton minor versions they were compiled and tested with;
-# any other version gets the Triton tile.
+# Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy these kernels use), so the tiles
+# run only on the triton minor versions they were compiled and tested with; any other version gets the Triton tile.
 GLUON_TESTED_VERSIONS = ("3.6",)
 
 
@@ -55,8 +52,7 @@ def gluon_version_supported(version: str) -> bool:
 
 @functools.cache
 def device_capability(device: torch.device) -> tuple[int, int]:
-    """(major, minor) compute capability of a CUDA device, looked up once per device (it cannot
-    change within a process; the prefill path asks on every call)."""
+    """(major, minor) compute capability of a CUDA device, cached: fixed per process, and prefill asks on every call."""
     return torch.cuda.get_device_capability(device)
 
 
@@ -90,8 +86,8 @@ def head_slices(num_heads: int) -> int:
 
 
 def check_ws_args(args: PrefillArgs, group: int, tile: str = "auto") -> None:
-    """ValueError naming what the Gluon tiles do not take. G*H = 64 query rows, except that the
-    ping-pong tile runs one-token groups (G = 1) of any 1..128 heads as 64-head slices."""
+    """ValueError naming what the Gluon tiles do not take. G*H = 64 query rows, except that the ping-pong tile runs
+    one-token groups (G = 1) of any 1..128 heads as 64-head slices."""
     sliced = group == 1 and tile_for(group, tile) == "pingpong"
     if not sliced and group * args.num_heads != 64:
         raise ValueError(f"the warp-specialised tile needs G*H = 64, got G={group}, H={args.num_heads}")
@@ -123,11 +119,8 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
 def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float) -> tuple:
     """The positional arguments both Gluon tiles take, in their order: tensors, strides, scale."""
     q, kv = args.q, args.kv
-    return (q, kv, sets.rows, sets.bits, sets.lengths, out,
-            q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
-            sets.rows.stride(0), sets.bits.stride(0),
-            out.stride(0), out.stride(1), out.stride(2),
-            qk_scale_log2)
+    return (q, kv, sets.rows, sets.bits, sets.lengths, out, q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
+            sets.rows.stride(0), sets.bits.stride(0), out.stride(0), out.stride(1), out.stride(2), qk_scale_log2)
 
 
 def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
@@ -143,8 +136,8 @@ def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale
 
 
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
-    """The ping-pong tile (`pingpong.py`) on checked arguments: one program per union group, or per
-    token and 64-head slice for one-token groups."""
+    """The ping-pong tile (`pingpong.py`) on checked arguments: one program per union group, or per token and
+    64-head slice for one-token groups."""
     from glmcheck.kernels.gluon.pingpong import sparse_mla_union_pingpong_kernel
     from glmcheck.kernels.gluon.pingpong_shared import WARPGROUP_WARPS
 

@@ -77,9 +77,9 @@ def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr
 
 @gluon.jit
 def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`), loaded a pair
-    ahead (a load used at once, or in flight at a fence, stalls the warpgroup); at G = 1 the live
-    mask, nothing loaded (docs/performance.md, "Ownership bits a pair ahead")."""
+    """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`), loaded a pair ahead (a load
+    used at once, or in flight at a fence, stalls the warpgroup); at G = 1 the live mask, nothing loaded
+    (docs/performance.md, "Ownership bits a pair ahead")."""
     offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
     if G == 1:  # the group's one token owns every live row: the bits are the live mask
         return (offs_n < length).to(gl.uint8)
@@ -88,8 +88,8 @@ def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr
 
 @gluon.jit
 def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
-    """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an
-    owner, and rows past the length have no bits, so this is also the live mask."""
+    """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an owner, and rows
+    past the length have no bits, so this is also the live mask."""
     member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
     return ((bits.to(gl.int32)[None, :] >> member[:, None]) & 1) != 0
 
@@ -102,8 +102,7 @@ def _shift(row_max):
 
 @gluon.jit
 def _alpha(max_from, max_to):
-    """Per-row factor that moves values taken against the max `max_from` to the (larger) max
-    `max_to` (0 where nothing is live yet, `_shift`)."""
+    """Per-row factor that moves values taken against the max `max_from` to the (larger) max `max_to` (`_shift`)."""
     return gl.exp2(max_from - _shift(max_to))
 
 
@@ -141,9 +140,8 @@ def _signal_p(bar):
 @gluon.jit
 def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr,
                 G: gl.constexpr, PARTIAL_HEADS: gl.constexpr, o_layout: gl.constexpr):
-    """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the
-    group's G tokens, heads from head0 (`tile_index`); PARTIAL_HEADS: rows of heads at or past
-    num_heads are padding and not stored."""
+    """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the group's G tokens,
+    heads from head0 (`tile_index`); PARTIAL_HEADS: rows of heads at or past num_heads are padding, not stored."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
     token = group * G + offs_m // H
     head = head0 + offs_m % H
@@ -159,16 +157,16 @@ def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_o
 def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
                stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, PARTIAL_HEADS: gl.constexpr,
                o_layout: gl.constexpr, row_layout: gl.constexpr):
-    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`:
-    of the sum barriers, 0 for a program's only group)."""
+    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`: of the sum barriers,
+    0 for a program's only group)."""
     sum_mine.store(row_sum)
     gl.thread_barrier()
     mbarrier.arrive(bar_mine)
     mbarrier.wait(bar_peer, phase)
     total = row_sum + sum_peer.load(row_layout)
-    # one reciprocal per row, then a multiply per element: the division per element (div.full.f32)
-    # cost ~256 more instructions per thread at the end of every program, with the same rel-L2
-    # against fp64 (docs/performance.md, "Softmax form and write-out")
+    # one reciprocal per row, then a multiply per element: the division per element (div.full.f32) cost ~256 more
+    # instructions per thread at the end of every program, with the same rel-L2 against fp64 (docs/performance.md,
+    # "Softmax form and write-out")
     inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
     out = (acc * inverse[:, None]).to(gl.bfloat16)
     _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
@@ -177,8 +175,7 @@ def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_
 
 @gluon.jit
 def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first
-    block) for one union group."""
+    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first block) for a group."""
     length = gl.load(len_ptr + group)
     union_bits = bits_ptr + group * stride_bg
     run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
@@ -190,10 +187,9 @@ def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.cons
 
 @gluon.jit
 def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
-    """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken
-    against the new max (`_shift`). The scale fused into P's exponent (one FMA) measured
-    1.006-1.015x faster but less accurate against fp64 than FlashMLA, so the unfused form stays
-    (docs/performance.md, "Softmax form and write-out")."""
+    """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken against the new
+    max (`_shift`). The scale fused into P's exponent (one FMA) measured 1.006-1.015x faster but less accurate
+    against fp64 than FlashMLA, so the unfused form stays (docs/performance.md, "Softmax form and write-out")."""
     logits = gl.where(_owned(bits, H, S_LAYOUT), scores * qk_scale_log2, float("-inf"))
     new_max = gl.maximum(prev_max, gl.max(logits, 1))
     return new_max, gl.exp2(logits - _shift(new_max)[:, None])
@@ -201,17 +197,16 @@ def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
 
 @gluon.jit
 def _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase):
-    """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for),
-    once 0L of this `phase` has landed (before the loop, and in each pair for the next). stage0:
-    `_first_stage`."""
+    """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for), once 0L of this
+    `phase` has landed (before the loop, and in each pair for the next). stage0: `_first_stage`."""
     _wait_half(full_bars, 0, LEFT, phase)
     return _scores_left(q_main, main_bufs.index(stage0), zero_s, False)
 
 
 @gluon.jit
 def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, stage0, phase):
-    """The even warpgroup's S0 (fp32 [64, 64]) from its finished left half `scores`: the right half
-    and the rope tail once 0R has landed, waited for. Trace event 0 is 0R's wait here."""
+    """The even warpgroup's S0 (fp32 [64, 64]) from its finished left half `scores`: the right half and the rope
+    tail once 0R has landed, waited for. Trace event 0 is 0R's wait here."""
     _wait_half(full_bars, 0, RIGHT, phase)
     scores = _scores_right(q_main, q_tail, main_bufs.index(stage0), tail_bufs.index(stage0), scores, True)
     scores = warpgroup_mma_wait(0, deps=(scores,))
@@ -222,13 +217,10 @@ def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, s
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                  max_bufs, qk_scale_log2, phase, union_bits, length, pair, H: gl.constexpr,
                  G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr):
-    """The rest of the even warpgroup's pair: softmax of S0 and its max M0 published alone;
-    O += P0 V0[:, :256] from registers (free 0L); the odd warpgroup's max M1, the pair's; P0 moved
-    to M1 and published for the odd warpgroup; O moved to M1; the odd warpgroup's P1 and
-    O += P1 V1[:, :256] (free 1L), with NEXT_LEFT the next pair's S0 left half
-    (`_even_scores_left`) behind it. Returns (acc, row_sum, run_max = M1, the ownership bits of the
-    warpgroup's next block, loaded at the end: see `_load_bits`; that left half, or zero_s without
-    NEXT_LEFT). stage0: `_first_stage`."""
+    """The rest of the even warpgroup's pair after S0 (the protocol's "even" line in `pingpong.py`), with NEXT_LEFT
+    the next pair's S0 left half (`_even_scores_left`) issued behind O += P1 V1. Returns (acc, row_sum, run_max =
+    M1, the bits of the warpgroup's next block, loaded at the end: see `_load_bits`; that left half, or zero_s
+    without NEXT_LEFT). stage0: `_first_stage`."""
     new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
     _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
     acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
@@ -262,11 +254,10 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                 zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, H: gl.constexpr,
                 G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The even warpgroup's pairs: each pair but the last issues the next pair's S0 left half behind
-    its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after
-    the loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left
-    half carried across the loop keeps 32 more registers live, and with hoisted descriptors ptxas
-    spilled 86 loads a pair here. Returns (acc, row_sum, run_max)."""
+    """The even warpgroup's pairs -> (acc, row_sum, run_max): each pair but the last issues the next pair's S0 left
+    half behind its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the
+    loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left half carried across
+    the loop keeps 32 more registers live, and with hoisted descriptors ptxas spilled 86 loads a pair here."""
     num_pairs = gl.cdiv(length, 2 * BLOCK_N)
     if num_pairs > 0:
         scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
@@ -292,8 +283,8 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
 
 @gluon.jit
 def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zero_s, phase, stage0):
-    """The odd warpgroup's whole S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), waited for; frees
-    1T, read by S1 only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed."""
+    """The odd warpgroup's whole S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), waited for; frees 1T, read by S1
+    only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed."""
     own_main = main_bufs.index(stage0 + 1)
     _wait_half(full_bars, 1, RIGHT, phase)
     scores = _scores_right_main(q_main, own_main, zero_s, False)
@@ -310,12 +301,9 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zer
 def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, union_bits, length, phase, stage0, pair, H: gl.constexpr,
                 G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The rest of the odd warpgroup's pair: the even warpgroup's max M0; softmax of S1 against it
-    and the pair's max M1 published alone; O moved to M1; O += P1 V1[:, 256:] from registers; P1
-    stored for the even warpgroup; the even warpgroup's P0 (against M1) and O += P0 V0[:, 256:];
-    P1 published; free 1R, then 0R (P0 lives in stage 0's tail, read last here). Returns (acc,
-    row_sum, run_max = M1, the ownership bits of the warpgroup's next block, loaded at the end:
-    loading them earlier cost spill loads and stores, ptxas at H = 64)."""
+    """The rest of the odd warpgroup's pair after S1 (the protocol's "odd" line in `pingpong.py`; P0 lives in stage
+    0's tail, read last here). Returns (acc, row_sum, run_max = M1, the bits of the warpgroup's next block, loaded
+    at the end: loading them earlier cost spill loads and stores, ptxas at H = 64)."""
     mbarrier.wait(max_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
     new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
@@ -325,9 +313,9 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     p_bf16 = p.to(gl.bfloat16)
     acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1),
                         acc, is_async=True)
-    # odd_p's last reader, the even warpgroup's O += P1 V1 of the previous pair, freed 1L, which
-    # this pair's S1 waited for. P1 is published only after O += P0 V0 is queued: published before
-    # the wait for P0 instead, it measured 0.99x ("Ping-pong handoffs").
+    # odd_p's last reader, the even warpgroup's O += P1 V1 of the previous pair, freed 1L, which this pair's S1
+    # waited for. P1 is published only after O += P0 V0 is queued: published before the wait for P0 instead, it
+    # measured 0.99x ("Ping-pong handoffs").
     odd_p.store(p_bf16)
     mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
@@ -346,8 +334,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                    sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
                    HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
-    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and output columns [0, D_V / 2).
-    q_main, q_tail: [1, ...] views."""
+    """Worker partition (one warpgroup): blocks 0, 2, 4, ... and columns [0, D_V / 2); q_main, q_tail [1, ...] views."""
     group, head0 = tile_index(HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
@@ -382,4 +369,3 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
                O_LAYOUT, ROW_LAYOUT)
-

@@ -22,8 +22,8 @@ from glmcheck.kernels.gluon.pingpong_shared import (
 
 @gluon.jit
 def _scaled_rows(rows, stride_kvs, KV_INT64: gl.constexpr):
-    """Element offsets of KV rows `rows` (int32 row numbers), int64 with KV_INT64. One return
-    after the branch: Gluon's code generator rejects branches that return different types."""
+    """Element offsets of KV rows `rows` (int32 row numbers), int64 with KV_INT64. One return after the branch:
+    Gluon's code generator rejects branches that return different types."""
     if KV_INT64:
         offsets = rows.to(gl.int64) * stride_kvs
     else:
@@ -53,26 +53,25 @@ def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_
 
 @gluon.jit
 def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
-    """Block's row numbers loaded before the group's length is known (int32 [BLOCK_N],
-    0 past the row width `row_width`; entries past the length are unspecified and masked later)."""
+    """Block's row numbers loaded before the group's length is known (int32 [BLOCK_N], 0 past the row width
+    `row_width`; entries past the length are unspecified and masked later)."""
     offs_n = _block_rows(block, BLOCK_N)
     return gl.load(rows_ptr + offs_n, mask=offs_n < row_width, other=0)
 
 
 @gluon.jit
 def _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL: gl.constexpr):
-    """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live),
-    in MAIN_GATHER like the main columns, so the row offsets need no layout conversion."""
+    """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live), in MAIN_GATHER
+    like the main columns, so the row offsets need no layout conversion."""
     offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
-    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :],
-                                           mask=live[:, None])
+    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :], mask=live[:, None])
 
 
 @gluon.jit
 def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, D_TAIL: gl.constexpr,
                  WITH_TAIL: gl.constexpr):
-    """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and,
-    WITH_TAIL, the rope tail (zeros for rows that are not live)."""
+    """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and, WITH_TAIL, the
+    rope tail (zeros for rows that are not live)."""
     offs_d = half * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, MAIN_GATHER))
     async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
                                            kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
@@ -83,8 +82,8 @@ def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, 
 @gluon.jit
 def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bars, stage: gl.constexpr,
                half: gl.constexpr, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr):
-    """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have
-    each thread's copies arrive on its full barrier when they land."""
+    """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have each thread's
+    copies arrive on its full barrier when they land."""
     mbarrier.wait(empty_bars.index(half_index(stage, half)), phase ^ 1)
     _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(half_index(stage, half)), increment_count=False)
@@ -101,9 +100,9 @@ def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phas
 @gluon.jit
 def copy_q(q_ptr, group, head0, num_heads, stride_qt, stride_qh, stride_qd, q_main, q_tail, H: gl.constexpr,
             G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
-    """cp.async a group's Q tile [64, D_V + D_TAIL] (token-major rows, heads from head0) into shared
-    memory, as one committed copy group. PARTIAL_HEADS: rows of heads at or past num_heads are
-    padding, filled with zeros (their scores are 0, finite; `_store_half` drops their output)."""
+    """cp.async a group's Q tile [64, D_V + D_TAIL] (token-major rows, heads from head0) into shared memory, as one
+    committed copy group. PARTIAL_HEADS: rows of heads at or past num_heads are padding, filled with zeros (their
+    scores are 0, finite; `_store_half` drops their output)."""
     offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, MAIN_GATHER))
     head = head0 + offs_m % H
     q_row = q_ptr + (group * G + offs_m // H)[:, None] * stride_qt + head[:, None] * stride_qh
@@ -132,10 +131,9 @@ def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, ful
 @gluon.jit
 def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
                   D_TAIL: gl.constexpr):
-    """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces
-    are freed: 0L, 1T, 1R (without the tail), 0R (with stage 0's tail), 1L. The even block's
-    offsets are held across the odd block's fills: 4 rows a thread (MAIN_GATHER) fit the
-    producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair)."""
+    """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces are freed: 0L, 1T,
+    1R (without the tail), 0R (with stage 0's tail), 1L. The even block's offsets are held across the odd block's
+    fills: 4 rows a thread (MAIN_GATHER) fit the producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair)."""
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
     _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
     _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False)
@@ -145,14 +143,12 @@ def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tai
 
 @gluon.jit
 def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
-                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                   HEAD_SLICES: gl.constexpr):
-    """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's
-    row numbers are loaded alongside the group's length, not after it (rows are contiguous, so
-    stride_rg is their width): one dependent global round trip less before the first gather, of
-    the three (length, rows, gather) at a program's start: 1.02x at H = 64, 1 x 8192, 1.03-1.04x at
-    1 x 2048 (docs/performance.md, "Early row loads"). Entries past the length are unspecified and
-    masked ("Rows past a set's length")."""
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr):
+    """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's row numbers are
+    loaded alongside the group's length, not after it (rows are contiguous, so stride_rg is their width): one
+    dependent global round trip less before the first gather, of the three (length, rows, gather) at a program's
+    start: 1.02x at H = 64, 1 x 8192, 1.03-1.04x at 1 x 2048 (docs/performance.md, "Early row loads"). Entries
+    past the length are unspecified and masked ("Rows past a set's length")."""
     group, _ = tile_index(HEAD_SLICES)
     union_rows = rows_ptr + group * stride_rg
     even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
@@ -166,4 +162,3 @@ def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, t
         _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
                    pair & 1, D_TAIL, BLOCK_N, KV_INT64)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
-

@@ -1,12 +1,11 @@
 """Gluon kernel (Hopper only): the split 64-row union tile (warp specialisation).
 
-Same contract and result as the Triton union tile at G*H = 64, but warps run side by side
-(docs/performance.md, "Why warp specialisation"): a producer partition (few registers) waits for a
-free stage, loads the block's row numbers and issues cp.async gathers of its KV rows (main and rope
-tail), which arrive on the stage's `full` barrier; the consumers (two warpgroups, each owning half
-of the D_V columns) wait on `full`, compute S = Q K^T by warpgroup MMA, the masked online softmax
-and O += P V, then release the stage (`empty`). So the next blocks' gathers fly while this block
-computes, which the compiled Triton loop cannot do (it waits for every copy at each iteration).
+Same contract and result as the Triton union tile at G*H = 64, but warps run side by side (docs/performance.md,
+"Why warp specialisation"): a producer partition (few registers) waits for a free stage, loads the block's row
+numbers and issues cp.async gathers of its KV rows (main and rope tail), which arrive on the stage's `full`
+barrier; the consumers (two warpgroups, each owning half of the D_V columns) wait on `full`, compute S = Q K^T by
+warpgroup MMA, the masked online softmax and O += P V, then release the stage (`empty`). The next blocks' gathers
+thus fly while this block computes; the compiled Triton loop cannot (it waits for every copy at each iteration).
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ CONSUMER_WARPS = gl.constexpr(8)  # two warpgroups; each holds [64, D_V / 2] of 
 def _gather_block(kv_ptr, rows_ptr, start, length, stride_kvs, main_buf, tail_buf,
                   D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
                   WARPS: gl.constexpr, KV_INT64: gl.constexpr):
-    """Issue cp.async copies of union rows [start, start + BLOCK_N) into one stage (zeros past
-    `length`)."""
+    """Issue cp.async copies of union rows [start, start + BLOCK_N) into one stage (zeros past `length`)."""
     main_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [WARPS, 1], [1, 0])
     tail_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0])
     offs_n = start + gl.arange(0, BLOCK_N, gl.SliceLayout(1, main_layout))
@@ -43,8 +41,7 @@ def _gather_block(kv_ptr, rows_ptr, start, length, stride_kvs, main_buf, tail_bu
     else:
         row_off = rows * stride_kvs
     offs_d = gl.arange(0, D_V, gl.SliceLayout(0, main_layout))
-    async_copy.async_copy_global_to_shared(main_buf, kv_ptr + row_off[:, None] + offs_d[None, :],
-                                           mask=live[:, None])
+    async_copy.async_copy_global_to_shared(main_buf, kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
     tail_n = start + gl.arange(0, BLOCK_N, gl.SliceLayout(1, tail_layout))
     tail_live = tail_n < length
     tail_rows = gl.convert_layout(row_off, gl.SliceLayout(1, tail_layout))
@@ -75,8 +72,7 @@ def _producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_
 @gluon.jit
 def _consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
               qk_scale_log2, main_bufs, tail_bufs, full_bars, empty_bars,
-              H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr,
-              NUM_STAGES: gl.constexpr):
+              H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     """Default partition (8 warps): attention over the stages the producer fills; writes out."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout([3, 0], [4, 2], [16, BLOCK_N // 2, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout([3, 0], [4, 2], [16, D_V // 2, 16])
@@ -128,16 +124,13 @@ def _consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, 
 @gluon.jit
 def sparse_mla_union_split_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
-    stride_qt, stride_qh, stride_qd, stride_kvs,
-    stride_rg, stride_bg,
-    stride_ot, stride_oh, stride_od,
-    qk_scale_log2,
+    stride_qt, stride_qh, stride_qd, stride_kvs, stride_rg, stride_bg, stride_ot, stride_oh, stride_od, qk_scale_log2,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr,
     BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
     PRODUCER_REGS: gl.constexpr, KV_INT64: gl.constexpr,
 ):
-    """Grid (num_groups,); launch with num_warps=CONSUMER_WARPS. kv rows contiguous (stride 1
-    along D). rows/bits/len from the union build (rows in [0, S))."""
+    """Grid (num_groups,); launch with num_warps=CONSUMER_WARPS. kv rows contiguous (stride 1 along D).
+    rows/bits/len from the union build (rows in [0, S))."""
     gl.static_assert(G * H == BLOCK_M, "the warp-specialised tile holds exactly 64 query rows")
     dtype: gl.constexpr = gl.bfloat16
     q_main_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, D_V], dtype)
