@@ -12,7 +12,7 @@ import torch
 from glmcheck import cli
 from glmcheck.backends import get_backend
 from glmcheck.checks import metrics
-from glmcheck.checks.common import FAIL, Gate
+from glmcheck.checks.band import FAIL, Band, Gate
 from glmcheck.data.inputs import random_inputs
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
 from glmcheck.model import build_dummy_model, make_config
@@ -57,7 +57,7 @@ def test_non_finite_inputs(inp, target, value):
     ref = sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 64)
     if not torch.isfinite(out).all():  # the NaN reached an output: no metric may pass it
         assert math.isnan(metrics.cosine(out, ref)) and math.isnan(metrics.rel_l2(out, ref))
-        assert Gate(max_rel_l2=1.0).verdict(metrics.rel_l2(out, ref), 1.0) == FAIL
+        assert Gate(cap=1.0).judge({"rel_l2": metrics.rel_l2(out, ref)}, Band({"rel_l2": [1.0]}))[0] == FAIL
 
 
 def test_metrics_never_pass_nan():
@@ -68,7 +68,8 @@ def test_metrics_never_pass_nan():
     assert metrics.rel_l2(torch.ones(3), torch.zeros(3)) == math.inf
     with pytest.raises(ValueError, match="same shape"):
         metrics.cosine(torch.ones(3), torch.ones(4))
-    assert Gate().verdict(math.nan, 1.0) == FAIL and Gate().verdict(math.inf, 1.0) == FAIL
+    band = Band({"rel_l2": [1.0]})
+    assert Gate().judge({"rel_l2": math.nan}, band)[0] == FAIL and Gate().judge({"rel_l2": math.inf}, band)[0] == FAIL
 
 
 def test_union_dedup_bad_inputs(device):
@@ -154,8 +155,8 @@ MODEL_CASES = [  # (args, words in the one error line)
     (["layer0", "--checkpoint", "{tmp}/absent"], "does not exist"),
     (["layer0", "--gate-ratio", "nan"], "--gate-ratio must be a finite number > 0"),
     (["layer0", "--gate-ratio", "0"], "--gate-ratio must be a finite number > 0"),
-    (["layer0", "--max-rel-l2", "-1"], "--max-rel-l2 must be a finite number >= 0"),
-    (["layer0", "--max-rel-l2", "inf"], "--max-rel-l2 must be a finite number >= 0"),
+    (["layer0", "--max-rel-l2", "-1"], "--max-rel-l2 must be a finite number > 0"),
+    (["layer0", "--max-rel-l2", "inf"], "--max-rel-l2 must be a finite number > 0"),
     (["layer0", "--tp", "3"], "--tp must divide the 8 attention heads"),
     (["layer0", "--text", "x" * 100_000], "--text (tokens) 100001: more than the model's"),
     (["logits", "--tokens", "0"], "--tokens must be a comma-separated list"),
@@ -171,7 +172,7 @@ MODEL_CASES = [  # (args, words in the one error line)
     (["firsttoken", "--prompts", "nonexistent50"], "nonexistent50"),
     (["firsttoken", "--tie-gap", "nan"], "--tie-gap must be a finite number >= 0"),
     (["firsttoken", "--tie-gap", "inf"], "--tie-gap must be a finite number >= 0"),
-    (["firsttoken", "--max-dlogprob", "-1"], "--max-dlogprob must be a finite number >= 0"),
+    (["firsttoken", "--max-dlogprob", "-1"], "--max-dlogprob must be a finite number > 0"),
     (["firsttoken", "--continue", "-1"], "--continue must be an int >= 0"),
     (["firsttoken", "--limit", "0"], "limit"),
     (["firsttoken", "--seed", HUGE_SEED], "--seed must be an int"),

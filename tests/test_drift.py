@@ -38,8 +38,10 @@ def test_planted_fault_shows_first_at_its_layer(tmp_path):
     finally:
         unregister_backend("planted:layer-fault")
     layers = model.config.num_hidden_layers
-    control = [r for r in result.rows if r.comparison.startswith("control")]
+    control = [r for r in result.rows if r.comparison.startswith("noise band: reference vs itself")]
     assert len(control) == layers and all(r.rel_l2 == 0.0 for r in control), "deterministic: zero control"
+    band = [r for r in result.rows if r.comparison.startswith("noise band:")]
+    assert len(band) == 5 * layers and all(r.verdict == "-" for r in band)
     planted = sorted((r for r in result.rows if r.backend == "planted:layer-fault"), key=lambda r: r.extra["layer"])
     assert [r.extra["layer"] for r in planted] == list(range(layers))
     first_fail = next(r.extra["layer"] for r in planted if r.verdict == FAIL)
@@ -51,8 +53,8 @@ def test_planted_fault_shows_first_at_its_layer(tmp_path):
 
 def test_drift_cli_record(tmp_path, capsys):
     out = tmp_path / "drift"
-    code = cli.main(["drift", "--tokens", "40", "--quiet", "--backends", "torch_bf16", "--out", str(out)])
+    code = cli.main(["drift", "--tokens", "40", "--quiet", "--backends", "band:5", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0 and "per-layer hidden-state drift, 40 tokens, 3 layers" in printed
     rows = read_record(out).rows
-    assert sorted(rows[rows["backend"] == "torch_bf16"]["layer"]) == [0, 1, 2]
+    assert sorted(rows[rows["backend"] == "band:5"]["layer"]) == [0, 1, 2]

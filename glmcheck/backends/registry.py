@@ -10,13 +10,15 @@ and all of them see the same indices. `get_backend(name)` returns a fresh `Backe
 from __future__ import annotations
 
 import functools
+import hashlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
-from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 from glmcheck.kernels import sparse_mla_prefill
 
@@ -60,6 +62,14 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
 }
 
 
+BAND_PREFIX = "band:"
+
+
+def is_band_name(name: str) -> bool:
+    """True for `band:K` (K a non-negative int): variant K of the checks' noise band."""
+    return name.startswith(BAND_PREFIX) and name[len(BAND_PREFIX):].isdigit()
+
+
 _SOURCES: dict[str, str] = {}  # where each backend came from, for `glmcheck backends`
 
 
@@ -70,7 +80,8 @@ def register_backend(name: str, fn: Callable[..., torch.Tensor], description: st
     Names must be new (ValueError otherwise); use this to put your own kernel under test, or an
     entry point / `--backends name=module:function` (`glmcheck.backends.plugins`).
     """
-    if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith("hf_") or "=" in name:
+    if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith(("hf_", BAND_PREFIX)) \
+            or "=" in name:
         raise ValueError(f"backend name must be a new non-empty string (not hf_*), got {name!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
@@ -86,6 +97,10 @@ def resolve_backend(spec: str) -> str:
     from glmcheck.backends import plugins
 
     if spec in _REGISTRY:
+        return spec
+    if is_band_name(spec):
+        _REGISTRY[spec] = (band_variant(int(spec[len(BAND_PREFIX):])), "a legitimate variant of the noise band "
+                           "(glmcheck.backends.reference.band_variant)")
         return spec
     if "=" in spec:
         name, target = plugins.parse_spec(spec)
@@ -107,7 +122,7 @@ def resolve_backend(spec: str) -> str:
 
 def backend_source(name: str) -> str:
     """Where a registered backend came from: "built in", an entry point, a name=module spec, ..."""
-    if name in _BUILTIN:
+    if name in _BUILTIN or is_band_name(name):
         return "built in"
     if name in _SOURCES:
         return _SOURCES[name]
@@ -117,9 +132,28 @@ def backend_source(name: str) -> str:
     return entry_point_source(points[name]) if name in points else "register_backend"
 
 
+def backend_identity(name: str) -> dict[str, str]:
+    """Where a backend's code lives, for resume fingerprints: built-in backends are covered by the
+    glmcheck source digest; a registered or plugin backend gives its module and a hash of that
+    module's source (so fixing its code invalidates results computed before)."""
+    if name not in _REGISTRY:
+        return {"source": "transformers" if name.startswith("hf_") else "unknown"}
+    source = backend_source(name)
+    if source == "built in":
+        return {"source": source}
+    fn = _REGISTRY[name][0]
+    module = inspect.getmodule(getattr(fn, "func", fn))
+    try:
+        text = inspect.getsource(module) if module is not None else repr(fn)
+    except (OSError, TypeError):
+        text = repr(fn)
+    return {"source": source, "module": getattr(module, "__name__", "?"),
+            "source_hash": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
 def unregister_backend(name: str) -> None:
     """Remove a backend added with register_backend (built-in names cannot be removed)."""
-    if name in _BUILTIN or name not in _REGISTRY:
+    if name in _BUILTIN or name not in _REGISTRY or is_band_name(name):
         raise ValueError(f"{name!r} is not a registered custom backend")
     del _REGISTRY[name]
     _SOURCES.pop(name, None)

@@ -1,17 +1,5 @@
-"""Comparison rows and the verdict rule shared by the checks.
-
-Every comparison row is judged against a band printed on the page: the larger of
-- the control: the reference compared with itself on a second run, and
-- the floor: `reference:bf16` (the fp32 reference with its output rounded to bf16, i.e. an ideal
-  bf16-output kernel) compared with the reference. A deterministic reference reruns
-  bit-identically (control 0); the floor is what any bf16 kernel must at least cost, carried
-  through the model.
-
-    PASS  when rel-L2 <= gate_ratio x band, or rel-L2 <= max_rel_l2 (absolute bound);
-    FAIL  otherwise, and always when either tensor has NaN/Inf or the backend was expected to
-          run and was never called.
-
-Each check has a documented default absolute bound (`--max-rel-l2`; 0 turns it off).
+"""Comparison rows shared by the checks: distances of one backend's output from the exact
+reference (and from the baseline kernel), judged beside the noise band (`glmcheck.checks.band`).
 Informational rows carry verdict "-".
 """
 
@@ -23,42 +11,16 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from glmcheck.checks import metrics
+from glmcheck.checks.band import FAIL, INFO, PASS, Band, Gate  # noqa: F401  (the verdict words, one place)
 
-PASS, FAIL, INFO = "PASS", "FAIL", "-"
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The verdict rule: ratio to the control's rel-L2, or an absolute rel-L2 bound."""
-
-    ratio: float = 2.0
-    max_rel_l2: float | None = None
-
-    def __post_init__(self):
-        if not (isinstance(self.ratio, (int, float)) and self.ratio > 0 and math.isfinite(self.ratio)):
-            raise ValueError(f"gate ratio must be a positive number, got {self.ratio!r}")
-        if self.max_rel_l2 is not None and not (self.max_rel_l2 >= 0 and math.isfinite(self.max_rel_l2)):
-            raise ValueError(f"max_rel_l2 must be a non-negative number, got {self.max_rel_l2!r}")
-
-    def verdict(self, rel_l2: float, band: float) -> str:
-        """PASS/FAIL for one row against the band max(control, floor) (NaN anywhere fails)."""
-        if not math.isfinite(rel_l2):
-            return FAIL
-        if math.isfinite(band) and rel_l2 <= self.ratio * band:
-            return PASS
-        if self.max_rel_l2 is not None and self.max_rel_l2 > 0 and rel_l2 <= self.max_rel_l2:
-            return PASS
-        return FAIL
-
-    def describe(self) -> str:
-        bound = f" or rel-L2 <= {self.max_rel_l2:g}" if self.max_rel_l2 else ""
-        return (f"PASS when rel-L2 <= {self.ratio:g} x max(control, floor){bound}; NaN/Inf or a backend "
-                f"never called FAILS")
+GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se")
 
 
 @dataclass
 class ComparisonRow:
-    """One row of a comparison table (all metrics in float64 on the CPU)."""
+    """One row of a comparison table (all metrics in float64 on the CPU). `rel_l2` is the distance
+    the gate judges (to the exact reference); `extra` holds the further statistics (layer0's
+    token_max_rel_l2 and scale_bias), the distance to the baseline kernel and check-specific fields."""
 
     comparison: str
     backend: str
@@ -77,12 +39,37 @@ class ComparisonRow:
         row.update(row.pop("extra"))
         return row
 
+    def stats(self) -> dict[str, float]:
+        """The statistics a gate may judge: rel_l2 and those of GATED_STATS in extra."""
+        return {"rel_l2": self.rel_l2, **{k: self.extra[k] for k in GATED_STATS[1:] if k in self.extra}}
+
 
 def compare(comparison: str, backend: str, against: str, compared_on: str,
-            actual: torch.Tensor, expected: torch.Tensor, **kw) -> ComparisonRow:
-    """A row with cosine, rel-L2 and max-abs of actual vs expected (verdict set later)."""
-    return ComparisonRow(comparison, backend, against, compared_on, metrics.cosine(actual, expected),
-                         metrics.rel_l2(actual, expected), metrics.max_abs(actual, expected), **kw)
+            actual: torch.Tensor, expected: torch.Tensor, *, per_token: bool = False, **kw) -> ComparisonRow:
+    """A row with cosine, rel-L2 and max-abs of actual vs expected (verdict set later); with
+    `per_token` (tensors [T, ...]) also token_max_rel_l2 and scale_bias (+ its standard error)."""
+    row = ComparisonRow(comparison, backend, against, compared_on, metrics.cosine(actual, expected),
+                        metrics.rel_l2(actual, expected), metrics.max_abs(actual, expected), **kw)
+    if per_token:
+        bias, se = metrics.scale_bias(actual, expected)
+        row.extra |= {"token_max_rel_l2": metrics.token_max_rel_l2(actual, expected), "scale_bias": bias,
+                      "scale_bias_se": se}
+    return row
+
+
+def cross_check_note(options) -> str:
+    """Why an hf row (transformers' own attention, `options` a SwapOptions) is shown but not judged."""
+    if options.kv_cache_dtype:
+        return f"not comparable under FP8: transformers' attention never sees the {options.kv_cache_dtype} KV"
+    return "cross-check of the reference (transformers' bf16 attention), not gated"
+
+
+def judge_row(row: ComparisonRow, gate: Gate, band: Band) -> None:
+    """Set the row's verdict beside the band, its margin (largest statistic / limit) and, when it
+    fails, why (appended to its note)."""
+    row.verdict, why = gate.judge(row.stats(), band)
+    row.extra["margin"] = gate.margin(row.stats(), band)
+    row.note = "; ".join(x for x in (row.note, why) if x)
 
 
 def not_called_row(backend: str, against: str, compared_on: str, expected: int, seen: int, **kw) -> ComparisonRow:
@@ -91,16 +78,7 @@ def not_called_row(backend: str, against: str, compared_on: str, expected: int, 
                          FAIL, note=f"expected {expected} kernel calls, saw {seen}", **kw)
 
 
-FLOOR_BACKEND = "reference:bf16"
-
-
-def band(control: ComparisonRow, floor: ComparisonRow | None) -> float:
-    """The gate's band: the larger of the control's and the floor's rel-L2 (NaN if the control is)."""
-    if not math.isfinite(control.rel_l2):
-        return math.nan
-    return max(control.rel_l2, floor.rel_l2 if floor is not None and math.isfinite(floor.rel_l2) else 0.0)
-
-
 def overall(rows: list[ComparisonRow]) -> str:
-    """FAIL if any row failed, else PASS."""
-    return FAIL if any(r.verdict == FAIL for r in rows) else PASS
+    """FAIL if any row failed or none was judged (a check that expected rows and got none), else PASS."""
+    verdicts = [r.verdict for r in rows if r.verdict != INFO]
+    return PASS if verdicts and FAIL not in verdicts else FAIL

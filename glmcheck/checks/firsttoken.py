@@ -1,18 +1,16 @@
 """`glmcheck firsttoken`: the greedy first token of each prompt under each backend.
 
-Per backend: argmax agreement with the reference n/N, mean and max |Δ logprob| of the chosen
-token on the agreeing prompts, and the disagreements with each side's top-1 token, its logprob
-and the reference's top-1/top-2 gap (a near tie explains a flip). The control row is the
-reference run twice. Noise rows: `reference:bf16` (an ideal bf16-output kernel) against the
-reference, i.e. the noise any bf16 kernel carries through the model, and, when the reference is
-another kernel (FlashMLA) and `reference` is among the backends, the exact fp32 `reference`
-against it (that kernel's own deviation from the exact result). A backend passes when every
-disagreement is a near tie and its mean |Δ logprob| is within gate_ratio x max(control, noise
-rows) or under max_dlogprob. A near tie is a reference gap <= max(tie_gap, gate_ratio x the
-largest |Δ logprob| of a noise row): on a model whose top-1/top-2 gaps are as small as that
-noise (dummy weights), a flip across such a gap says nothing about the kernel.
-`continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by token
-with the reference's (first divergence position).
+Per backend: argmax agreement with the exact reference n/N, mean and max |Δ logprob| of the
+reference's top-1 token over every prompt (agreeing or not), and the disagreements with each
+side's top-1 token, its logprob and the reference's top-1/top-2 gap (a near tie explains a flip).
+The band rows (`glmcheck.checks.band`): the reference run twice and N ideal bf16 kernels
+(`band:K`), i.e. the noise any bf16 kernel carries through the model. A backend passes when every
+disagreement is a near tie and its mean |Δ logprob| <= gate_ratio x the band's largest mean (and
+<= max_dlogprob when given: a cap that only makes the gate stricter). A near tie is a reference
+gap <= max(tie_gap, gate_ratio x the band's largest |Δ logprob|): on a model whose top-1/top-2
+gaps are as small as that noise (dummy weights), a flip across such a gap says nothing about the
+kernel. `continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by
+token with the reference's (first divergence position).
 """
 
 from __future__ import annotations
@@ -23,13 +21,12 @@ from typing import Callable, Protocol
 
 import torch
 
-from glmcheck.checks.common import FAIL, FLOOR_BACKEND, INFO, PASS
+from glmcheck.checks.band import DEFAULT_BAND, FAIL, INFO, PASS, band_names
+from glmcheck.checks.common import cross_check_note
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.data.prompts import Prompt
 
-EXACT_BACKEND = "reference"  # the exact fp32 backend: a noise row when the reference is another kernel
-DEFAULT_TIE_GAP = 0.1        # nats: a flip across a smaller top-1/top-2 gap is a near tie
-DEFAULT_MAX_DLOGPROB = 0.05  # nats
+DEFAULT_TIE_GAP = 0.1  # nats: a flip across a smaller top-1/top-2 gap is a near tie
 
 
 class Tokenizer(Protocol):
@@ -108,34 +105,31 @@ def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice:
                          ref_choice.gap, choice.token == ref_choice.token, dlogprob)
 
 
-def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends: list[str], reference: str,
-                   options: SwapOptions = SwapOptions(), *, gate_ratio: float = 2.0,
-                   max_dlogprob: float | None = DEFAULT_MAX_DLOGPROB, tie_gap: float = DEFAULT_TIE_GAP,
-                   continue_tokens: int = 0, device: torch.device | str = "cpu",
+def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends: list[str],
+                   exact: str = "reference", options: SwapOptions = SwapOptions(), *, gate_ratio: float = 2.0,
+                   max_dlogprob: float | None = None, tie_gap: float = DEFAULT_TIE_GAP,
+                   band_size: int = DEFAULT_BAND, continue_tokens: int = 0, device: torch.device | str = "cpu",
                    on_prompt: Callable[[Prompt, list[PromptOutcome]], None] | None = None,
                    done: dict[str, list[PromptOutcome]] | None = None) -> FirstTokenResult:
-    """Run every prompt under the reference (twice) and each backend; judge (see module docstring).
-
-    `done` maps prompt ids to outcomes already computed (a resumed run); those prompts are skipped.
-    `on_prompt` is called after each newly computed prompt (for progress and per-item records).
-    """
-    others = [b for b in dict.fromkeys(backends) if b != reference]
-    control_name = f"{reference} (rerun)"
-    floor_name = f"{FLOOR_BACKEND} (floor)" if reference != FLOOR_BACKEND else None
+    """Run every prompt under the exact reference (twice), the band and each backend; judge (see
+    module docstring). `done` maps prompt ids to outcomes already computed (a resumed run); those
+    prompts are skipped. `on_prompt` is called after each newly computed prompt."""
+    variants = band_names(band_size)
+    others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
+    control_name = f"{exact} (rerun)"
     outcomes: list[PromptOutcome] = []
     for prompt in prompts:
         if done and prompt.id in done:
             outcomes += done[prompt.id]
             continue
         ids = torch.tensor([tokenizer.encode(prompt.prompt)], dtype=torch.long, device=device)
-        ref_choice, ref_logprobs = choose(_logits(model, ids, reference, options))
-        ref_continuation = greedy_continuation(model, ids, reference, options, continue_tokens) \
+        ref_choice, ref_logprobs = choose(_logits(model, ids, exact, options))
+        ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens) \
             if continue_tokens else []
-        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, reference, options), ref_choice,
+        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, exact, options), ref_choice,
                               ref_logprobs)]
-        if floor_name:
-            batch.append(judge_prompt(prompt.id, floor_name, _logits(model, ids, FLOOR_BACKEND, options),
-                                      ref_choice, ref_logprobs))
+        batch += [judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
+                  for name in variants]
         for name in others:
             outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
             if continue_tokens:
@@ -145,62 +139,65 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
         outcomes += batch
         if on_prompt is not None:
             on_prompt(prompt, batch)
-    noise = ([floor_name] if floor_name else []) + [n for n in others if n == EXACT_BACKEND]
-    others = [n for n in others if n not in noise]
-    return summarize(outcomes, [control_name] + noise + others, control_name, tokenizer, gate_ratio,
-                     max_dlogprob, tie_gap, continue_tokens, noise)
+    cross_checks = {name: cross_check_note(options) for name in others if name.startswith("hf_")}
+    return summarize(outcomes, [control_name] + variants + others, control_name, tokenizer, gate_ratio,
+                     max_dlogprob, tie_gap, continue_tokens, variants, cross_checks)
 
 
 def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,
               gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int,
-              noise_names: list[str] | tuple[str, ...] = ()) -> FirstTokenResult:
-    """Per-backend summary rows, the disagreement list and the verdict (see module docstring)."""
+              noise_names: list[str] | tuple[str, ...] = (), not_judged: dict[str, str] | None = None
+              ) -> FirstTokenResult:
+    """Per-backend summary rows, the disagreement list and the verdict (see module docstring).
+    `not_judged` maps backends shown but not gated (hf cross-checks) to the reason."""
     reference = control_name.split(" ")[0]
-    control_mean = _stats([o for o in outcomes if o.backend == control_name])["mean_dlogprob"]
-    noise = [_stats([o for o in outcomes if o.backend == name]) for name in noise_names]
-    band_mean = max([control_mean] + [n["mean_dlogprob"] for n in noise])
-    near_tie = max([tie_gap] + [gate_ratio * n["max_dlogprob"] for n in noise])
-    if not (math.isfinite(near_tie) and math.isfinite(band_mean)):
-        near_tie, band_mean = tie_gap, control_mean
-    rows, flips = [], []
+    not_judged = not_judged or {}
+    band = [_stats([o for o in outcomes if o.backend == name]) for name in [control_name, *noise_names]]
+    band_mean = max(n["mean_dlogprob"] for n in band)
+    near_tie = max([tie_gap] + [gate_ratio * n["max_dlogprob"] for n in band])
+    rows, flips, judged = [], [], 0
     for name in names:
         mine = [o for o in outcomes if o.backend == name]
         stats = _stats(mine)
         wide_flips = [o for o in mine if not o.agree and o.ref_gap > near_tie]
-        within = (stats["mean_dlogprob"] <= gate_ratio * band_mean
-                  or (max_dlogprob is not None and stats["mean_dlogprob"] <= max_dlogprob))
-        ok = math.isfinite(stats["mean_dlogprob"]) and within and not wide_flips and mine
-        judged = name != control_name and name not in noise_names
-        verdict = (PASS if ok else FAIL) if judged else (INFO if math.isfinite(stats["mean_dlogprob"]) else FAIL)
+        within = stats["mean_dlogprob"] <= gate_ratio * band_mean \
+            and (max_dlogprob is None or stats["mean_dlogprob"] <= max_dlogprob)
+        ok = math.isfinite(stats["mean_dlogprob"]) and math.isfinite(near_tie) and within and not wide_flips and mine
+        is_band = name == control_name or name in noise_names
+        if is_band or name in not_judged:
+            verdict = INFO if math.isfinite(stats["mean_dlogprob"]) or name in not_judged else FAIL
+        else:
+            verdict, judged = (PASS if ok else FAIL), judged + 1
         if name == control_name:
-            comparison = f"control: {reference} vs itself (rerun)"
-        elif name == EXACT_BACKEND:
-            comparison = f"noise: {EXACT_BACKEND} (exact fp32) vs {reference}"
+            comparison = f"noise band: {reference} vs itself (rerun)"
         elif name in noise_names:
-            comparison = f"floor: {FLOOR_BACKEND} vs {reference} (ideal bf16 kernel)"
+            comparison = f"noise band: {name} vs {reference} (ideal bf16 kernel)"
         else:
             comparison = f"{name} vs {reference}"
-        row = {"comparison": comparison, "backend": name, **stats,
-               "wide_flips": len(wide_flips), "verdict": verdict}
+        row = {"comparison": comparison, "backend": name, **stats, "wide_flips": len(wide_flips),
+               "verdict": verdict, "note": not_judged.get(name, "")}
         if continue_tokens:
             row["identical_continuations"] = sum(o.divergence is None for o in mine)
         rows.append(row)
         flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree]
-    verdict = FAIL if any(r["verdict"] == FAIL for r in rows) else PASS
-    facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap,
+    verdict = FAIL if judged == 0 or any(r["verdict"] == FAIL for r in rows) else PASS
+    facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap, "band_mean_dlogprob": band_mean,
              "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
-             f"{gate_ratio:g} x the noise rows' max |dlogprob|)) and mean |dlogprob| <= {gate_ratio:g} x "
-             f"max(control, noise rows)" + (f" or <= {max_dlogprob:g}" if max_dlogprob else ""),
+             f"{gate_ratio:g} x the band's max |dlogprob|)) and mean |dlogprob| over every prompt <= "
+             f"{gate_ratio:g} x the band's max mean" + (f" and <= {max_dlogprob:g}" if max_dlogprob else "")
+             + "; a check with no backend judged FAILS",
              "continue_tokens": continue_tokens}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
 
 
 def _stats(outcomes: list[PromptOutcome]) -> dict:
-    agreeing = [o.dlogprob for o in outcomes if o.agree]
-    finite = all(math.isfinite(o.logprob) for o in outcomes)
-    mean = sum(agreeing) / len(agreeing) if agreeing else 0.0
+    """Agreement and |dlogprob| of the reference's top-1 token over every prompt (NaN if any is)."""
+    deltas = [o.dlogprob for o in outcomes]
+    finite = all(math.isfinite(o.logprob) and math.isfinite(o.dlogprob) for o in outcomes)
+    mean = sum(deltas) / len(deltas) if deltas else math.nan
     return {"agree": sum(o.agree for o in outcomes), "prompts": len(outcomes),
-            "mean_dlogprob": mean if finite else math.nan, "max_dlogprob": max(agreeing, default=0.0)}
+            "mean_dlogprob": mean if finite else math.nan, "max_dlogprob": max(deltas, default=math.nan)
+            if finite else math.nan}
 
 
 def _flip(o: PromptOutcome, tokenizer: Tokenizer, tie_gap: float) -> dict:

@@ -1,9 +1,11 @@
-"""`glmcheck layer0`: the layer-0 attention output of every backend against the reference.
+"""`glmcheck layer0`: the layer-0 attention output of every backend against the exact reference.
 
-Absorbed backends are compared on the latent output [T, H, kv_lora]; a row with an hf backend
-(transformers' own attention, no latent) on the per-head value output [T, H, v_head_dim].
-The first row is the control: the reference against a second run of itself; the second the
-floor: the reference rounded to bf16 (an ideal bf16 kernel) against the reference.
+Absorbed backends are compared on the latent output [T, H, kv_lora]; an hf backend (transformers'
+own attention, no latent) on the per-head value output [T, H, v_head_dim], as a cross-check of the
+reference that is not gated (bf16 end to end; under an FP8 KV cache it never sees the FP8 rows).
+The band (`glmcheck.checks.band`): the exact reference rerun and N ideal bf16 kernels. Each row
+is judged on its rel-L2, its largest per-token rel-L2 and its scale bias; with a baseline kernel
+(FlashMLA when present) every row also gives its distance to the baseline.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from glmcheck.checks.common import FLOOR_BACKEND, INFO, ComparisonRow, Gate, band, compare, not_called_row, overall
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
+from glmcheck.checks.common import ComparisonRow, compare, cross_check_note, judge_row, not_called_row, overall
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
 
-DEFAULT_MAX_REL_L2 = 1e-2  # bf16-output class: fp32 reference vs bf16 kernels ~2e-3, hf_sdpa ~6e-3
+LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias")
 
 
 @dataclass
@@ -32,51 +35,59 @@ def _per_token_name(name: str) -> str | None:
     return name.split(":")[0] if ":union" in name else None
 
 
-def _compare_runs(label: str, run: BackendRun, ref: BackendRun, ref_name: str, tokens: int) -> ComparisonRow:
+def _compare_runs(label: str, run: BackendRun, ref: BackendRun, ref_name: str, tokens: int,
+                  per_token: bool = True) -> ComparisonRow:
     if run.absorbed and ref.absorbed:
         return compare(label, run.name, ref_name, "latent", run.captured.latent[0], ref.captured.latent[0],
-                       tokens=tokens)
+                       tokens=tokens, per_token=per_token)
     return compare(f"{label} (per-head value output)", run.name, ref_name, "value",
-                   run.captured.value[0], ref.captured.value[0], tokens=tokens)
+                   run.captured.value[0], ref.captured.value[0], tokens=tokens, per_token=per_token)
 
 
-def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[str], reference: str,
-               options: SwapOptions = SwapOptions(), gate: Gate = Gate(max_rel_l2=DEFAULT_MAX_REL_L2),
-               progress=None) -> CheckResult:
-    """Run the reference twice and every backend once; return the comparison rows."""
+def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[str], exact: str = "reference",
+               options: SwapOptions = SwapOptions(), gate: Gate = Gate(), *, band_size: int = DEFAULT_BAND,
+               baseline: str | None = None, progress=None) -> CheckResult:
+    """Run the exact reference twice, the band's variants and every backend once; judge each row.
+    `baseline` (one of `backends`) adds every row's distance to that backend's output."""
     tokens = input_ids.shape[1]
-    others_names = [b for b in dict.fromkeys(backends) if b not in (reference, FLOOR_BACKEND)]
-    names = [reference, reference, FLOOR_BACKEND] + others_names
+    variants = band_names(band_size)
+    others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     runs: list[BackendRun] = []
-    for name in names:
+    for name in [exact, exact] + variants + others:
         runs.append(forward_under(model, input_ids, name, options, latent_layers=[0], value_layers=[0]))
         if progress is not None:
             progress.update(1)
-    ref, rerun, floor_run, others = runs[0], runs[1], runs[2], {r.name: r for r in runs[3:]}
-    control = _compare_runs(f"control: {reference} vs itself (rerun)", rerun, ref, reference, tokens)
-    floor = _compare_runs(f"floor: {FLOOR_BACKEND} vs {reference} (ideal bf16 kernel)", floor_run, ref,
-                          reference, tokens)
-    floor.verdict = INFO
-    limit = band(control, floor)
-    control.verdict = gate.verdict(control.rel_l2, limit)
-    rows = [control, floor]
+    ref, by_name = runs[0], {r.name: r for r in runs[2 + band_size:]}
+    samples = [_compare_runs(f"noise band: {exact} vs itself (rerun)", runs[1], ref, exact, tokens)]
+    samples += [_compare_runs(f"noise band: {r.name} vs {exact} (ideal bf16 kernel)", r, ref, exact, tokens)
+                for r in runs[2:2 + band_size]]
+    band = band_from_rows(samples, [exact] + variants)
+    rows = list(samples)
     num_layers = model.config.num_hidden_layers
-    for name, run in others.items():
+    base = by_name.get(baseline) if baseline else None
+    for name, run in by_name.items():
         expected, seen = run.missing_calls(num_layers, options.tp)
         if expected:
-            rows.append(not_called_row(name, reference, "latent", expected, seen, tokens=tokens))
+            rows.append(not_called_row(name, exact, "latent", expected, seen, tokens=tokens))
             continue
-        row = _compare_runs(f"{name} vs {reference}", run, ref, reference, tokens)
-        row.verdict = gate.verdict(row.rel_l2, limit)
+        row = _compare_runs(f"{name} vs {exact}", run, ref, exact, tokens)
+        if base is not None and run is not base and run.absorbed == base.absorbed:
+            row.extra[f"rel_l2_vs_{baseline}"] = _compare_runs("", run, base, baseline, tokens, False).rel_l2
+        if not run.absorbed:
+            row.note = cross_check_note(options)
+        else:
+            judge_row(row, gate, band)
         rows.append(row)
-        base = _per_token_name(name)
-        if base in others:
-            pair = _compare_runs(f"{name} vs {base} (per-token)", run, others[base], base, tokens)
-            pair.verdict = gate.verdict(pair.rel_l2, limit)
+        pair_base = _per_token_name(name)
+        if pair_base in by_name and run.absorbed:
+            pair = _compare_runs(f"{name} vs {pair_base} (per-token)", run, by_name[pair_base], pair_base, tokens,
+                                 False)
+            judge_row(pair, gate, band)
             rows.append(pair)
-    facts = {"tokens": tokens, "gate": gate.describe(), "seconds": {r.name: round(r.seconds, 3) for r in runs},
-             "calls": {r.name: dict(r.calls) for r in runs}}
-    return CheckResult(rows, overall(rows), facts, _tensors([ref, *others.values()]))
+    facts = {"tokens": tokens, "gate": gate.describe(LAYER0_STATS), "band": band.as_dict(),
+             "band_summary": band.describe(), "exact": exact, "baseline": baseline,
+             "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs}}
+    return CheckResult(rows, overall(rows), facts, _tensors([ref, *by_name.values()]))
 
 
 def _tensors(runs: list[BackendRun]) -> dict[str, torch.Tensor]:

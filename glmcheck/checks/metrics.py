@@ -53,3 +53,34 @@ def max_abs(actual: torch.Tensor, expected: torch.Tensor) -> float:
     if not _finite(a, e):
         return math.nan
     return (a - e).abs().max().item() if a.numel() else 0.0
+
+
+def token_max_rel_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """The largest rel-L2 of one token (dim 0 indexes tokens); a token whose expected is zero
+    counts 0 when actual is zero too, inf otherwise; NaN if non-finite."""
+    if actual.shape != expected.shape:
+        raise ValueError(f"actual and expected must have the same shape, got "
+                         f"{tuple(actual.shape)} and {tuple(expected.shape)}")
+    a = actual.detach().to("cpu", torch.float64).reshape(actual.shape[0], -1)
+    e = expected.detach().to("cpu", torch.float64).reshape(expected.shape[0], -1)
+    if not _finite(a, e):
+        return math.nan
+    if a.shape[0] == 0:
+        return 0.0
+    diff, ref = (a - e).norm(dim=1), e.norm(dim=1)
+    ratio = torch.where(ref > 0, diff / ref.clamp_min(1e-300), torch.where(diff > 0, math.inf, 0.0))
+    return ratio.max().item()
+
+
+def scale_bias(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    """(b, se): b = <actual - expected, expected> / <expected, expected>, the least-squares scale
+    of actual on expected minus 1, and its standard error sqrt(sum (d e)^2) / sum e^2 taking the
+    elementwise differences d as independent. (0, 0) when expected is zero; NaN if non-finite."""
+    a, e = _pair(actual, expected)
+    if not _finite(a, e):
+        return math.nan, math.nan
+    energy = (e * e).sum().item()
+    if energy == 0.0:
+        return 0.0, 0.0
+    d = a - e
+    return (d * e).sum().item() / energy, (d * e).norm().item() / energy

@@ -14,15 +14,16 @@ import torch
 
 from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
+from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
-from glmcheck.checks.common import Gate
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.commands.options import check_count, check_number, check_out_dir, check_seed
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
 from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
-from glmcheck.records.environment import config_hash, environment_metadata
+from glmcheck.records.environment import code_identity, config_hash, environment_metadata
 from glmcheck.records.progress import ItemStore
 from glmcheck.records.report import render
 from glmcheck.records.store import default_run_dir, write_record
@@ -42,15 +43,21 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
     parser.add_argument("--backends", default=None,
                         help="comma-separated backends (default: every backend available here)")
-    parser.add_argument("--reference", default=None,
-                        help="reference backend (default: flashmla_sparse when present and the model's latent is "
-                             "512 + 64, else reference)")
+    parser.add_argument("--exact", default="fp32", choices=["fp32", "fp64"],
+                        help="the exact reference every row is judged against (default fp32)")
+    parser.add_argument("--baseline", default=None,
+                        help="baseline kernel whose distance every row also shows (default flashmla_sparse when "
+                             "present and the model's latent is 512 + 64; 'none' for none)")
+    parser.add_argument("--band", type=int, default=DEFAULT_BAND,
+                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}); each costs one "
+                             "forward per prompt (or length): a run is 2 + band + backends forwards")
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
-    parser.add_argument("--gate-ratio", type=float, default=2.0, help="PASS when rel-L2 <= ratio x control")
+    parser.add_argument("--gate-ratio", type=float, default=2.0,
+                        help="PASS when each judged statistic <= ratio x the band's max")
     parser.add_argument("--max-rel-l2", type=float, default=None,
-                        help="absolute rel-L2 bound that also passes (0 turns the default off)")
+                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)")
     parser.add_argument("--out", default=None, help="record directory (default runs/<command>-<timestamp>)")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -63,11 +70,11 @@ def _flashmla_here(device: torch.device, latent_dims: tuple[int, int] | None) ->
 
 def default_backends(device: torch.device, heads_per_rank: int,
                      latent_dims: tuple[int, int] | None = None) -> list[str]:
-    """The kernels under test and the independent references that can run here for this head count
+    """The kernels under test and the independent cross-checks that can run here for this head count
     (and latent geometry, when given). The naive `torch_bf16` baseline is left to `--backends`: its
-    bf16 scores put it outside the 2x floor band at GLM-5.2 scale (1.09e-2 on the H200), so in the
-    default set it would fail every default run for a reason that is not the kernel's."""
-    names = ["reference", "triton_sparse_mla"]
+    bf16 scores put it outside the band at GLM-5.2 scale (1.09e-2 on the H200), so in the default set
+    it would fail every default run for a reason that is not the kernel's."""
+    names = ["triton_sparse_mla"]
     names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
     names += ["hf_sdpa"]
     if _flashmla_here(device, latent_dims):
@@ -75,21 +82,23 @@ def default_backends(device: torch.device, heads_per_rank: int,
     return names
 
 
-def default_reference(device: torch.device, latent_dims: tuple[int, int] | None = None) -> str:
-    if _flashmla_here(device, latent_dims):
-        return "flashmla_sparse"
-    return "reference"
+def default_baseline(device: torch.device, latent_dims: tuple[int, int] | None = None) -> str | None:
+    return "flashmla_sparse" if _flashmla_here(device, latent_dims) else None
+
+
+EXACT = {"fp32": "reference", "fp64": "reference:fp64"}
 
 
 class Prepared:
     """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
 
-    def __init__(self, ns: argparse.Namespace, default_max_rel_l2: float | None, *, layer0_only: bool = False):
+    def __init__(self, ns: argparse.Namespace, *, layer0_only: bool = False):
         from glmcheck.model import distributed
 
         check_seed(ns.seed)
         check_number(ns.gate_ratio, "--gate-ratio", positive=True)
-        check_number(ns.max_rel_l2, "--max-rel-l2")
+        check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
+        check_count(ns.band, "--band")
         check_out_dir(ns.out)
         if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
             raise ValueError(f"--backends names no backend: {ns.backends!r}")
@@ -102,28 +111,44 @@ class Prepared:
         if isinstance(ns.tp, bool) or ns.tp < 1 or heads % ns.tp:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {ns.tp}")
         dims = (self.config.kv_lora_rank, self.config.qk_rope_head_dim)
-        self.reference = resolve_backend_names([ns.reference or default_reference(self.device, dims)])[0]
+        self.exact, self.band_size = EXACT[ns.exact], ns.band
         self.backends = resolve_backend_names([b.strip() for b in ns.backends.split(",") if b.strip()]
                                               if ns.backends else default_backends(self.device, heads // ns.tp, dims))
-        self.warnings = validate_backends([self.reference] + self.backends, device=self.device, heads=heads,
+        band = band_names(self.band_size)
+        under_test = [b for b in self.backends if b != self.exact and b not in band and not b.startswith("hf_")]
+        if not under_test:
+            raise ValueError(f"--backends names no backend under test (got {', '.join(self.backends)}; the exact "
+                             f"reference, the band's band:0..{self.band_size - 1} and hf_* cross-checks are not "
+                             f"judged)")
+        baseline = default_baseline(self.device, dims) if ns.baseline is None else ns.baseline
+        self.baseline = None if baseline in (None, "", "none") else resolve_backend_names([baseline])[0]
+        if self.baseline is not None and self.baseline not in self.backends:
+            self.backends.append(self.baseline)
+        self.warnings = validate_backends([self.exact] + self.backends, device=self.device, heads=heads,
                                           tp=ns.tp, deterministic=ns.deterministic, latent_dims=dims)
         # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
         self.options = SwapOptions(tp=1 if self.dist else ns.tp,
                                    kv_cache_dtype=None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype,
                                    dense_threshold=getattr(ns, "dense_threshold", None),
                                    deterministic=ns.deterministic)
-        bound = default_max_rel_l2 if ns.max_rel_l2 is None else (ns.max_rel_l2 or None)
-        self.gate = Gate(ratio=ns.gate_ratio, max_rel_l2=bound)
+        self.gate = Gate(ratio=ns.gate_ratio, cap=ns.max_rel_l2)
         self.tp = ns.tp
         self.is_main = self.dist is None or self.dist.is_main
         self.quiet = ns.quiet or not self.is_main
 
     def describe(self) -> dict:
         return {"tp": self.tp, "torchrun_ranks": self.dist.world_size if self.dist else None,
-                "backends": self.backends, "reference": self.reference,
+                "backends": self.backends, "exact": self.exact, "baseline": self.baseline, "band": self.band_size,
                 "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
                 "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
-                "max_rel_l2": self.gate.max_rel_l2, "device": str(self.device)}
+                "max_rel_l2": self.gate.cap, "device": str(self.device)}
+
+    def fingerprint(self, command: str, **items) -> dict:
+        """Everything that decides a resumable run's results: command, model and its config hash,
+        options, the items requested and the code (glmcheck's sources, each backend's module)."""
+        return {"command": command, "model": self.spec.describe(), "config_hash": config_hash(self.config),
+                "options": self.describe(), "code": {**code_identity(), "backends": {
+                    name: backend_identity(name) for name in [self.exact] + self.backends}}, **items}
 
     def prompt_tokens(self, requested: int | None) -> int:
         """--tokens, or 4096 on a GPU and 128 on the CPU; ValueError unless positive, within the
@@ -141,8 +166,9 @@ class Prepared:
         check_fits(self.config, tokens, self.device, option)
 
     def forward_count(self) -> int:
-        """Forwards of a layer0/drift run: reference twice, the floor, every other backend once."""
-        return 3 + len([b for b in dict.fromkeys(self.backends) if b not in (self.reference, "reference:bf16")])
+        """Forwards of a layer0/drift run: the exact reference twice, the band, every other backend once."""
+        band = band_names(self.band_size)
+        return 2 + self.band_size + len([b for b in dict.fromkeys(self.backends) if b != self.exact and b not in band])
 
     def say_warnings(self) -> None:
         if not self.is_main:
@@ -187,7 +213,7 @@ class CheckOutcome:
     tensors: dict | None = None
 
 
-def run_check(ns: argparse.Namespace, command: str, default_max_rel_l2: float | None,
+def run_check(ns: argparse.Namespace, command: str,
               plan: Callable[[Prepared], Callable[[torch.nn.Module, Path | None], CheckOutcome]], *,
               layer0_only: bool = False, resumable: bool = False) -> int:
     """The one sequence of every model check: resolve and check the shared options (`Prepared`),
@@ -195,7 +221,7 @@ def run_check(ns: argparse.Namespace, command: str, default_max_rel_l2: float | 
     model, run it, write the record and print the tables. Nothing is written before the model is
     built. `resumable` commands get their record directory before the run (their finished items
     live there); the others get it when the record is written. Returns 0 PASS, 1 FAIL."""
-    prep = Prepared(ns, default_max_rel_l2, layer0_only=layer0_only)
+    prep = Prepared(ns, layer0_only=layer0_only)
     run = plan(prep)
     prep.say_warnings()
     model = load_model(prep.spec, prep.device, layer0_only=layer0_only)

@@ -6,16 +6,16 @@ import argparse
 
 from tqdm import tqdm
 
-from glmcheck.checks.drift import DEFAULT_MAX_REL_L2, run_drift
+from glmcheck.checks.drift import run_drift
 from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
 from glmcheck.data.prompts import seeded_prompt
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("drift", help="per-layer hidden-state drift against the reference",
-                       description="One forward per backend (the reference twice: the control) capturing every "
-                                   "layer's hidden state in fp64; rows per (backend, layer) against the reference "
-                                   "beside the control and floor bands.")
+                       description="One forward per backend (the exact reference twice, the band's variants once each) "
+                                   "capturing every layer's hidden state in fp64; rows per (backend, layer) against "
+                                   "the exact reference beside the band at that layer.")
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
     p.set_defaults(handler=handle)
@@ -28,8 +28,9 @@ def handle(ns: argparse.Namespace) -> int:
         def run(model, out):
             ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
             with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
-                result = run_drift(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+                result = run_drift(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
+                                   band_size=prep.band_size, progress=bar)
             return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts)
         return run
 
-    return run_check(ns, "drift", DEFAULT_MAX_REL_L2, plan)
+    return run_check(ns, "drift", plan)

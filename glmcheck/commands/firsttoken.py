@@ -7,7 +7,7 @@ import dataclasses
 
 from tqdm import tqdm
 
-from glmcheck.checks.firsttoken import DEFAULT_MAX_DLOGPROB, DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
+from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
 from glmcheck.commands.options import check_count, check_number
 from glmcheck.commands.tokenizers import model_tokenizer
@@ -17,7 +17,8 @@ from glmcheck.data.prompts import PROMPT_SETS, load_prompts
 def add_parser(sub) -> None:
     p = sub.add_parser("firsttoken", help="greedy first token per prompt: argmax agreement and dlogprob",
                        description="Greedy first token of each prompt under every backend, against the "
-                                   "reference run twice (control).")
+                                   "exact reference, beside the band (the reference rerun and --band ideal bf16 "
+                                   "kernels).")
     add_model_options(p)
     p.add_argument("--prompts", default="natural50", help=f"{' or '.join(PROMPT_SETS)} or a JSONL path")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
@@ -25,9 +26,9 @@ def add_parser(sub) -> None:
                    help="also compare a greedy N-token continuation (first divergence)")
     p.add_argument("--tie-gap", type=float, default=DEFAULT_TIE_GAP,
                    help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats) or "
-                        "<= gate-ratio x the floor's (reference:bf16) largest |dlogprob|")
-    p.add_argument("--max-dlogprob", type=float, default=DEFAULT_MAX_DLOGPROB,
-                   help="mean |dlogprob| under this passes (nats; 0 turns it off)")
+                        "<= gate-ratio x the band's largest |dlogprob|")
+    p.add_argument("--max-dlogprob", type=float, default=None,
+                   help="cap on mean |dlogprob| (nats): above it FAILS even within the band (only stricter)")
     p.set_defaults(handler=handle)
 
 
@@ -35,15 +36,16 @@ def handle(ns: argparse.Namespace) -> int:
     def plan(prep):
         check_count(ns.continue_tokens, "--continue", minimum=0)
         check_number(ns.tie_gap, "--tie-gap")
-        check_number(ns.max_dlogprob, "--max-dlogprob")
+        check_number(ns.max_dlogprob, "--max-dlogprob", positive=True)
         prompts = load_prompts(ns.prompts, ns.limit)
         tokenizer = model_tokenizer(prep.spec, prep.config.vocab_size)
         for prompt in prompts:
             prep.check_prompt(len(tokenizer.encode(prompt.prompt)) + ns.continue_tokens,
                               f"--prompts {ns.prompts}: prompt {prompt.id!r} of tokens")
 
-        resume = Resume(ns, prep, {"command": "firsttoken", "model": prep.spec.describe(), "options": prep.describe(),
-                                   "prompts": [p.id for p in prompts], "continue": ns.continue_tokens})
+        resume = Resume(ns, prep, prep.fingerprint("firsttoken", prompts={p.id: p.prompt for p in prompts},
+                                                   continue_tokens=ns.continue_tokens, tie_gap=ns.tie_gap,
+                                                   max_dlogprob=ns.max_dlogprob))
         done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
 
         def run(model, out):
@@ -55,8 +57,9 @@ def handle(ns: argparse.Namespace) -> int:
 
             with tqdm(total=len(prompts), initial=len(done), desc="firsttoken prompts", disable=prep.quiet,
                       leave=False) as bar:
-                result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.reference, prep.options,
-                                        gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob or None,
+                result = run_firsttoken(model, tokenizer, prompts, prep.backends, prep.exact, prep.options,
+                                        gate_ratio=ns.gate_ratio, max_dlogprob=ns.max_dlogprob,
+                                        band_size=prep.band_size,
                                         tie_gap=ns.tie_gap, continue_tokens=ns.continue_tokens, device=prep.device,
                                         on_prompt=finished, done=done)
             facts = {**result.facts, "prompt_set": ns.prompts, "prompts": len(prompts), "resumed_items": len(done)}
@@ -64,4 +67,4 @@ def handle(ns: argparse.Namespace) -> int:
                                 extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements})
         return run
 
-    return run_check(ns, "firsttoken", None, plan, resumable=True)
+    return run_check(ns, "firsttoken", plan, resumable=True)

@@ -7,7 +7,7 @@ import argparse
 import torch
 from tqdm import tqdm
 
-from glmcheck.checks.layer0 import DEFAULT_MAX_REL_L2, run_layer0
+from glmcheck.checks.layer0 import run_layer0
 from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
 from glmcheck.commands.tokenizers import model_tokenizer
 from glmcheck.data.prompts import seeded_prompt, text_prompt
@@ -39,9 +39,10 @@ def handle(ns: argparse.Namespace) -> int:
                 ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
             with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
                     torch.inference_mode():
-                result = run_layer0(model, ids, prep.backends, prep.reference, prep.options, prep.gate, progress=bar)
+                result = run_layer0(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
+                                    band_size=prep.band_size, baseline=prep.baseline, progress=bar)
             return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts,
                                 tensors=result.tensors)
         return run
 
-    return run_check(ns, "layer0", DEFAULT_MAX_REL_L2, plan, layer0_only=True)
+    return run_check(ns, "layer0", plan, layer0_only=True)

@@ -8,7 +8,7 @@ import dataclasses
 from tqdm import tqdm
 
 from glmcheck.checks.common import ComparisonRow
-from glmcheck.checks.logits import DEFAULT_MAX_REL_L2, run_logits
+from glmcheck.checks.logits import run_logits
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
 from glmcheck.commands.options import check_count
 from glmcheck.data.prompts import seeded_prompt
@@ -42,8 +42,7 @@ def handle(ns: argparse.Namespace) -> int:
         check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
         for tokens in lengths:
             prep.check_prompt(tokens)
-        resume = Resume(ns, prep, {"command": "logits", "model": prep.spec.describe(), "options": prep.describe(),
-                                   "lengths": lengths, "seed": ns.seed})
+        resume = Resume(ns, prep, prep.fingerprint("logits", lengths=lengths, seed=ns.seed))
         done = {int(key): [_row(r) for r in payload] for key, payload in resume.done.items()}
 
         def run(model, out):
@@ -56,13 +55,13 @@ def handle(ns: argparse.Namespace) -> int:
 
             with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet,
                       leave=False) as bar:
-                result = run_logits(model, prompts, prep.backends, prep.reference, prep.options, prep.gate,
-                                    on_length=finished, done=done)
+                result = run_logits(model, prompts, prep.backends, prep.exact, prep.options, prep.gate,
+                                    band_size=prep.band_size, baseline=prep.baseline, on_length=finished, done=done)
             return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
                                 {**result.facts, "resumed_items": len(done)}, tensors=result.tensors)
         return run
 
-    return run_check(ns, "logits", DEFAULT_MAX_REL_L2, plan, resumable=True)
+    return run_check(ns, "logits", plan, resumable=True)
 
 
 def _row(payload: dict) -> ComparisonRow:

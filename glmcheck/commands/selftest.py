@@ -22,6 +22,13 @@ def add_parser(sub) -> None:
     p.add_argument("--exhaustive", action="store_true",
                    help="run every check on every mutant (default: stop at the first check that fails)")
     p.add_argument("--seed", type=int, default=0, help="input seed of the suite")
+    p.add_argument("--model", default=None, choices=["tiny"],
+                   help="instead of the kernel suite: the model-level verdicts' false-alarm and detection rates "
+                        "on this preset (legitimate variants and planted faults, over --seeds seeds)")
+    p.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 of the rates run (default 20)")
+    p.add_argument("--tokens", type=int, default=64, help="prompt length of the rates run (default 64)")
+    p.add_argument("--checks", default="layer0,logits,drift", help="checks of the rates run (comma-separated)")
+    p.add_argument("--band", type=int, default=4, help="band size of the rates run (default 4)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=handle)
 
@@ -72,6 +79,8 @@ def handle(ns: argparse.Namespace) -> int:
 
     check_seed(ns.seed)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
+    if ns.model is not None:
+        return handle_rates(ns)
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
     from glmcheck.selftest.runner import run_selftest
 
@@ -89,3 +98,29 @@ def handle(ns: argparse.Namespace) -> int:
         if not report.baseline_passed:
             print("note: the baseline failed, so mutant detections prove nothing")
     return 0 if report.passed else 1
+
+
+def handle_rates(ns: argparse.Namespace) -> int:
+    """`--model`: false-alarm and detection rates; exit 1 when layer0 misses a planted fault or its
+    false-alarm rate exceeds 5 %."""
+    from glmcheck.commands.options import check_count
+    from glmcheck.model.load import resolve_device
+    from glmcheck.selftest.rates import CHECKS, measure_rates, rates_table
+
+    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens"), (ns.band, "--band")):
+        check_count(value, option)
+    checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
+    if not checks or any(c not in CHECKS for c in checks):
+        raise ValueError(f"--checks must name some of {', '.join(CHECKS)}, got {ns.checks!r}")
+    say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
+    tallies = measure_rates(ns.model, range(ns.seeds), ns.tokens, checks, ns.band, device=resolve_device(None),
+                            progress=say)
+    print(f"verdict rates on {ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of {ns.band}")
+    print(rates_table(tallies))
+    layer0 = [t for t in tallies if t.check == "layer0"]
+    legit = [t for t in layer0 if t.legitimate]
+    alarms, runs = sum(t.fails for t in legit), sum(t.runs for t in legit)
+    missed = sum(t.wrong for t in layer0 if not t.legitimate)
+    ok = not layer0 or (missed == 0 and alarms <= 0.05 * runs)
+    print(f"layer0 bar (false alarms <= 5 %, every fault caught): {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1

@@ -112,3 +112,20 @@ def config_hash(config: Any) -> str:
         )
     canonical = json.dumps(json.loads(to_json(use_diff=False)), sort_keys=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:_HASH_CHARS]
+
+
+def source_digest() -> str:
+    """First 16 hex chars of sha256 over every glmcheck source file (path and bytes): the code that
+    decides a result, dirty working trees included."""
+    root = Path(glmcheck.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:_HASH_CHARS]
+
+
+
+def code_identity() -> dict[str, Any]:
+    """glmcheck version, git sha and the source digest: the code identity of a resumable run."""
+    return {"glmcheck_version": glmcheck.__version__, "git_sha": git_sha(), "source_digest": source_digest()}

@@ -1,8 +1,8 @@
 """Figures drawn from run records (never from a model): used by `glmcheck report --plots` and
 by notebooks/drift.ipynb, so both show the same pictures.
 
-- `plot_layer0`: layer-0 rel-L2 per backend against the band (gate_ratio x max(control, floor)).
-- `plot_drift`: per-layer rel-L2 per backend (log scale), the control/floor band shaded.
+- `plot_layer0`: layer-0 rel-L2 per backend against the gate (gate_ratio x the noise band's max).
+- `plot_drift`: per-layer rel-L2 per backend (log scale), the gate over the noise band shaded.
 - `plot_firsttoken`: |Δ logprob| histogram per backend, and agreement vs the reference's
   top-1/top-2 gap (near ties).
 - `plot_union`: union-of-G ratio vs sequence length.
@@ -22,7 +22,7 @@ FIGSIZE = (7.5, 4.2)
 
 
 def _is_band_row(comparison: str) -> bool:
-    return comparison.startswith(("control", "floor"))
+    return comparison.startswith("noise band:")
 
 
 def plot_layer0(record: Record):
@@ -36,9 +36,9 @@ def plot_layer0(record: Record):
     values = shown["rel_l2"].clip(lower=1e-12)
     colors = ["tab:red" if v == "FAIL" else "tab:blue" for v in shown["verdict"]]
     ax.barh(shown["comparison"], values, color=colors)
-    ax.axvspan(1e-12, ratio * band, color="tab:green", alpha=0.15, label=f"{ratio:g} x max(control, floor)")
+    ax.axvspan(1e-12, ratio * band, color="tab:green", alpha=0.15, label=f"{ratio:g} x the band's max")
     if bound:
-        ax.axvline(bound, color="tab:green", linestyle="--", label=f"absolute bound {bound:g}")
+        ax.axvline(bound, color="tab:red", linestyle="--", label=f"cap {bound:g}")
     ax.set_xscale("log")
     ax.set_xlim(left=max(values.min() / 3, 1e-9))
     ax.set_xlabel("rel-L2 against the reference (dimensionless, log scale)")
@@ -49,7 +49,7 @@ def plot_layer0(record: Record):
 
 
 def plot_drift(record: Record):
-    """rel-L2 vs layer per backend (log y), with the max(control, floor) band shaded."""
+    """rel-L2 vs layer per backend (log y), with the gate over the band's max shaded."""
     rows = record.rows
     fig, ax = plt.subplots(figsize=FIGSIZE)
     band_rows = rows[rows["comparison"].map(_is_band_row)]
@@ -59,7 +59,7 @@ def plot_drift(record: Record):
     positive = pd.concat([curves["rel_l2"], band])
     bottom = max(positive[positive > 0].min() / 10, 1e-12) if (positive > 0).any() else 1e-12
     ax.fill_between(band.index, bottom, (ratio * band).clip(lower=bottom), color="tab:green", alpha=0.15,
-                    label=f"{ratio:g} x max(control, floor)")
+                    label=f"{ratio:g} x the band's max")
     for backend, group in curves.groupby("backend", sort=False):
         group = group.sort_values("layer")
         ax.plot(group["layer"], group["rel_l2"].clip(lower=bottom), marker="o", label=backend)

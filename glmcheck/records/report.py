@@ -6,6 +6,7 @@ One rendering path for a fresh run and a re-read record, so the two always agree
 from __future__ import annotations
 
 import math
+import statistics
 
 import pandas as pd
 
@@ -24,11 +25,35 @@ def _fmt(value, kind: str) -> str:
     return str(value)
 
 
-def _comparison_table(rows: pd.DataFrame, with_argmax: bool) -> str:
-    headers = ["comparison", "cosine", "rel L2", "max abs"] + (["argmax"] if with_argmax else []) + ["verdict", "note"]
+def _band_line(rows: pd.DataFrame, key: str = "rel_l2") -> str:
+    """min / median / max of the band rows' statistic (rows whose comparison starts "noise band:")."""
+    band = rows[rows["comparison"].str.startswith("noise band:")]
+    values = sorted(float(v) for v in band[key] if v is not None and not math.isnan(float(v))) \
+        if key in band else []
+    if not values:
+        return "band: none"
+    median = statistics.median(values)
+    return (f"band ({len(values)} samples: rerun + ideal bf16 kernels), rel-L2 to the exact reference: "
+            f"min {fmt_sci(values[0])} / median {fmt_sci(median)} / max {fmt_sci(values[-1])}")
+
+
+def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | None = None,
+                      per_token: bool = False) -> str:
+    """One line per row: distances to the exact reference (and the baseline), verdict, note."""
+    vs_baseline = f"rel_l2_vs_{baseline}" if baseline and f"rel_l2_vs_{baseline}" in rows else None
+    headers = ["comparison", "cosine", "rel L2 (exact)"] + ([f"rel L2 ({baseline})"] if vs_baseline else []) \
+        + (["token max rel L2", "scale bias"] if per_token else []) + ["max abs"] \
+        + (["argmax"] if with_argmax else []) + ["verdict", "note"]
     table = []
     for _, r in rows.iterrows():
-        line = [r["comparison"], _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci"), _fmt(r["max_abs"], "sci")]
+        line = [r["comparison"], _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci")]
+        if vs_baseline:
+            line.append(_fmt(r.get(vs_baseline), "sci") if r["backend"] != baseline else "-")
+        if per_token:
+            bias = r.get("scale_bias")
+            line += [_fmt(r.get("token_max_rel_l2"), "sci"),
+                     "nan" if bias is None or math.isnan(bias) else f"{float(bias):+.2e}"]
+        line.append(_fmt(r["max_abs"], "sci"))
         if with_argmax:
             same = r.get("argmax_same")
             line.append("-" if same is None or (isinstance(same, float) and math.isnan(same))
@@ -39,7 +64,9 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool) -> str:
 
 
 def _render_layer0(summary: dict, rows: pd.DataFrame) -> list[str]:
-    return [f"layer-0 attention output, {summary['facts'].get('tokens')} tokens", _comparison_table(rows, False)]
+    baseline = summary["facts"].get("baseline")
+    return [f"layer-0 attention output, {summary['facts'].get('tokens')} tokens", _band_line(rows),
+            _comparison_table(rows, False, baseline, per_token="token_max_rel_l2" in rows)]
 
 
 def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str]:
@@ -47,19 +74,22 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str]:
     for tokens, group in rows.groupby("tokens", sort=False):
         dense = any(group["note"].fillna("").str.contains("dense"))
         parts.append(f"final-position logits, {tokens} tokens" + (" (dense attention applied)" if dense else ""))
-        parts.append(_comparison_table(group, True))
+        parts.append(_band_line(group))
+        parts.append(_comparison_table(group, True, summary["facts"].get("baseline")))
     return parts
 
 
 def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
     table = [[r["comparison"], f"{r['agree']}/{r['prompts']}", _fmt(r["mean_dlogprob"], "sci"),
               _fmt(r["max_dlogprob"], "sci"), str(r["wide_flips"]), r["verdict"]]
-             + ([str(r["identical_continuations"])] if "identical_continuations" in r else [])
+             + ([str(r["identical_continuations"])] if "identical_continuations" in r else []) + [r.get("note", "")]
              for r in summary.get("summary_rows", [])]
     headers = ["comparison", "argmax agree", "mean |dlogprob|", "max |dlogprob|", "flips beyond tie gap", "verdict"]
     if summary.get("facts", {}).get("continue_tokens"):
         headers.append(f"identical {summary['facts']['continue_tokens']}-token continuations")
-    parts = [f"greedy first token, {summary['facts'].get('prompt_set')} ({len(rows['prompt_id'].unique()) if len(rows) else 0} prompts)",
+    headers.append("note")
+    count = len(rows["prompt_id"].unique()) if len(rows) else 0
+    parts = [f"greedy first token, {summary['facts'].get('prompt_set')} ({count} prompts)",
              markdown_table(headers, table)]
     flips = summary.get("disagreements", [])
     if flips:
@@ -72,19 +102,20 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
 
 
 def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
-    """One line per backend and layer: rel-L2 beside the control and floor bands."""
+    """One line per backend and layer: rel-L2 beside the band's largest at that layer."""
     table = []
     for _, r in rows.iterrows():
-        if r["comparison"].startswith(("control", "floor")):
+        if r["comparison"].startswith("noise band:"):
             continue
         layer = r.get("layer")
         table.append([r["backend"], "-" if layer is None or (isinstance(layer, float) and math.isnan(layer))
                       else int(layer), _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci"),
-                      _fmt(r.get("control_rel_l2"), "sci"), _fmt(r.get("floor_rel_l2"), "sci"),
-                      _fmt(r["max_abs"], "sci"), r["verdict"], r.get("note") or ""])
-    headers = ["backend", "layer", "cosine", "rel L2", "control rel L2", "floor rel L2", "max abs", "verdict", "note"]
+                      _fmt(r.get("band_max_rel_l2"), "sci"), _fmt(r["max_abs"], "sci"), r["verdict"],
+                      r.get("note") or ""])
+    headers = ["backend", "layer", "cosine", "rel L2 (exact)", "band max rel L2", "max abs", "verdict", "note"]
     return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
-            f"{summary['facts'].get('layers')} layers", markdown_table(headers, table)]
+            f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun",
+            markdown_table(headers, table)]
 
 
 RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _render_firsttoken,
@@ -113,7 +144,8 @@ def render(summary: dict, rows: pd.DataFrame, md: bool = False) -> str:
         model = summary.get("model", {})
         head = [f"# glmcheck {command}", "",
                 f"- model: {model.get('checkpoint') or model.get('preset')} (config {model.get('config_hash')}), "
-                f"tp {summary.get('options', {}).get('tp')}, reference {summary.get('options', {}).get('reference')}",
+                f"tp {summary.get('options', {}).get('tp')}, exact {summary.get('options', {}).get('exact')}, "
+                f"baseline {summary.get('options', {}).get('baseline')}",
                 f"- environment: {_env_line(summary.get('environment', {}))}", ""]
         return "\n".join(head) + "\n\n".join(parts) + "\n\n" + "\n".join(x for x in lines if x) + "\n"
     return "\n\n".join(parts) + "\n" + "\n".join(x for x in lines if x)

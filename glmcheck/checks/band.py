@@ -1,0 +1,141 @@
+"""The noise band a check judges its rows beside, and the gate over it.
+
+A bf16 kernel cannot be closer to the exact answer than rounding allows, and through a model that
+rounding is amplified by discrete decisions (expert routing, the indexer's top-k), so one sample
+of it says little. The band is the same distance for several legitimate variants: the reference
+rerun (0 where the stack is deterministic) and N ideal bf16-output kernels (`band:0`..`band:N-1`,
+`glmcheck.backends.reference.band_variant`: other exact summation orders, with and without bf16
+probabilities), each against the exact reference. A row passes when each statistic it is judged
+on lies within the band's largest value times the gate ratio:
+
+- `rel_l2` (every check): ||actual - exact|| / ||exact||;
+- `token_max_rel_l2` (layer0): the largest per-token rel-L2, so a fault in one token of many shows;
+- `scale_bias` (layer0): the least-squares scale of actual on exact, minus 1, so an output scaled
+  by 1.003 shows although its rel-L2 is within the band; it must lie within the band's range
+  widened by that range and by 6 standard errors of the row's own estimate.
+
+An absolute `cap` on rel-L2 can only fail a row. NaN/Inf fails. See docs/reliability.md, "Gate".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+PASS, FAIL, INFO = "PASS", "FAIL", "-"
+DEFAULT_BAND = 4
+BIAS_SIGMAS = 6.0  # standard errors of a row's own scale estimate allowed beyond the band's range
+RATIO_STATS = ("rel_l2", "token_max_rel_l2")
+
+
+def band_names(size: int) -> list[str]:
+    """The backends of a band of `size` legitimate variants."""
+    return [f"band:{k}" for k in range(size)]
+
+
+@dataclass(frozen=True)
+class Band:
+    """Statistics of the band's samples: {statistic: [value per sample]} (the rerun first)."""
+
+    samples: dict[str, list[float]]
+    names: list[str] = field(default_factory=list)
+
+    def values(self, stat: str) -> list[float]:
+        return [v for v in self.samples.get(stat, []) if v is not None]
+
+    def summary(self, stat: str = "rel_l2") -> tuple[float, float, float]:
+        """(min, median, max) of a statistic over the samples (NaN when it has none or one is NaN)."""
+        values = self.values(stat)
+        if not values or not all(math.isfinite(v) for v in values):
+            return math.nan, math.nan, math.nan
+        return min(values), statistics.median(values), max(values)
+
+    def describe(self) -> str:
+        low, mid, high = self.summary()
+        count = len(self.values("rel_l2"))
+        return f"band rel-L2 over {count} samples: min {low:.3e} / median {mid:.3e} / max {high:.3e}"
+
+    def as_dict(self) -> dict:
+        return {"names": self.names, "samples": self.samples}
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The verdict rule over a band: `ratio` x the band's largest value; `cap` an absolute rel-L2
+    bound that can only make the rule stricter (None: none)."""
+
+    ratio: float = 2.0
+    cap: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.ratio, bool) or not (isinstance(self.ratio, (int, float)) and self.ratio > 0
+                                                and math.isfinite(self.ratio)):
+            raise ValueError(f"gate ratio must be a positive number, got {self.ratio!r}")
+        if self.cap is not None and not (self.cap > 0 and math.isfinite(self.cap)):
+            raise ValueError(f"cap must be a positive number, got {self.cap!r}")
+
+    def judge(self, stats: dict[str, float], band: Band) -> tuple[str, str]:
+        """(PASS or FAIL, why it failed) for a row's statistics beside the band."""
+        for stat in RATIO_STATS:
+            if stat not in stats or stat not in band.samples:
+                continue
+            value, limit = stats[stat], self.ratio * band.summary(stat)[2]
+            if not (math.isfinite(value) and math.isfinite(limit)):
+                return FAIL, f"{stat} not finite"
+            if value > limit:
+                return FAIL, f"{stat} {value:.3e} > {limit:.3e}"
+        if "scale_bias" in stats and "scale_bias" in band.samples:
+            reason = self._bias_reason(stats["scale_bias"], stats.get("scale_bias_se", 0.0), band)
+            if reason:
+                return FAIL, reason
+        if self.cap is not None and not stats["rel_l2"] <= self.cap:
+            return FAIL, f"rel_l2 {stats['rel_l2']:.3e} > cap {self.cap:g}"
+        return PASS, ""
+
+    def margin(self, stats: dict[str, float], band: Band) -> float:
+        """How close a row is to failing: the largest of value / limit over its judged statistics
+        (for scale_bias the distance from the band's centre over the allowed half-width); > 1 fails."""
+        ratios = []
+        for stat in RATIO_STATS:
+            if stat in stats and stat in band.samples:
+                limit = self.ratio * band.summary(stat)[2]
+                ratios.append(stats[stat] / limit if limit > 0 else (math.inf if stats[stat] > 0 else 0.0))
+        if "scale_bias" in stats and "scale_bias" in band.samples:
+            low, _, high = band.summary("scale_bias")
+            half = (high - low) / 2 + (high - low) + BIAS_SIGMAS * stats.get("scale_bias_se", 0.0)
+            offset = abs(stats["scale_bias"] - (low + high) / 2)
+            ratios.append(offset / half if half > 0 else (math.inf if offset > 0 else 0.0))
+        if self.cap is not None:
+            ratios.append(stats["rel_l2"] / self.cap)
+        values = [r if math.isfinite(r) else math.inf for r in ratios]
+        return max(values) if values else math.nan
+
+    @staticmethod
+    def _bias_reason(bias: float, se: float, band: Band) -> str:
+        low, _, high = band.summary("scale_bias")
+        if not (math.isfinite(bias) and math.isfinite(low)):
+            return "scale_bias not finite"
+        widen = (high - low) + BIAS_SIGMAS * se
+        if low - widen <= bias <= high + widen:
+            return ""
+        return f"scale_bias {bias:+.2e} outside [{low - widen:+.2e}, {high + widen:+.2e}]"
+
+    def describe(self, stats: tuple[str, ...] = ("rel_l2",)) -> str:
+        ratio_stats = " and ".join(s.replace("_", "-") for s in stats if s in RATIO_STATS)
+        text = f"PASS when {ratio_stats} <= {self.ratio:g} x the band's max"
+        if "scale_bias" in stats:
+            text += (f", and scale-bias within the band's range widened by that range and {BIAS_SIGMAS:g} "
+                     f"standard errors")
+        if self.cap is not None:
+            text += f", and rel-L2 <= {self.cap:g}"
+        return text + "; NaN/Inf, a backend never called or a check with no rows FAILS"
+
+
+def band_from_rows(rows: list, names: list[str]) -> Band:
+    """A Band from the comparison rows of its samples (objects with a `stats()` method)."""
+    samples: dict[str, list[float]] = {}
+    for row in rows:
+        for stat, value in row.stats().items():
+            samples.setdefault(stat, []).append(value)
+    return Band(samples, names)

@@ -1,0 +1,192 @@
+"""The noise band and its gate: several samples, the statistics each check judges, honest options,
+resume fingerprints that cover code and prompt texts, FP8 rows that compare like with like, and
+the measured verdict rates."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from glmcheck import cli
+from glmcheck.backends import register_backend, unregister_backend
+from glmcheck.backends.registry import backend_names
+from glmcheck.backends.reference import band_variant, sparse_mla_reference
+from glmcheck.checks import metrics
+from glmcheck.checks.band import FAIL, PASS, Band, Gate
+from glmcheck.checks.layer0 import run_layer0
+from glmcheck.data.prompts import seeded_prompt
+from glmcheck.model import build_dummy_model, make_config
+from glmcheck.selftest.rates import measure_rates, wilson
+
+
+def _scaled(factor: float):
+    held_out = band_variant(5)
+
+    def fn(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+        return (held_out(q, kv, indices, sm_scale, d_v, topk_length=topk_length).float() * factor).bfloat16()
+    return fn
+
+
+def _sm_scaled(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    return band_variant(5)(q, kv, indices, sm_scale * 1.001, d_v, topk_length=topk_length)
+
+
+def _one_token_wrong(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    out = band_variant(5)(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+    out[min(20, out.shape[0] - 1)] *= 1.02
+    return out
+
+
+@pytest.fixture(scope="module")
+def layer0():
+    model = build_dummy_model(make_config("tiny", layers=1), seed=3, init="sharp")
+    faults = {"t:x1.003": _scaled(1.003), "t:x1.005": _scaled(1.005), "t:sm1.001": _sm_scaled,
+              "t:token": _one_token_wrong}
+    for name, fn in faults.items():
+        register_backend(name, fn, "test fault")
+    try:
+        ids = seeded_prompt(512, 128, 3, "cpu")
+        yield run_layer0(model, ids, ["band:4", "band:5", *faults])
+    finally:
+        for name in faults:
+            unregister_backend(name)
+
+
+def test_band_has_several_samples_and_is_informational(layer0):
+    band = [r for r in layer0.rows if r.comparison.startswith("noise band:")]
+    assert [r.backend for r in band] == ["reference", "band:0", "band:1", "band:2", "band:3"]
+    assert all(r.verdict == "-" for r in band) and band[0].rel_l2 == 0.0
+    assert len({round(r.rel_l2, 12) for r in band[1:]}) >= 2, "the variants are distinct samples"
+    assert "min" in layer0.facts["band_summary"] and "median" in layer0.facts["band_summary"]
+
+
+def test_layer0_catches_small_scale_faults_that_rel_l2_alone_passed(layer0):
+    verdicts = {r.backend: (r.verdict, r.note) for r in layer0.rows}
+    assert verdicts["band:4"][0] == PASS and verdicts["band:5"][0] == PASS, "held-out legitimate variants pass"
+    for fault in ("t:x1.003", "t:x1.005", "t:sm1.001", "t:token"):
+        assert verdicts[fault][0] == FAIL, (fault, verdicts[fault])
+    assert "scale_bias" in verdicts["t:sm1.001"][1] and "token_max_rel_l2" in verdicts["t:token"][1]
+    assert layer0.verdict == FAIL
+
+
+def test_gate_rules():
+    band = Band({"rel_l2": [0.0, 1e-3, 2e-3], "scale_bias": [0.0, 1e-5, 2e-5]})
+    gate = Gate(ratio=2.0)
+    assert gate.judge({"rel_l2": 4e-3}, band)[0] == PASS and gate.judge({"rel_l2": 4.1e-3}, band)[0] == FAIL
+    assert gate.judge({"rel_l2": 1e-3, "scale_bias": 3e-5, "scale_bias_se": 1e-6}, band)[0] == PASS
+    assert gate.judge({"rel_l2": 1e-3, "scale_bias": 6e-5, "scale_bias_se": 1e-6}, band)[0] == FAIL
+    assert Gate(cap=1e-3).judge({"rel_l2": 2e-3}, band)[0] == FAIL, "a cap only makes the gate stricter"
+    assert Gate(cap=1.0).judge({"rel_l2": 5e-3}, band)[0] == FAIL, "a loose cap never passes a row outside the band"
+    assert gate.judge({"rel_l2": math.nan}, band)[0] == FAIL
+    assert gate.margin({"rel_l2": 2e-3}, band) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="cap must be a positive number"):
+        Gate(cap=math.inf)
+
+
+def test_metrics_of_the_band():
+    e = torch.randn(64, 4, 8, dtype=torch.float64)
+    bias, se = metrics.scale_bias(e * 1.01, e)
+    assert bias == pytest.approx(0.01) and se > 0
+    a = e.clone()
+    a[7] *= 2
+    assert metrics.token_max_rel_l2(a, e) == pytest.approx(1.0) and metrics.rel_l2(a, e) < 0.3
+
+
+def test_band_variant_is_the_reference_rounded():
+    g = torch.Generator().manual_seed(0)
+    q, kv = torch.randn(6, 2, 24, generator=g).bfloat16(), torch.randn(30, 24, generator=g).bfloat16()
+    indices = torch.randint(-1, 30, (6, 9), generator=g, dtype=torch.int32)
+    for row in indices:  # no row selected twice
+        seen = set()
+        for k, v in enumerate(row.tolist()):
+            if v in seen:
+                row[k] = -1
+            seen.add(v)
+    exact = sparse_mla_reference(q, kv, indices, 0.2, 16)
+    for k in range(4):
+        out = band_variant(k)(q, kv, indices, 0.2, 16)
+        assert out.dtype == torch.bfloat16 and metrics.rel_l2(out, exact) < 5e-3
+
+
+def run_cli(args, capsys):
+    code = cli.main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["drift", "--backends", "reference"], "--backends names no backend under test"),
+    (["layer0", "--backends", "hf_sdpa,band:1"], "--backends names no backend under test"),
+    (["layer0", "--band", "0"], "--band must be an int >= 1"),
+    (["layer0", "--max-rel-l2", "0"], "--max-rel-l2 must be a finite number > 0"),
+    (["firsttoken", "--max-dlogprob", "nan"], "--max-dlogprob must be a finite number > 0"),
+])
+def test_dishonest_options_are_usage_errors(args, words, capsys, tmp_path):
+    code, _, err = run_cli(args + ["--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_fp8_hf_rows_are_labelled_and_out_of_the_verdict(tmp_path, capsys):
+    code, printed, _ = run_cli(["layer0", "--tokens", "40", "--quiet", "--kv-cache-dtype", "fp8_e4m3",
+                                "--backends", "band:5,hf_sdpa", "--out", str(tmp_path / "f")], capsys)
+    assert code == 0, printed
+    assert "not comparable under FP8" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("| hf_sdpa"))
+    assert "| -       |" in row
+
+
+def _prompts_file(path, text):
+    path.write_text(json.dumps({"id": "p1", "prompt": text}) + "\n")
+    return str(path)
+
+
+def test_resume_refuses_an_edited_prompt_and_changed_backend_code(tmp_path, capsys):
+    prompts = _prompts_file(tmp_path / "p.jsonl", "The capital of France is")
+    kernel = tmp_path / "mykernel.py"
+    kernel.write_text("from glmcheck.backends.reference import band_variant\n"
+                      "def fn(q, kv, i, s, d_v=512, *, topk_length=None):\n"
+                      "    return band_variant(5)(q, kv, i, s, d_v, topk_length=topk_length)\n")
+    out = tmp_path / "run"
+    args = ["firsttoken", "--prompts", prompts, "--quiet", "--band", "2", "--out", str(out),
+            "--backends", f"resume_kernel={kernel}:fn"]
+    try:
+        _refused_on_edits(args, tmp_path, kernel, capsys)
+    finally:
+        if "resume_kernel" in backend_names():
+            unregister_backend("resume_kernel")
+
+
+def _refused_on_edits(args, tmp_path, kernel, capsys):
+    code, printed, err = run_cli(args, capsys)
+    assert code in (0, 1), err
+    _prompts_file(tmp_path / "p.jsonl", "The capital of Italy is")
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "prompts" in err and err.count("\n") == 1, err
+    _prompts_file(tmp_path / "p.jsonl", "The capital of France is")
+    kernel.write_text(kernel.read_text() + "# fixed\n")
+    unregister_backend("resume_kernel")
+    code, _, err = run_cli(args, capsys)
+    assert code == 2 and "code" in err, err
+
+
+def test_wilson_interval():
+    low, high = wilson(0, 20)
+    assert low == 0.0 and 0.15 < high < 0.17
+    assert wilson(20, 20)[0] > 0.8
+
+
+def test_verdict_rates_on_tiny():
+    """A CI-sized rates run: layer0 over 6 seeds, no false alarm and every fault caught; logits and
+    drift run once (their rates are reported, not barred). The 20-seed figures: docs/reliability.md."""
+    tallies = measure_rates("tiny", range(6), 32, ["layer0"])
+    legit = [t for t in tallies if t.legitimate]
+    faults = [t for t in tallies if not t.legitimate]
+    assert len(faults) == 5 and all(t.runs == 6 for t in tallies)
+    assert sum(t.fails for t in legit) == 0, [(t.backend, t.margins) for t in legit if t.fails]
+    assert all(t.fails == t.runs for t in faults), [(t.backend, t.margins) for t in faults if t.wrong]
+    once = measure_rates("tiny", [0], 24, ["logits", "drift"])
+    assert {t.check for t in once} == {"logits", "drift"} and all(t.runs == 1 for t in once)
