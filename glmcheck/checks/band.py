@@ -123,7 +123,7 @@ class Gate:
 
     def describe(self, stats: tuple[str, ...] = ("rel_l2",)) -> str:
         ratio_stats = " and ".join(s.replace("_", "-") for s in stats if s in RATIO_STATS)
-        text = f"PASS when {ratio_stats} <= {self.ratio:g} x the band's max"
+        text = f"PASS when {ratio_stats} to the exact reference <= {self.ratio:g} x the band's max"
         if "scale_bias" in stats:
             text += (f", and scale-bias within the band's range widened by that range and {BIAS_SIGMAS:g} "
                      f"standard errors")
