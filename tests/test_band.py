@@ -191,3 +191,17 @@ def test_verdict_rates_on_tiny():
     assert all(t.fails == t.runs for t in faults), [(t.backend, t.margins) for t in faults if t.wrong]
     once = measure_rates("tiny", [0], 24, ["logits", "drift"], device=device)
     assert {t.check for t in once} == {"logits", "drift"} and all(t.runs == 1 for t in once)
+
+
+def test_two_distances_per_row(tmp_path, capsys):
+    """Every row gives its distance to the exact reference (judged) and to the baseline kernel."""
+    code, printed, _ = run_cli(["layer0", "--tokens", "40", "--quiet", "--baseline", "band:5", "--exact", "fp64",
+                                "--backends", "band:4", "--out", str(tmp_path / "d")], capsys)
+    assert code == 0, printed
+    assert "rel L2 (exact)" in printed and "rel L2 (band:5)" in printed
+    from glmcheck.records.store import read_record
+
+    record = read_record(tmp_path / "d")
+    row = record.rows[record.rows["backend"] == "band:4"].iloc[0]
+    assert row["against"] == "reference:fp64" and 0 < row["rel_l2_vs_band:5"] < row["rel_l2"] * 2
+    assert record.summary["options"]["baseline"] == "band:5"
