@@ -102,9 +102,8 @@ class Gate:
                 limit = self.ratio * band.summary(stat)[2]
                 ratios.append(stats[stat] / limit if limit > 0 else (math.inf if stats[stat] > 0 else 0.0))
         if "scale_bias" in stats and "scale_bias" in band.samples:
-            low, _, high = band.summary("scale_bias")
-            half = (high - low) / 2 + (high - low) + BIAS_SIGMAS * stats.get("scale_bias_se", 0.0)
-            offset = abs(stats["scale_bias"] - (low + high) / 2)
+            low, high = _bias_window(band, stats.get("scale_bias_se", 0.0))
+            half, offset = (high - low) / 2, abs(stats["scale_bias"] - (low + high) / 2)
             ratios.append(offset / half if half > 0 else (math.inf if offset > 0 else 0.0))
         if self.cap is not None:
             ratios.append(stats["rel_l2"] / self.cap)
@@ -113,13 +112,12 @@ class Gate:
 
     @staticmethod
     def _bias_reason(bias: float, se: float, band: Band) -> str:
-        low, _, high = band.summary("scale_bias")
+        low, high = _bias_window(band, se)
         if not (math.isfinite(bias) and math.isfinite(low)):
             return "scale_bias not finite"
-        widen = (high - low) + BIAS_SIGMAS * se
-        if low - widen <= bias <= high + widen:
+        if low <= bias <= high:
             return ""
-        return f"scale_bias {bias:+.2e} outside [{low - widen:+.2e}, {high + widen:+.2e}]"
+        return f"scale_bias {bias:+.2e} outside [{low:+.2e}, {high:+.2e}]"
 
     def describe(self, stats: tuple[str, ...] = ("rel_l2",)) -> str:
         ratio_stats = " and ".join(s.replace("_", "-") for s in stats if s in RATIO_STATS)
@@ -130,6 +128,14 @@ class Gate:
         if self.cap is not None:
             text += f", and rel-L2 <= {self.cap:g}"
         return text + "; NaN/Inf, a backend never called or a check with no rows FAILS"
+
+
+def _bias_window(band: Band, se: float) -> tuple[float, float]:
+    """The scale biases a row may have: the band's range widened on each side by that range and by
+    BIAS_SIGMAS standard errors `se` of the row's own estimate."""
+    low, _, high = band.summary("scale_bias")
+    widen = (high - low) + BIAS_SIGMAS * se
+    return low - widen, high + widen
 
 
 def band_from_rows(rows: list, names: list[str]) -> Band:

@@ -43,7 +43,8 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
             progress.update(1)
     ref = runs[0]
     sample_rows = [_layer_rows(f"noise band: {exact} vs itself (rerun)", runs[1], ref, layers, tokens)]
-    sample_rows += [_layer_rows(f"noise band: {r.name} vs {exact}", r, ref, layers, tokens) for r in runs[2:2 + band_size]]
+    sample_rows += [_layer_rows(f"noise band: {r.name} vs {exact}", r, ref, layers, tokens)
+                    for r in runs[2:2 + band_size]]
     bands = [Band({"rel_l2": [s[layer].rel_l2 for s in sample_rows]}, [exact] + variants) for layer in range(layers)]
     rows = [row for sample in sample_rows for row in sample]
     for run in runs[2 + band_size:]:
