@@ -21,14 +21,9 @@ import triton
 from glmcheck.kernels import tiles
 from glmcheck.kernels.gluon.launch import launch_union_attention_ws, tile_for, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
+from glmcheck.kernels.plan import PINGPONG_MIN_HEADS, SparseMLAPlan, union_group
 from glmcheck.kernels.runtime import interpreter_active
-from glmcheck.kernels.union import (
-    build_union_sets,
-    launch_union_attention,
-    log_fallback_once,
-    token_row_sets,
-    union_is_legal,
-)
+from glmcheck.kernels.union import UnionSets, build_union_sets, launch_union_attention, token_row_sets
 from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
 LOG2E = math.log2(math.e)
@@ -38,9 +33,9 @@ END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own
 # Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the 32-row tile spills
 # with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
-# From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one slice costs ~3.73 ms
-# at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32 (docs/performance.md, "Per-token tiles by head count").
-PINGPONG_MIN_HEADS = 17
+# PINGPONG_MIN_HEADS (plan.py): from this many heads the per-token path runs the ping-pong tile per 64-head slice
+# (padded): one slice costs ~3.73 ms at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32
+# (docs/performance.md, "Per-token tiles by head count").
 
 
 def head_tile(num_heads: int) -> int:
@@ -95,18 +90,7 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
 
 def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
     """The union group G to run, or 0 for the per-token path (illegal requests fall back)."""
-    if isinstance(union, bool) or not isinstance(union, int) or union < 0:
-        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2, 4 or 8), got {union!r}")
-    if union <= 1:
-        return 0
-    if deterministic:
-        return 0  # batch-invariant results: a token's output must not depend on its group
-    if not union_is_legal(args.num_heads, union):
-        log_fallback_once(args.num_heads, union, "G*H must be a power of two in [16, 64]")
-        return 0
-    if args.num_tokens < union:
-        return 0
-    return union
+    return union_group(args.num_heads, args.num_tokens, union, deterministic)
 
 
 def kernel_finds_bound(args: PrefillArgs) -> bool:
@@ -169,9 +153,10 @@ def _token_slice(args: PrefillArgs, start: int) -> PrefillArgs:
     return PrefillArgs(args.q[tail], args.kv, args.indices[tail], tail_length, args.sm_scale, args.d_v)
 
 
-def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
+def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None,
+                   sets: UnionSets | None = None) -> None:
     if per_token_tile(args, first) == "gluon-pingpong":  # 64-head slices, padded where H % 64 != 0
-        sets = token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
+        sets = sets if sets is not None else token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
         return
     find_bound = kernel_finds_bound(args)
@@ -186,8 +171,9 @@ def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: 
                                 lambda tile: launch_per_token(args, lengths, out, tile, kv_int64, find_bound))
 
 
-def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None) -> None:
-    sets = build_union_sets(args.indices, group, args.topk_length, args.num_kv_rows)
+def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None,
+               sets: UnionSets | None = None) -> None:
+    sets = sets if sets is not None else build_union_sets(args.indices, group, args.topk_length, args.num_kv_rows)
     scale = args.sm_scale * LOG2E
     if union_tile(args, group, first) != "triton-union":
         launch_union_attention_ws(args, sets, out, scale, kv_int64)
@@ -203,8 +189,8 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
 
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
                        topk_length: torch.Tensor | None = None, out: torch.Tensor | None = None, union: int = 0,
-                       deterministic: bool = False, check_inputs: bool = False, _kv_int64: bool | None = None,
-                       _tile: tiles.Tile | None = None) -> torch.Tensor:
+                       deterministic: bool = False, check_inputs: bool = False, plan: SparseMLAPlan | None = None,
+                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
     `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one deduplicated gather (the
@@ -213,12 +199,19 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
     (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row
-    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits.
+    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits. `plan` (from
+    `plan_sparse_mla` on these indices) skips the index work: its path and union sets are used, bit for bit the
+    result without it; a plan that does not match the call's shapes, device, KV rows or heads is a ValueError.
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     if check_inputs:
         check_contents(args)
-    group = _union_gate(args, union, deterministic)
+    if plan is not None:
+        if not isinstance(plan, SparseMLAPlan):
+            raise TypeError(f"plan must be a SparseMLAPlan from plan_sparse_mla, got {type(plan).__name__}")
+        plan.check_matches(args.num_tokens, args.topk, args.num_kv_rows, args.num_heads,
+                           args.topk_length is not None, args.q.device, union, deterministic)
+    group = plan.group if plan is not None else _union_gate(args, union, deterministic)
     _check_device(args.q)
     if out is None:
         out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
@@ -228,7 +221,7 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
         return out
     kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk) if _kv_int64 is None else _kv_int64
     if group:
-        _run_union(args, group, out, kv_int64, _tile)
+        _run_union(args, group, out, kv_int64, _tile, plan.union_sets if plan is not None else None)
     else:
-        _run_per_token(args, out, kv_int64, _tile)
+        _run_per_token(args, out, kv_int64, _tile, plan.token_sets if plan is not None else None)
     return out

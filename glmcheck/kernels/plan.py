@@ -1,0 +1,87 @@
+"""Plans: the index work of a prefill call, built once and reused by every call with the same indices.
+
+`plan_sparse_mla(indices, num_kv_rows=S, num_heads=H, topk_length=..., union=G)` chooses the path (union group G or
+per-token) and builds what that path derives from the indices alone: the union sets of each group of G tokens, or,
+from PINGPONG_MIN_HEADS heads on a GPU, each token's compacted rows. `sparse_mla_prefill(..., plan=plan)` then runs
+the attention only. The plan lives on the indices' device; building it needs no host sync, so it can be captured in
+a CUDA graph. A plan is immutable: reuse it only for calls whose indices (and topk_length) are the ones it was built
+from; the call checks shapes, device, KV rows and heads, not the index values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.kernels.union import UnionSets, build_union_sets, log_fallback_once, token_row_sets, union_is_legal
+from glmcheck.kernels.validate import check_indices, check_topk_length
+
+PINGPONG_MIN_HEADS = 17  # from this many heads the per-token path runs the ping-pong tile (see prefill.py)
+
+
+def union_group(num_heads: int, num_tokens: int, union: int, deterministic: bool) -> int:
+    """The union group G a call runs, or 0 for the per-token path (illegal requests fall back)."""
+    if isinstance(union, bool) or not isinstance(union, int) or union < 0:
+        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2, 4 or 8), got {union!r}")
+    if union <= 1 or deterministic:  # deterministic: a token's output must not depend on its group
+        return 0
+    if not union_is_legal(num_heads, union):
+        log_fallback_once(num_heads, union, "G*H must be a power of two in [16, 64]")
+        return 0
+    return union if num_tokens >= union else 0
+
+
+@dataclass(frozen=True)
+class SparseMLAPlan:
+    """What one set of indices [T, topk] decides for calls with S KV rows and H heads: `group` (0: per-token),
+    `union_sets` (group > 0) or `token_sets` (per-token path on the ping-pong tile, else None), on `device`."""
+
+    num_tokens: int
+    topk: int
+    num_kv_rows: int
+    num_heads: int
+    has_length: bool
+    union: int
+    deterministic: bool
+    group: int
+    device: torch.device
+    union_sets: UnionSets | None = None
+    token_sets: UnionSets | None = None
+
+    def check_matches(self, num_tokens: int, topk: int, num_kv_rows: int, num_heads: int, has_length: bool,
+                      device: torch.device, union: int, deterministic: bool) -> None:
+        """ValueError naming the first field where a call differs from the plan."""
+        call = {"num_tokens (T)": num_tokens, "topk": topk, "num_kv_rows (S)": num_kv_rows, "num_heads (H)": num_heads,
+                "topk_length given": has_length, "device": torch.device(device)}
+        mine = {"num_tokens (T)": self.num_tokens, "topk": self.topk, "num_kv_rows (S)": self.num_kv_rows,
+                "num_heads (H)": self.num_heads, "topk_length given": self.has_length, "device": self.device}
+        for key, value in call.items():
+            if value != mine[key]:
+                raise ValueError(f"plan does not match the call: {key} is {value} in the call, {mine[key]} in the plan")
+        if union not in (0, self.union) or (deterministic and not self.deterministic and self.group):
+            raise ValueError(f"plan was built for union={self.union}, deterministic={self.deterministic}; the call "
+                             f"asks union={union}, deterministic={deterministic} (leave them out with a plan)")
+
+
+def plan_sparse_mla(indices: torch.Tensor, *, num_kv_rows: int, num_heads: int,
+                    topk_length: torch.Tensor | None = None, union: int = 0,
+                    deterministic: bool = False) -> SparseMLAPlan:
+    """Build the plan of `indices` [T, topk] (or [T, 1, topk]) int32 for calls with `num_kv_rows` KV rows and
+    `num_heads` heads; `topk_length` [T] int32 or None as the calls will pass it. See the module docstring."""
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
+    for name, value, low in (("num_kv_rows", num_kv_rows, 0), ("num_heads", num_heads, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    indices = check_indices(indices, indices.shape[0] if indices.dim() else 0, indices.device)
+    topk_length = check_topk_length(topk_length, indices.shape[0], indices.device)
+    tokens, topk = indices.shape
+    group = union_group(num_heads, tokens, union, deterministic)
+    union_sets = token_sets = None
+    if group:
+        union_sets = build_union_sets(indices, group, topk_length, num_kv_rows)
+    elif num_heads >= PINGPONG_MIN_HEADS and indices.device.type == "cuda":
+        token_sets = token_row_sets(indices, topk_length, num_kv_rows)
+    return SparseMLAPlan(tokens, topk, num_kv_rows, num_heads, topk_length is not None, union, deterministic, group,
+                         indices.device, union_sets, token_sets)
