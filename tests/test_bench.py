@@ -26,16 +26,18 @@ def wrong_scale(x, out):
 
 def test_gate_rejects_a_wrong_backend_before_timing():
     timed: list = []
-    specs = [s for s in default_specs(flashmla=False) if s.name in ("per-token", "union2")]
+    specs = [s for s in default_specs(flashmla=False) if s.name in ("per-token", "union2", "union2+len",
+                                                                        "union2+len+plan")]
     specs.append(BenchSpec("planted:wrong-scale", wrong_scale))
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter only runs CPU tensors
     results = run_point(BenchPoint(1, 40, 8), specs, topk=16, device=device, timer=fake_timer(timed))
     by_name = {r.backend: r for r in results}
-    assert by_name["per-token"].ms == 1.0 and by_name["union2"].ms == 1.0
+    assert by_name["per-token"].ms == 1.0 and by_name["union2"].ms == 1.0 and by_name["union2+len+plan"].ms == 1.0
+    assert by_name["union2+len+plan"].rel_l2 == by_name["union2+len"].rel_l2  # a ready plan gives the same bits
     wrong = by_name["planted:wrong-scale"]
     assert wrong.ms is None and "gate failed" in wrong.note and wrong.rel_l2 > 3e-3
     assert by_name["build2"].ms == 1.0 and by_name["build4"].ms == 1.0 and by_name["build8"].ms == 1.0
-    assert len(timed) == 5, "the failed backend must never reach the timer"
+    assert len(timed) == 7, "the failed backend must never reach the timer"
     table = render_table(results)
     assert "planted:wrong-scale ms" in table and "| -" in table
 
@@ -132,7 +134,8 @@ def test_length_forms_are_gated_timed_and_paired_where_their_path_applies():
     results = run_point(BenchPoint(1, 24, 32), specs, topk=16, device=device, timer=fake_timer(order),
                         pairs=pairs, pair_rounds=3)
     names = [r.backend for r in results if not r.ratios]
-    assert names == ["per-token", "per-token+len", "union2", "union2+len", "build2", "build4", "build8"]
+    assert names == ["per-token", "per-token+len", "union2", "union2+len", "union2+len+plan", "build2", "build4",
+                     "build8"]
     paired = {r.backend: r for r in results if r.ratios}
     assert set(paired) == {"per-token+len / per-token", "union2+len / union2"}
     assert paired["union2+len / union2"].ratios == (1.0, 1.0, 1.0)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from glmcheck import cli
+from glmcheck.backends import register_backend, unregister_backend
+from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.data.indices import union_statistics
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.data.traces import capture_indices, read_trace, write_trace
@@ -41,6 +43,29 @@ def test_capture_on_tiny_gives_kernel_convention_indices(tmp_path):
     path = write_trace(tmp_path / "t.safetensors", layers, {"seq_lens": [48, 48]})
     again, meta = read_trace(path)
     assert meta == {"seq_lens": [48, 48]} and all(torch.equal(again[k], layers[k]) for k in layers)
+
+
+def test_capture_runs_the_absorbed_sparse_path_and_its_cli_names_bad_backends(tmp_path, capsys):
+    calls = []
+
+    def counting(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+        calls.append(q.shape)
+        return sparse_mla_reference(q, kv, indices, sm_scale, d_v, topk_length=topk_length, dtype=torch.float32)
+
+    model = build_dummy_model(make_config("tiny"), seed=2)
+    ids = seeded_prompt(512, 24, 0, "cpu")
+    register_backend("counting_capture_test", counting, "test")
+    try:
+        layers = capture_indices(model, ids, "counting_capture_test")
+    finally:
+        unregister_backend("counting_capture_test")
+    assert len(calls) == model.config.num_hidden_layers and sorted(layers) == [0, 2]  # one sparse call per layer
+    assert torch.equal(layers[0], capture_indices(model, ids)[0])  # layer 0's selection precedes any attention
+    out = tmp_path / "t.safetensors"
+    assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out), "--backend", "hf_sdpa"]) == 2
+    assert "absorbed sparse path" in capsys.readouterr().err and not out.exists()
+    assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out)]) == 0
+    assert read_trace(out)[1]["backend"] == "reference" and "capture" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name, seq_lens", [("tiny-1x256.safetensors", [256]), ("tiny-2x128.safetensors", [128, 128])])

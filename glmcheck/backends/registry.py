@@ -5,6 +5,11 @@ Every kernel-level backend takes the kernel's arguments
        topk_length=None) -> out [T, H, d_v]
 and all of them see the same indices. `get_backend(name)` returns a fresh `Backend` whose
 `calls` counter counts invocations, so a check can fail a backend that was never called.
+
+A backend may also have a planner, `planner(indices, *, num_kv_rows, num_heads, topk_length=None)`
+-> plan, whose plan its fn accepts as `plan=` for every call with those indices (the kernel under
+test: `glmcheck.kernels.plan_sparse_mla`). The harness then builds one plan per indexer selection
+and reuses it (`Backend.plan_builds` counts the builds).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
-from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill
 
 
 @dataclass
@@ -31,14 +36,32 @@ class Backend:
     fn: Callable[..., torch.Tensor]
     description: str
     calls: int = field(default=0)
+    planner: Callable[..., object] | None = None
+    plan_builds: int = field(default=0)
 
-    def __call__(self, q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
+    def __call__(self, q, kv, indices, sm_scale, d_v=512, *, topk_length=None, plan=None) -> torch.Tensor:
         self.calls += 1
-        return self.fn(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+        if plan is None:
+            return self.fn(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+        return self.fn(q, kv, indices, sm_scale, d_v, topk_length=topk_length, plan=plan)
+
+    def plan(self, indices: torch.Tensor, num_kv_rows: int, num_heads: int,
+             topk_length: torch.Tensor | None = None) -> object | None:
+        """The planner's plan for calls on `indices` (None for a backend without a planner)."""
+        if self.planner is None:
+            return None
+        self.plan_builds += 1
+        return self.planner(indices, num_kv_rows=num_kv_rows, num_heads=num_heads, topk_length=topk_length)
 
 
 def _triton(union: int) -> Callable[..., torch.Tensor]:
     return functools.partial(sparse_mla_prefill, union=union)
+
+
+_PLANNERS: dict[str, Callable[..., object]] = {
+    name: functools.partial(plan_sparse_mla, union=union)
+    for name, union in (("triton_sparse_mla", 0), ("triton_sparse_mla:union2", 2),
+                        ("triton_sparse_mla:union4", 4), ("triton_sparse_mla:union8", 8))}
 
 
 def reference_bf16_out(q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
@@ -74,19 +97,24 @@ _SOURCES: dict[str, str] = {}  # where each backend came from, for `glmcheck bac
 
 
 def register_backend(name: str, fn: Callable[..., torch.Tensor], description: str = "",
-                     source: str = "register_backend") -> None:
+                     source: str = "register_backend", planner: Callable[..., object] | None = None) -> None:
     """Make `fn` (the kernel signature above) available under `name` to the checks and the CLI.
 
     Names must be new (ValueError otherwise); use this to put your own kernel under test, or an
-    entry point / `--backends name=module:function` (`glmcheck.backends.plugins`).
+    entry point / `--backends name=module:function` (`glmcheck.backends.plugins`). `planner` (see
+    the module docstring) lets the harness build one plan per indexer selection for `fn`.
     """
     if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith(("hf_", BAND_PREFIX)) \
             or "=" in name:
         raise ValueError(f"backend name must be a new non-empty string (not hf_*), got {name!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if planner is not None and not callable(planner):
+        raise TypeError(f"planner must be callable or None, got {type(planner).__name__}")
     _REGISTRY[name] = (fn, description)
     _SOURCES[name] = source
+    if planner is not None:
+        _PLANNERS[name] = planner
 
 
 def resolve_backend(spec: str) -> str:
@@ -157,6 +185,7 @@ def unregister_backend(name: str) -> None:
         raise ValueError(f"{name!r} is not a registered custom backend")
     del _REGISTRY[name]
     _SOURCES.pop(name, None)
+    _PLANNERS.pop(name, None)
 
 _BUILTIN = frozenset(_REGISTRY)
 
@@ -176,9 +205,11 @@ def get_backend(name: str, *, deterministic: bool = False) -> Backend:
     """
     name = resolve_backend(name)
     fn, description = _REGISTRY[name]
+    planner = _PLANNERS.get(name)
     if deterministic and name.startswith("triton_sparse_mla"):
         fn = functools.partial(fn, deterministic=True)
-    return Backend(name, fn, description)
+        planner = functools.partial(planner, deterministic=True)
+    return Backend(name, fn, description, planner=planner)
 
 
 def flashmla_available() -> tuple[bool, str]:

@@ -121,3 +121,47 @@ def render_accuracy(results: list[BenchResult], reference: str) -> str:
         return ""
     return (f"accuracy against the {reference} reference (our worst path, FlashMLA's best form):\n\n"
             + markdown_table(["point", "ours worst rel-L2", "FlashMLA best rel-L2", "ours - FlashMLA"], rows))
+
+
+def _ms(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def render_model_table(timings: list, tp: int, full_layers: int, shared_layers: int,
+                       baseline: str = "flashmla_sparse+len") -> str:
+    """The model bench's table (`glmcheck.bench.model.PrefillTiming` rows) and, per length, the best
+    union with plans reused against the best with a build per layer and against `baseline`, on the
+    attention of the whole schedule (`full_layers` full + `shared_layers` shared layers, per rank slice).
+    Rows without attention time (hf: one dense masked call over all heads) are shown, not ranked."""
+    from glmcheck.bench.model import REBUILD, schedule_ms
+
+    schedule = {id(t): schedule_ms(t, full_layers, shared_layers, tp) for t in timings}
+    base = {t.tokens: schedule[id(t)] for t in timings if t.row == baseline and schedule[id(t)]}
+    rows = []
+    for t in timings:
+        mine = schedule[id(t)]
+        versus = "not ranked (dense masked attention)" if t.passed and t.attention_ms is None else \
+            "-" if mine is None or t.tokens not in base else f"{base[t.tokens] / mine:.2f}x"
+        rows.append([t.row, t.tokens, t.gate, _ms(t.median_ms, 1), _ms(t.attention_ms),
+                     _ms(None if t.attention_ms is None else t.attention_ms / tp), _ms(t.full_layer_ms, 3),
+                     _ms(t.shared_layer_ms, 3), _ms(mine), versus, t.kernel_calls, t.plan_builds])
+    headers = ["backend", "tokens", "gate", "forward ms", "attention ms / forward", "per rank slice",
+               "full layer ms", "shared layer ms", f"schedule attention ms ({full_layers} full + {shared_layers} "
+               f"shared, per rank slice)", f"vs {baseline}", "kernel calls", "plan builds"]
+    lines = [markdown_table(headers, rows)]
+    for tokens in dict.fromkeys(t.tokens for t in timings):
+        unions = [t for t in timings if t.tokens == tokens and ":union" in t.row and schedule[id(t)]]
+        reused = [t for t in unions if not t.row.endswith(REBUILD)]
+        rebuilt = [t for t in unions if t.row.endswith(REBUILD)]
+        if not reused:
+            continue
+        best = min(reused, key=lambda t: schedule[id(t)])
+        text = f"{tokens} tokens: best union with plans reused {best.row} {schedule[id(best)]:.2f} ms"
+        if rebuilt:
+            worst = min(rebuilt, key=lambda t: schedule[id(t)])
+            text += f"; best with a build per layer {worst.row} {schedule[id(worst)]:.2f} ms " \
+                    f"({schedule[id(worst)] / schedule[id(best)]:.2f}x)"
+        if tokens in base:
+            text += f"; {baseline} {base[tokens]:.2f} ms ({base[tokens] / schedule[id(best)]:.2f}x)"
+        lines.append(text)
+    return "\n".join(lines)

@@ -86,7 +86,8 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
             rows.append(pair)
     facts = {"tokens": tokens, "gate": gate.describe(LAYER0_STATS), "band": band.as_dict(),
              "band_summary": band.describe(), "exact": exact, "baseline": baseline,
-             "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs}}
+             "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs},
+             "plan_builds": {r.name: dict(r.plan_builds) for r in runs}}
     return CheckResult(rows, overall(rows), facts, _tensors([ref, *by_name.values()]))
 
 

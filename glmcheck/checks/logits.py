@@ -57,6 +57,7 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         outputs[name] = (run.captured.logits, run.absorbed)
         tensors[f"logits/{name}@{tokens}"] = run.captured.logits[0, -1].float()
         row = _logits_row(f"{name} vs {exact}", name, exact, run.captured.logits, ref.captured.logits, tokens, dense)
+        row.extra |= {"kernel_calls": sum(run.calls.values()), "plan_builds": sum(run.plan_builds.values())}
         if run.absorbed:
             judge_row(row, gate, band)
         else:

@@ -5,21 +5,27 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
+from glmcheck.model.clock import AttentionClock
 
 
 @dataclass(frozen=True)
 class SwapOptions:
-    """How backends are swapped in: TP degree, KV-cache emulation, dense threshold, determinism."""
+    """How backends are swapped in: TP degree, KV-cache emulation, dense threshold, determinism, plan
+    reuse, topk_length, an index selector replacing the indexer's top-k (see `use_backend`)."""
 
     tp: int = 1
     kv_cache_dtype: str | None = None
     dense_threshold: int | None = None
     deterministic: bool = False
+    reuse_plans: bool = True
+    topk_length: bool = False
+    selector: Callable | None = None
 
 
 @dataclass
@@ -32,6 +38,8 @@ class BackendRun:
     absorbed: bool
     dense_layers: set = field(default_factory=set)
     seconds: float = 0.0
+    plan_builds: Counter = field(default_factory=Counter)
+    attention_ms: dict[int, float] | None = None  # per layer, when the forward was timed
 
     def missing_calls(self, num_layers: int, tp: int) -> tuple[int, int]:
         """(expected, seen) kernel calls when an absorbed backend ran fewer than tp per layer."""
@@ -56,11 +64,15 @@ def _gather_shards(got: Captured) -> None:
 
 def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str, options: SwapOptions, *,
                   latent_layers=(), value_layers=(), hidden_layers=(), index_layers=(),
-                  last_logits: int = 1) -> BackendRun:
-    """Run `model(input_ids)` with `backend` swapped in; capture what was asked (fp64, CPU)."""
+                  last_logits: int = 1, time_attention: bool = False) -> BackendRun:
+    """Run `model(input_ids)` with `backend` swapped in; capture what was asked (fp64, CPU);
+    `time_attention` also times each layer's attention calls (`BackendRun.attention_ms`)."""
+    clock = AttentionClock() if time_attention else None
     start = time.perf_counter()
     with use_backend(model, backend, tp=options.tp, kv_cache_dtype=options.kv_cache_dtype,
-                     dense_threshold=options.dense_threshold, deterministic=options.deterministic) as session, \
+                     dense_threshold=options.dense_threshold, deterministic=options.deterministic,
+                     reuse_plans=options.reuse_plans, topk_length=options.topk_length, clock=clock,
+                     selector=options.selector) as session, \
             capture(model, session, latent_layers=latent_layers, value_layers=value_layers,
                     hidden_layers=hidden_layers, index_layers=index_layers) as got, torch.inference_mode():
         output = model(input_ids, logits_to_keep=last_logits)
@@ -69,5 +81,6 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
     if input_ids.device.type == "cuda":
         torch.cuda.synchronize(input_ids.device)
     _gather_shards(got)
-    return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers),
-                      time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers), seconds,
+                      Counter(session.plan_builds), clock.layer_ms() if clock is not None else None)

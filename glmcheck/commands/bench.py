@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -50,7 +49,9 @@ def add_parser(sub) -> None:
                         "path against FlashMLA's best")
     p.add_argument("--ceilings", action="store_true",
                    help="first print the GPU's ceilings: HBM copy, bf16 matmul, the gather floor per point")
-    p.add_argument("--indices", default=None, help="captured index trace (glmcheck capture-indices) to use")
+    p.add_argument("--indices", default=None,
+                   help="captured index trace (glmcheck capture-indices) to use; with --model: model (the "
+                        "indexer's own top-k, default) or calibrated (replaced by calibrated indices for timing)")
     p.add_argument("--trace-layer", type=int, default=None, help="layer of the trace (default: the first)")
     p.add_argument("--index-mode", default="calibrated", choices=list(INDEX_MODES))
     p.add_argument("--timing", default="eager", choices=list(TIMINGS),
@@ -63,7 +64,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--tokens", default="2048,4096,8192", help="model-level prompt lengths")
     p.add_argument("--backends", default=None,
-                   help="model-level backends (default: every one that runs here, FlashMLA included when present)")
+                   help="model-level rows NAME[+len][+rebuild] (+len: topk_length passed; +rebuild: a plan per call, "
+                        "not one per indexer selection); default: FlashMLA+len when present, per-token, each legal "
+                        "union reused and rebuilt, hf_sdpa")
     p.add_argument("--out", default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(handler=handle)
@@ -147,35 +150,49 @@ def _print_ceilings(points: list) -> None:
     print(markdown_table(["point", "row bytes read (GB)", "gather-only ms (floor)", "TB/s"], rows))
 
 
+MODEL_INDICES = ("model", "calibrated")
+
+
 def _handle_model(ns) -> int:
     from glmcheck.backends.validation import validate_backends
-    from glmcheck.bench.model import bench_prefill
+    from glmcheck.bench.model import bench_prefill, default_rows, parse_rows
+    from glmcheck.bench.report import render_model_table
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.commands.common import default_backends
+    from glmcheck.data.indices import calibrated_selector
+    from glmcheck.kernels import legal_groups
     from glmcheck.model.load import ModelSpec, load_model
     from glmcheck.model.presets import make_config
 
+    indices = ns.indices or "model"
+    if indices not in MODEL_INDICES:
+        raise ValueError(f"--indices with --model takes one of {', '.join(MODEL_INDICES)} (calibrated: the "
+                         f"indexer's top-k replaced for timing runs), got {indices!r}")
     spec = ModelSpec(ns.model, None, ns.layers, ns.experts)
     device = torch.device("cuda")
     lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
     config = make_config(ns.model, layers=1)
+    heads = config.num_attention_heads // ns.tp
     latent = (config.kv_lora_rank, config.qk_rope_head_dim)
-    backends = [b.strip() for b in ns.backends.split(",") if b.strip()] if ns.backends else \
-        default_backends(device, config.num_attention_heads // ns.tp, latent)
-    for warning in validate_backends(backends, device=device, heads=config.num_attention_heads, tp=ns.tp,
-                                     latent_dims=latent):
+    flash = "flashmla_sparse" in default_backends(device, heads, latent)
+    rows = parse_rows(ns.backends) if ns.backends else default_rows(legal_groups(heads), flash)
+    for warning in validate_backends(list(dict.fromkeys(r.backend for r in rows)), device=device,
+                                     heads=config.num_attention_heads, tp=ns.tp, latent_dims=latent):
         print(f"warning: {warning}")
     model = load_model(spec, device)
-    with tqdm(total=2 * len(lengths) * len(backends), desc="prefill", disable=ns.quiet, leave=False) as bar:
-        timings = bench_prefill(model, lengths, backends, SwapOptions(tp=ns.tp), progress=bar)
-    base = {t.tokens: t.median_ms for t in timings if t.backend == backends[0]}
-    table = markdown_table(["backend", "tokens", "median ms", f"vs {backends[0]}", "kernel calls / forward"],
-                           [[t.backend, t.tokens, f"{t.median_ms:.1f}", f"{base[t.tokens] / t.median_ms:.2f}x",
-                             t.kernel_calls] for t in timings])
+    options = SwapOptions(tp=ns.tp, selector=calibrated_selector() if indices == "calibrated" else None)
+    with tqdm(total=len(lengths) * len(rows), desc="prefill", disable=ns.quiet, leave=False) as bar:
+        timings = bench_prefill(model, lengths, rows, options, progress=bar)
+    schedule = make_config(ns.model).indexer_types
+    table = render_model_table(timings, ns.tp, schedule.count("full"), schedule.count("shared"))
+    print(f"model: {spec.describe()}, tp {ns.tp} ({heads} heads per rank slice, run one after another); indices: "
+          + ("calibrated (every indexer's top-k replaced by calibrated indices for timing)" if indices == "calibrated"
+             else "the model's own indexer"))
     print(table)
-    rows = [dataclasses.asdict(t) for t in timings]
+    rows_out = [dataclasses.asdict(t) for t in timings]
     directory = Path(ns.out) if ns.out else default_run_dir("bench-model")
-    write_record(directory, {"command": "bench-model", "environment": environment_metadata(), "rows": rows,
-                             "model": spec.describe(), "tp": ns.tp, "table": table}, pd.DataFrame(rows))
+    write_record(directory, {"command": "bench-model", "environment": environment_metadata(), "rows": rows_out,
+                             "model": spec.describe(), "tp": ns.tp, "indices": indices, "table": table},
+                 pd.DataFrame(rows_out))
     print(f"record: {directory}")
-    return 0 if all(math.isfinite(t.median_ms) for t in timings) else 1
+    return 0 if all(t.passed for t in timings) else 1

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
+from glmcheck.backends import resolve_backend
 from glmcheck.commands.options import check_count, check_out_file, check_seed
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.data.traces import capture_indices, write_trace
 from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
 from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
+from glmcheck.model.swap import HF_BACKENDS
 from glmcheck.records.environment import config_hash
 
 
@@ -29,6 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", type=int, required=True, help="tokens per sequence")
     p.add_argument("--batch", type=int, default=1, help="independent sequences (one KV pool)")
     p.add_argument("--out", required=True, help="trace file (.safetensors)")
+    p.add_argument("--backend", default=None,
+                   help="attention backend of the run (absorbed sparse path; default: the kernel under test on a "
+                        "GPU, the fp32 reference on the CPU)")
     p.set_defaults(handler=handle)
 
 
@@ -39,14 +45,31 @@ def handle(ns: argparse.Namespace) -> int:
     check_out_file(ns.out, suffix=".safetensors")
     spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
     device = resolve_device(ns.device)
+    backend = ns.backend or ("triton_sparse_mla" if device.type == "cuda" else "reference")
+    if backend in HF_BACKENDS:
+        raise ValueError(f"--backend {backend}: captures run the absorbed sparse path (the dense masked attention "
+                         f"does not fit at long prompts); choose a kernel-level backend")
+    resolve_backend(backend)
     check_fits(config_of(spec), ns.tokens * ns.batch, device, "--tokens x --batch")
+    start = time.perf_counter()
     model = load_model(spec, device)
     prompts = torch.cat([seeded_prompt(model.config.vocab_size, ns.tokens, ns.seed + b, device)
                          for b in range(ns.batch)])
-    layers = capture_indices(model, prompts)
-    metadata = {"model": spec.describe(), "config_hash": config_hash(model.config),
+    loaded = time.perf_counter()
+    try:
+        layers = capture_indices(model, prompts, backend)
+    except torch.OutOfMemoryError:
+        raise CaptureOutOfMemory(f"capture of {ns.batch} x {ns.tokens} tokens ran out of memory on {device}; "
+                                 f"use fewer --tokens, --batch or --layers (`glmcheck plan` estimates the need)") \
+            from None
+    metadata = {"model": spec.describe(), "config_hash": config_hash(model.config), "backend": backend,
                 "seq_lens": [ns.tokens] * ns.batch, "topk": model.config.index_topk}
     write_trace(ns.out, layers, metadata)
     print(f"wrote {len(layers)} full indexer layers ({sorted(layers)}) of {ns.batch} x {ns.tokens} tokens "
-          f"to {ns.out}")
+          f"to {ns.out} (attention: {backend}; load {loaded - start:.1f} s, capture "
+          f"{time.perf_counter() - loaded:.1f} s)")
     return 0
+
+
+class CaptureOutOfMemory(ValueError):
+    """The capture's forward ran out of device memory (a usage error: the request is too large)."""

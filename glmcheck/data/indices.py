@@ -339,3 +339,21 @@ def union_statistics(indices: torch.Tensor, group_sizes: Iterable[int] = (2, 4),
         ratios[g] = union / mean_size if mean_size > 0 else float("nan")
     return {"tokens": tokens, "valid_rows_per_token": float(per_token.sum()) / tokens,
             "union_ratio": ratios}
+
+
+def calibrated_selector(seed: int = 0) -> Callable[[int, int, int, int, torch.device], torch.Tensor]:
+    """A `glmcheck.model.use_backend` selector for timing runs: full layer l's top-k [B, S, K] drawn by
+    `calibrated_indices` ([S] * B, K, seed + l) in the indexer's convention: positions within each
+    sequence, an empty slot of token t holding the future position S - 1 (> t, so masked as the indexer's
+    own padding is), int32 on the model's device; each draw is kept for reuse."""
+    drawn: dict[tuple, torch.Tensor] = {}
+
+    def select(layer: int, batch: int, seq: int, topk: int, device: torch.device) -> torch.Tensor:
+        key = (layer, batch, seq, topk, str(device))
+        if key not in drawn:
+            pooled = calibrated_indices([seq] * batch, topk, seed=seed + layer).view(batch, seq, topk)
+            offset = (torch.arange(batch, dtype=torch.int32) * seq).view(batch, 1, 1)
+            drawn[key] = torch.where(pooled >= 0, pooled - offset, seq - 1).to(torch.int32).to(device)
+        return drawn[key]
+
+    return select

@@ -16,12 +16,15 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from glmcheck.model.absorbed import kernel_indices
-from glmcheck.model.swap import attention_modules
+from glmcheck.model.swap import attention_modules, use_backend
 
 
-def capture_indices(model: torch.nn.Module, input_ids: torch.Tensor) -> dict[int, torch.Tensor]:
-    """Run `model(input_ids)` [B, S] and return {layer: kernel-convention indices [B*S, topk]}
-    for every layer that runs its own indexer (hooks always come off)."""
+def capture_indices(model: torch.nn.Module, input_ids: torch.Tensor,
+                    backend: str = "reference") -> dict[int, torch.Tensor]:
+    """Run `model(input_ids)` [B, S] with its DSA attention on the absorbed sparse path of `backend`
+    (never the dense masked attention, whose [H, S, S] scores do not fit at long prompts) and return
+    {layer: kernel-convention indices [B*S, topk]} for every layer that runs its own indexer (hooks
+    always come off)."""
     captured: dict[int, torch.Tensor] = {}
     handles = []
 
@@ -34,7 +37,7 @@ def capture_indices(model: torch.nn.Module, input_ids: torch.Tensor) -> dict[int
         for attn in attention_modules(model):
             if attn.indexer is not None:
                 handles.append(attn.indexer.register_forward_hook(hook(attn.layer_idx)))
-        with torch.inference_mode():
+        with use_backend(model, backend), torch.inference_mode():
             model(input_ids, logits_to_keep=1)
     finally:
         for handle in handles:

@@ -17,7 +17,9 @@ import torch
 from glmcheck.kernels.union import UnionSets, build_union_sets, log_fallback_once, token_row_sets, union_is_legal
 from glmcheck.kernels.validate import check_indices, check_topk_length
 
-PINGPONG_MIN_HEADS = 17  # from this many heads the per-token path runs the ping-pong tile (see prefill.py)
+# From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one slice costs ~3.73 ms
+# at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32 (docs/performance.md, "Per-token tiles by head count").
+PINGPONG_MIN_HEADS = 17
 
 
 def union_group(num_heads: int, num_tokens: int, union: int, deterministic: bool) -> int:
@@ -49,16 +51,16 @@ class SparseMLAPlan:
     union_sets: UnionSets | None = None
     token_sets: UnionSets | None = None
 
-    def check_matches(self, num_tokens: int, topk: int, num_kv_rows: int, num_heads: int, has_length: bool,
-                      device: torch.device, union: int, deterministic: bool) -> None:
-        """ValueError naming the first field where a call differs from the plan."""
-        call = {"num_tokens (T)": num_tokens, "topk": topk, "num_kv_rows (S)": num_kv_rows, "num_heads (H)": num_heads,
-                "topk_length given": has_length, "device": torch.device(device)}
-        mine = {"num_tokens (T)": self.num_tokens, "topk": self.topk, "num_kv_rows (S)": self.num_kv_rows,
-                "num_heads (H)": self.num_heads, "topk_length given": self.has_length, "device": self.device}
-        for key, value in call.items():
-            if value != mine[key]:
-                raise ValueError(f"plan does not match the call: {key} is {value} in the call, {mine[key]} in the plan")
+    def check_matches(self, args, union: int, deterministic: bool) -> None:
+        """ValueError naming the first field where a call (checked PrefillArgs) differs from the plan."""
+        fields = (("num_tokens (T)", args.num_tokens, self.num_tokens), ("topk", args.topk, self.topk),
+                  ("num_kv_rows (S)", args.num_kv_rows, self.num_kv_rows),
+                  ("num_heads (H)", args.num_heads, self.num_heads),
+                  ("topk_length given", args.topk_length is not None, self.has_length),
+                  ("device", args.q.device, self.device))
+        for key, call, mine in fields:
+            if call != mine:
+                raise ValueError(f"plan does not match the call: {key} is {call} in the call, {mine} in the plan")
         if union not in (0, self.union) or (deterministic and not self.deterministic and self.group):
             raise ValueError(f"plan was built for union={self.union}, deterministic={self.deterministic}; the call "
                              f"asks union={union}, deterministic={deterministic} (leave them out with a plan)")

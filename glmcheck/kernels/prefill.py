@@ -33,9 +33,6 @@ END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own
 # Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the 32-row tile spills
 # with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
-# PINGPONG_MIN_HEADS (plan.py): from this many heads the per-token path runs the ping-pong tile per 64-head slice
-# (padded): one slice costs ~3.73 ms at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32
-# (docs/performance.md, "Per-token tiles by head count").
 
 
 def head_tile(num_heads: int) -> int:
@@ -88,11 +85,6 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
     )
 
 
-def _union_gate(args: PrefillArgs, union: int, deterministic: bool) -> int:
-    """The union group G to run, or 0 for the per-token path (illegal requests fall back)."""
-    return union_group(args.num_heads, args.num_tokens, union, deterministic)
-
-
 def kernel_finds_bound(args: PrefillArgs) -> bool:
     """True when the Triton per-token kernel finds each token's loop bound itself, within topk_length if given (query
     tiles of at most KERNEL_BOUND_MAX_ROWS rows); larger tiles get topk_length, else the host's `effective_lengths`."""
@@ -129,7 +121,7 @@ def union_tile(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -
 
 
 def plan_route(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> Route:
-    """The Route for checked arguments and a union group from `_union_gate` (0: per-token)."""
+    """The Route for checked arguments and a union group from `union_group` (0: per-token)."""
     if not group:
         return Route(1, per_token_tile(args, first))
     tail_tokens = args.num_tokens % group
@@ -143,7 +135,7 @@ def kernel_route(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_sc
     """The Route `sparse_mla_prefill` takes for these arguments (it dispatches by the same function), without
     running anything: which tile serves which tokens (tests, diagnostics)."""
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
-    return plan_route(args, _union_gate(args, union, deterministic), _tile)
+    return plan_route(args, union_group(args.num_heads, args.num_tokens, union, deterministic), _tile)
 
 
 def _token_slice(args: PrefillArgs, start: int) -> PrefillArgs:
@@ -209,9 +201,8 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     if plan is not None:
         if not isinstance(plan, SparseMLAPlan):
             raise TypeError(f"plan must be a SparseMLAPlan from plan_sparse_mla, got {type(plan).__name__}")
-        plan.check_matches(args.num_tokens, args.topk, args.num_kv_rows, args.num_heads,
-                           args.topk_length is not None, args.q.device, union, deterministic)
-    group = plan.group if plan is not None else _union_gate(args, union, deterministic)
+        plan.check_matches(args, union, deterministic)
+    group = plan.group if plan is not None else union_group(args.num_heads, args.num_tokens, union, deterministic)
     _check_device(args.q)
     if out is None:
         out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)

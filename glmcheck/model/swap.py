@@ -12,9 +12,14 @@ attention module's `kv_a_layernorm` to see the latent rows. Every DSA layer ("fu
     out   = backend(q_abs, kv, indices)      [T, H, L]     (as tp rank slices of H/tp heads)
     value = out @ W_UVᵀ                      [T, H, V]     -> o_proj
 
-The model's own indexer runs once per layer; its top-k is mapped to the kernel convention
-(index > t -> -1) and handed unchanged to the backend. With tp > 1 a hook on each o_proj adds
-the rank partial sums in rank order, as an all-reduce would (for hf backends too).
+The model's own indexer runs once per "full" layer; its top-k is mapped to the kernel convention
+(index > t -> -1) and handed unchanged to the backend. A "shared" layer receives the very tensor
+its full layer selected, so the session reuses that layer's kernel indices and, for a backend
+with a planner, its plan per rank slice (`reuse_plans`; `plan_builds` counts builds per layer).
+`topk_length=True` also passes each token's count of valid slots (they form a prefix: the indexer's
+top-k is sorted, masked positions last). `time_attention=True` times each layer's backend calls
+with CUDA events (`attention_ms`). With tp > 1 a hook on each o_proj adds the rank partial sums
+in rank order, as an all-reduce would (for hf backends too).
 `hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path). Everything is
 restored on exit, also after an exception.
 """
@@ -32,12 +37,15 @@ from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
 from glmcheck.model.absorbed import absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows, split_kv_b
+from glmcheck.model.clock import AttentionClock
 
 ABSORBED_IMPL = "glmcheck_absorbed"
 HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
 KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")
 
 Listener = Callable[[int, str, torch.Tensor], None]  # (layer index, what, tensor)
+# (layer, batch, seq, topk, device) -> a replacement top-k [batch, seq, topk] int32 in the indexer's convention
+Selector = Callable[[int, int, int, int, torch.device], torch.Tensor]
 
 
 @dataclass
@@ -49,10 +57,15 @@ class SwapSession:
     tp: int
     kv_cache_dtype: str | None
     dense_threshold: int | None
+    reuse_plans: bool = True
+    topk_length: bool = False
+    clock: AttentionClock | None = None
     calls: Counter = field(default_factory=Counter)
+    plan_builds: Counter = field(default_factory=Counter)
     dense_layers: set = field(default_factory=set)
     listeners: list[Listener] = field(default_factory=list)
     _latents: dict = field(default_factory=dict)
+    _selection: tuple | None = None  # (the indexer's top-k tensor, its kernel indices, lengths, plans per rank)
 
     @property
     def absorbed(self) -> bool:
@@ -74,23 +87,40 @@ class SwapSession:
         rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
         if self.kv_cache_dtype == "fp8_e4m3":
             rows = fp8_roundtrip_rows(rows)
-        indices = kernel_indices(topk)
+        indices, lengths, plans = self._kernel_selection(topk)
         self.notify(module.layer_idx, "indices", indices)
-        out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, scaling, latent_dim)
+        out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, lengths, plans, scaling, latent_dim)
         self.notify(module.layer_idx, "latent_out", out_latent)
         values = expand_values(out_latent, w_uv).to(query.dtype)
         return values.view(batch, seq, heads, -1)
 
+    def _kernel_selection(self, topk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+        """(kernel indices, lengths or None, plans by rank) for this top-k: the previous layer's when
+        it selected this very tensor (a shared layer), else new (plans are then built on first use)."""
+        if self._selection is not None and self._selection[0] is topk:
+            return self._selection[1:]
+        indices = kernel_indices(topk)
+        lengths = (indices >= 0).sum(dim=1, dtype=torch.int32) if self.topk_length else None
+        self._selection = (topk, indices, lengths, {})
+        return self._selection[1:]
+
     def _run_ranks(self, layer: int, q_abs: torch.Tensor, rows: torch.Tensor, indices: torch.Tensor,
-                   scaling: float, latent_dim: int) -> torch.Tensor:
+                   lengths: torch.Tensor | None, plans: dict, scaling: float, latent_dim: int) -> torch.Tensor:
         """Call the backend once per TP rank on its H/tp heads; concatenate in head order."""
         heads = q_abs.shape[1]
         per_rank = heads // self.tp
         parts = []
-        for rank in range(self.tp):
-            q_rank = q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
-            parts.append(self.backend(q_rank, rows, indices, scaling, latent_dim))
-            self.calls[layer] += 1
+        with self.clock.span(layer, q_abs.device) if self.clock is not None else contextlib.nullcontext():
+            for rank in range(self.tp):
+                q_rank = q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
+                plan = plans.get(rank) if self.reuse_plans else None
+                if plan is None and self.backend.planner is not None:
+                    plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
+                    plans[rank] = plan
+                    self.plan_builds[layer] += 1
+                parts.append(self.backend(q_rank, rows, indices, scaling, latent_dim, topk_length=lengths,
+                                          plan=plan))
+                self.calls[layer] += 1
         return torch.cat(parts, dim=1)
 
 
@@ -152,6 +182,20 @@ def _dense_hook(session: SwapSession, layer_idx: int, threshold: int) -> Callabl
     return hook
 
 
+def _selector_hook(layer_idx: int, selector: Selector) -> Callable:
+    """Indexer forward hook: its top-k [B, S, K] replaced by selector(layer, B, S, K, device)."""
+
+    def hook(module, args, output):
+        batch, seq, topk = output.shape
+        chosen = selector(layer_idx, batch, seq, topk, output.device)
+        if tuple(chosen.shape) != (batch, seq, topk) or chosen.dtype != output.dtype:
+            raise ValueError(f"the index selector must return [{batch}, {seq}, {topk}] {output.dtype}, got "
+                             f"{list(chosen.shape)} {chosen.dtype}")
+        return chosen
+
+    return hook
+
+
 def check_tp(model: torch.nn.Module, tp: int) -> int:
     """Validate the TP degree against the head count; returns heads per rank."""
     heads = model.config.num_attention_heads
@@ -163,23 +207,29 @@ def check_tp(model: torch.nn.Module, tp: int) -> int:
 @contextlib.contextmanager
 def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
-                deterministic: bool = False) -> Iterator[SwapSession]:
+                deterministic: bool = False, reuse_plans: bool = True, topk_length: bool = False,
+                clock: AttentionClock | None = None, selector: Selector | None = None) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" rounds the KV rows through FP8 (absorbed backends only);
     dense_threshold N makes each indexer select every position when the KV length is <= N, so
     those layers attend densely (every causal row) under every backend, hf ones included;
-    deterministic asks Triton backends for batch-invariant results (union off).
+    deterministic asks Triton backends for batch-invariant results (union off); reuse_plans
+    False builds a plan for every call; topk_length passes each token's valid-slot count; clock
+    times each layer's attention; selector replaces every indexer's top-k (e.g. calibrated
+    indices for timing runs; every backend sees them, hf ones included).
     """
     check_tp(model, tp)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of bf16, fp8_e4m3, got {kv_cache_dtype!r}")
+    if selector is not None and dense_threshold is not None:
+        raise ValueError("selector and dense_threshold both replace the indexer's top-k; give one of them")
     name = backend if isinstance(backend, str) else backend.name
     if name in HF_BACKENDS:
         backend_obj = None
     else:
         backend_obj = get_backend(name, deterministic=deterministic) if isinstance(backend, str) else backend
-    session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold)
+    session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock)
     previous = model.config._attn_implementation
     handles = []
     try:
@@ -188,6 +238,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
             if dense_threshold is not None and attn.indexer is not None:
                 handles.append(attn.indexer.register_forward_hook(_dense_hook(session, attn.layer_idx,
                                                                               dense_threshold)))
+            if selector is not None and attn.indexer is not None:
+                handles.append(attn.indexer.register_forward_hook(_selector_hook(attn.layer_idx, selector)))
             if session.absorbed:
                 _SESSIONS[id(attn)] = session
                 handles.append(attn.kv_a_layernorm.register_forward_hook(_latent_hook(session, attn.layer_idx)))
@@ -200,4 +252,5 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
         for attn in attention_modules(model):
             _SESSIONS.pop(id(attn), None)
         session._latents.clear()
+        session._selection = None
         model.set_attn_implementation(previous)
