@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The GPU work, in steps of one device call each (each writes under OUTDIR, versions.txt first):
-#   bash scripts/gpu_session.sh OUTDIR tests|contract|memcheck|bench|benchgraph|benchmodel|model|accuracy
+#   bash scripts/gpu_session.sh OUTDIR tests|contract|memcheck|bench|benchgraph|benchmodel|plan|capture|model|accuracy
 # tests [IDS...]: the whole suite with -m "gpu or not gpu" (or only the given test ids).
 # contract: the contract matrix (its table in matrix.md; GLMCHECK_MATRIX_SHARD=i/n runs a share), the
 #   pool past 2**31 elements on every path, and the kernel test files.
 # memcheck: compute-sanitizer memcheck over the matrix and the kernel tests (scripts/gpu_memcheck.sh).
 # bench: `glmcheck bench --ceilings` (eager, its default points, paired with/without topk_length);
-#   benchgraph: the same with CUDA-graph replay; benchmodel: whole-prefill latency at GLM-5.2 width.
+#   benchgraph: the same with CUDA-graph replay; benchmodel: whole-prefill and attention latency at GLM-5.2
+#   width (calibrated indices, then the dummy indexer's own); plan: the union paths with a ready plan at the
+#   H = 8 points, eager and graph; capture: glm-5.2 index captures at 8192 and 2 x 8192 tokens, union-stats.
 # model: layer0 and firsttoken from a cold start (fresh process, empty Triton cache), with wall time.
 # accuracy: the bench's backends against the fp64 reference at the H = 64 points (`bench --fp64`).
 # Record directories go under $GLMCHECK_RECORDS when set (e.g. a folder tarred afterwards), else OUTDIR.
 set -uo pipefail
-out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, contract, memcheck, bench, benchgraph, benchmodel, model or accuracy}
+out=${1:?usage: gpu_session.sh OUTDIR STEP}; step=${2:?STEP: tests, contract, memcheck, bench, benchgraph, benchmodel, plan, capture, model or accuracy}
 rec=${GLMCHECK_RECORDS:-$out}
 mkdir -p "$out" "$rec"
 timed() {
@@ -19,7 +21,7 @@ timed() {
   local start rc; start=$(date +%s%N); "$@"; rc=$?
   echo "Elapsed (wall clock) time: $(( ($(date +%s%N) - start) / 1000000 )) ms"; return $rc
 }
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1  # absolute: tests start fresh processes elsewhere
 unset TRITON_INTERPRET
 [ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
 if [ -d .whl ]; then  # once per machine (two steps may run side by side)
@@ -31,7 +33,7 @@ fi
   > "$out/versions.txt" 2>&1
 case $step in
   tests)    shift 2
-            python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
+            python3 -m pytest -q -rfE -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
   contract) GLMCHECK_MATRIX_LOG=$out/matrix.md python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" \
               tests/test_contract_matrix.py tests/test_per_token.py tests/test_union.py tests/test_gluon.py \
               tests/test_tiles.py tests/test_token_rows.py 2>&1 | tee "$out/pytest-contract.txt" | tail -n 15
@@ -40,8 +42,21 @@ case $step in
   bench)    python3 -m glmcheck bench --ceilings --quiet --out "$rec/bench" 2>&1 | tee "$out/bench.txt" | tail -n 45 ;;
   benchgraph) python3 -m glmcheck bench --timing graph --pair-rounds 0 --quiet --out "$rec/bench-graph" 2>&1 \
               | tee "$out/bench-graph.txt" | tail -n 30 ;;
-  benchmodel) python3 -m glmcheck bench --model glm-5.2 --layers 8 --experts 16 --tp 8 --tokens 2048,4096,8192 \
-              --quiet --out "$rec/bench-model" 2>&1 | tee "$out/bench-model.txt" ;;
+  benchmodel) for indices in calibrated model; do
+              python3 -m glmcheck bench --model glm-5.2 --layers 8 --experts 16 --tp 8 --tokens 4096,8192 \
+                --indices $indices --quiet --out "$rec/bench-model-$indices" 2>&1 | tee "$out/bench-model-$indices.txt"
+            done ;;
+  plan)     for timing in eager graph; do
+              python3 -m glmcheck bench --points 1x8192:8,1x4096:8,2x4096:8 --timing $timing --pair-rounds 0 --quiet \
+                --out "$rec/bench-plan-$timing" 2>&1 | tee "$out/bench-plan-$timing.txt" | tail -n 25
+            done ;;
+  capture)  for batch in 1 2; do
+              timed python3 -m glmcheck capture-indices --model glm-5.2 --layers 8 --experts 16 --tokens 8192 \
+                --batch $batch --out "/tmp/glm52-${batch}x8192.safetensors" 2>&1 | tee "$out/capture-${batch}x8192.txt" \
+                | grep -E "wrote|error|Elapsed|Maximum resident"
+              python3 -m glmcheck union-stats --indices "/tmp/glm52-${batch}x8192.safetensors" --out "$rec/union-stats-$batch" \
+                2>&1 | tee "$out/union-stats-${batch}x8192.txt"
+            done ;;
   model)    TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck layer0 --model glm-5.2 --tp 8 --tokens 4096 --quiet \
               --out "$rec/layer0" 2>&1 | tee "$out/layer0.txt" | grep -E "\||verdict|Elapsed|Maximum resident"
             TRITON_CACHE_DIR=$(mktemp -d) timed python3 -m glmcheck firsttoken --model glm-5.2 --layers 8 --experts 16 --tp 8 \

@@ -65,7 +65,22 @@ def test_capture_runs_the_absorbed_sparse_path_and_its_cli_names_bad_backends(tm
     assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out), "--backend", "hf_sdpa"]) == 2
     assert "absorbed sparse path" in capsys.readouterr().err and not out.exists()
     assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out)]) == 0
-    assert read_trace(out)[1]["backend"] == "reference" and "capture" in capsys.readouterr().out
+    default = "triton_sparse_mla" if torch.cuda.is_available() else "reference"
+    assert read_trace(out)[1]["backend"] == default and "capture" in capsys.readouterr().out
+
+
+def test_a_capture_out_of_memory_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    from glmcheck.commands import capture_indices as command
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(command, "capture_indices", out_of_memory)
+    out = tmp_path / "t.safetensors"
+    assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "ran out of memory" in err and "--tokens" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("name, seq_lens", [("tiny-1x256.safetensors", [256]), ("tiny-2x128.safetensors", [128, 128])])
