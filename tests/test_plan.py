@@ -83,3 +83,67 @@ def test_deterministic_plan_is_per_token(device):
     assert plan.group == 0 and plan.union_sets is None
     assert torch.equal(sparse_mla_prefill(q, kv, indices, 0.125, D_V, plan=plan),
                        sparse_mla_prefill(q, kv, indices, 0.125, D_V))
+
+
+GPU_D_V, GPU_D_TAIL = 512, 64  # the Gluon tiles' geometry
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, union, tile", [(8, 8, "gluon-pingpong"), (16, 4, "gluon-split"),
+                                                (32, 2, "gluon-split"), (64, 0, "gluon-pingpong"),
+                                                (128, 0, "gluon-pingpong"), (8, 0, "triton-token")])
+@pytest.mark.parametrize("with_length", [False, True])
+def test_gpu_plan_on_every_tile_gives_the_same_bits(heads, union, tile, with_length):
+    """At the Gluon tiles' geometry a ready plan changes no bit of any tile's output (poisoned first), with and
+    without topk_length, also with int64 KV addressing forced."""
+    torch.manual_seed(heads + union)
+    tokens, topk = 1024, 512
+    indices, kv_rows = overlapping_indices(tokens, topk, heads)
+    q = torch.randn(tokens, heads, GPU_D_V + GPU_D_TAIL, device="cuda").bfloat16()
+    kv = torch.randn(kv_rows, GPU_D_V + GPU_D_TAIL, device="cuda").bfloat16()
+    indices = indices.cuda()
+    lengths = torch.randint(0, topk + 1, (tokens,), dtype=torch.int32, device="cuda") if with_length else None
+    assert prefill.kernel_route(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, union=union).tile == tile
+    plan = plan_sparse_mla(indices, num_kv_rows=kv_rows, num_heads=heads, topk_length=lengths, union=union)
+    for kv_int64 in (None, True):
+        direct = sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, union=union,
+                                    _kv_int64=kv_int64)
+        out = torch.full_like(direct, float("nan"))
+        sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, plan=plan, out=out,
+                           _kv_int64=kv_int64)
+        assert torch.equal(out, direct), f"{tile}: a ready plan changed the output"
+    exact = sparse_mla_reference(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths)
+    assert metrics.rel_l2(out, exact) < 3e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads, union", [(8, 8), (64, 0)])
+def test_gpu_plan_and_its_call_are_captured_in_one_cuda_graph(heads, union):
+    """Building a plan syncs nothing with the host: the build and the call it serves are captured in one CUDA
+    graph, and a replay after new indices are copied in gives the eager result for those indices."""
+    tokens, topk = 512, 256
+    first, kv_rows = overlapping_indices(tokens, topk, 1)
+    second, _ = overlapping_indices(tokens, topk, 2)
+    q = torch.randn(tokens, heads, GPU_D_V + GPU_D_TAIL, device="cuda").bfloat16()
+    kv = torch.randn(kv_rows, GPU_D_V + GPU_D_TAIL, device="cuda").bfloat16()
+    indices = first.cuda().clone()
+    out = torch.full((tokens, heads, GPU_D_V), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        plan = plan_sparse_mla(indices, num_kv_rows=kv_rows, num_heads=heads, union=union)
+        sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, plan=plan, out=out)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    indices.copy_(second.cuda())
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, union=union)
+    assert torch.equal(out, expected)

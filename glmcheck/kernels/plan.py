@@ -5,7 +5,8 @@ per-token) and builds what that path derives from the indices alone: the union s
 from PINGPONG_MIN_HEADS heads on a GPU, each token's compacted rows. `sparse_mla_prefill(..., plan=plan)` then runs
 the attention only. The plan lives on the indices' device; building it needs no host sync, so it can be captured in
 a CUDA graph. A plan is immutable: reuse it only for calls whose indices (and topk_length) are the ones it was built
-from; the call checks shapes, device, KV rows and heads, not the index values.
+from; the call checks shapes, device, KV rows and heads, not the index values. The plan fixes the path and G; the
+tile is chosen per call, since it also depends on q and kv (dims, alignment): `kernel_route` names it.
 """
 
 from __future__ import annotations
