@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from glmcheck.bench.kernel import EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
+from glmcheck.bench.model import REBUILD, schedule_ms
 from glmcheck.records.tables import markdown_table
 
 
@@ -133,8 +134,6 @@ def render_model_table(timings: list, tp: int, full_layers: int, shared_layers: 
     union with plans reused against the best with a build per layer and against `baseline`, on the
     attention of the whole schedule (`full_layers` full + `shared_layers` shared layers, per rank slice).
     Rows without attention time (hf: one dense masked call over all heads) are shown, not ranked."""
-    from glmcheck.bench.model import REBUILD, schedule_ms
-
     schedule = {id(t): schedule_ms(t, full_layers, shared_layers, tp) for t in timings}
     base = {t.tokens: schedule[id(t)] for t in timings if t.row == baseline and schedule[id(t)]}
     rows = []
@@ -158,9 +157,9 @@ def render_model_table(timings: list, tp: int, full_layers: int, shared_layers: 
         best = min(reused, key=lambda t: schedule[id(t)])
         text = f"{tokens} tokens: best union with plans reused {best.row} {schedule[id(best)]:.2f} ms"
         if rebuilt:
-            worst = min(rebuilt, key=lambda t: schedule[id(t)])
-            text += f"; best with a build per layer {worst.row} {schedule[id(worst)]:.2f} ms " \
-                    f"({schedule[id(worst)] / schedule[id(best)]:.2f}x)"
+            best_rebuilt = min(rebuilt, key=lambda t: schedule[id(t)])
+            text += f"; best with a build per layer {best_rebuilt.row} {schedule[id(best_rebuilt)]:.2f} ms " \
+                    f"({schedule[id(best_rebuilt)] / schedule[id(best)]:.2f}x)"
         if tokens in base:
             text += f"; {baseline} {base[tokens]:.2f} ms ({base[tokens] / schedule[id(best)]:.2f}x)"
         lines.append(text)
