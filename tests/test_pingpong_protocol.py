@@ -10,13 +10,15 @@ import pytest
 from tests.support.pingpong_protocol import PipelineOptions, ProtocolViolation, run_schedule
 
 SCHEDULES = 400
-PAIRS = 4
+BLOCKS = 8  # four full pairs
 
 
-@pytest.mark.parametrize("pairs", [PAIRS, 2, 1, 0], ids=["four pairs", "two pairs", "one pair", "empty group"])
-def test_pingpong_protocol_has_no_race_or_deadlock(pairs):
-    steps = [run_schedule(PipelineOptions(), pairs, seed) for seed in range(SCHEDULES)]
-    assert min(steps) >= 40 * pairs, "the model ran too few steps to be the kernel's pipeline"
+@pytest.mark.parametrize("blocks", [BLOCKS, 7, 4, 3, 2, 1, 0],
+                         ids=["four pairs", "three and a half", "two pairs", "one and a half", "one pair",
+                              "a half pair", "empty group"])
+def test_pingpong_protocol_has_no_race_or_deadlock(blocks):
+    steps = [run_schedule(PipelineOptions(), blocks, seed) for seed in range(SCHEDULES)]
+    assert min(steps) >= 20 * blocks, "the model ran too few steps to be the kernel's pipeline"
 
 
 @pytest.mark.parametrize("options", [
@@ -28,7 +30,7 @@ def test_pingpong_protocol_has_no_race_or_deadlock(pairs):
 def test_pingpong_protocol_catches_a_planted_early_release(options):
     with pytest.raises(ProtocolViolation, match="while an MMA still reads it"):
         for seed in range(SCHEDULES):
-            run_schedule(options, PAIRS, seed)
+            run_schedule(options, BLOCKS, seed)
 
 
 def test_pingpong_protocol_catches_the_next_s0_left_half_read_before_its_refill():
@@ -36,7 +38,7 @@ def test_pingpong_protocol_catches_the_next_s0_left_half_read_before_its_refill(
     the gather writes it, or finds the previous pair's rows."""
     with pytest.raises(ProtocolViolation, match="while a gather is writing it|expected"):
         for seed in range(SCHEDULES):
-            run_schedule(PipelineOptions(next_left_unwaited=True), PAIRS, seed)
+            run_schedule(PipelineOptions(next_left_unwaited=True), BLOCKS, seed)
 
 
 @pytest.mark.parametrize("options, match", [
@@ -48,4 +50,13 @@ def test_pingpong_protocol_catches_a_planted_handoff_bug(options, match):
     odd warpgroup learns from 1L's refill; M0 is there only once its barrier says so."""
     with pytest.raises(ProtocolViolation, match=match):
         for seed in range(SCHEDULES):
-            run_schedule(options, PAIRS, seed)
+            run_schedule(options, BLOCKS, seed)
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_pingpong_protocol_catches_p0_read_unwaited_in_a_half_pair(blocks):
+    """In a half pair the odd warpgroup's only read of the pair is P0, which is there only once the
+    even warpgroup's barrier says so."""
+    with pytest.raises(ProtocolViolation, match="odd O \\+= P0 V0 reads tail0: expected"):
+        for seed in range(SCHEDULES):
+            run_schedule(PipelineOptions(half_p0_unwaited=True), blocks, seed)

@@ -19,7 +19,8 @@ from tests.support.inputs import overlapping_indices
 @pytest.mark.parametrize("topk", [48, 1100])  # 1100: more than one 1024-slot step
 def test_token_row_sets_are_each_tokens_valid_rows_in_slot_order(device, with_length, topk):
     indices, kv_rows = overlapping_indices(tokens=13, topk=topk, seed=topk, kv_rows=4 * topk)
-    lengths = torch.randint(0, topk + 1, (13,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    # lengths past topk and below 0 too: the kernel's loop bound clamps them (the contract only masks slots)
+    lengths = torch.randint(-2, topk + 6, (13,), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
     topk_length = lengths if with_length else None
     sets = token_row_sets(indices.to(device), None if topk_length is None else topk_length.to(device), kv_rows)
     assert sets.group == 1 and sets.lengths.shape == (13,)

@@ -3,8 +3,9 @@ the CPU under random interleavings to find buffer races the GPU may only show no
 
 The three partitions (producer, even and odd consumer warpgroups) are generators that issue the
 kernel's barrier waits and arrives, shared-memory reads and writes, and asynchronous operations in
-the kernel's order, over one union group's block pairs (`PipelineOptions` only plants bugs, to show
-that the model catches them). A scheduler runs one step at a time, picked at random among the
+the kernel's order, over one union group's blocks, taken in pairs; with an odd block count the last
+pair holds only its even block (a half pair: no odd block is gathered or computed). `PipelineOptions`
+only plants bugs, to show that the model catches them. A scheduler runs one step at a time, picked at random among the
 partitions that can move and the asynchronous operations that may finish:
   * a warpgroup MMA reads its operand buffers from issue until it completes; a warpgroup's MMA
     groups complete in issue order, and `wait_group(k)` blocks until at most k are in flight;
@@ -35,7 +36,8 @@ class PipelineOptions:
     for the MMA that reads it; odd_block_release_unwaited frees 1L the same way;
     next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill;
     odd_p_early stores P1 before S1 (so before 1L's refill, which says that the even warpgroup's
-    O += P1 V1 of the previous pair is done); peer_max_unwaited reads M0 without waiting for it."""
+    O += P1 V1 of the previous pair is done); peer_max_unwaited reads M0 without waiting for it;
+    half_p0_unwaited has the odd warpgroup's half pair read P0 without waiting for it."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
@@ -43,6 +45,7 @@ class PipelineOptions:
     next_left_unwaited: bool = False
     odd_p_early: bool = False
     peer_max_unwaited: bool = False
+    half_p0_unwaited: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -141,10 +144,22 @@ class Machine:
 PIECES = {"0L": ["main0 L"], "1T": ["tail1"], "1R": ["main1 R"], "0R": ["main0 R", "tail0"], "1L": ["main1 L"]}
 
 
-def producer(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+EVEN_PIECES = ("0L", "0R")  # what a half pair gathers
+
+
+def pairs_of(blocks: int) -> tuple[int, bool]:
+    """(block pairs, whether the last one is a half pair) of a group of `blocks` KV blocks."""
+    return -(-blocks // 2), blocks % 2 == 1
+
+
+def producer(m: Machine, options: PipelineOptions, blocks: int) -> Partition:
     yield ("do", lambda: m.issue_gather(None, ["q"], ("q",), "producer copies Q"))
+    pairs, half = pairs_of(blocks)
     for p in range(pairs):
+        last_half = half and p == pairs - 1
         for piece, names in PIECES.items():
+            if last_half and piece not in EVEN_PIECES:
+                continue
             if p:
                 yield ("wait", lambda piece=piece, k=p - 1: m.phase_done(f"empty {piece}", k), f"empty {piece}")
             yield ("do", lambda piece=piece, n=names, k=p: m.issue_gather(piece, n, kv(k), "producer"))
@@ -176,6 +191,33 @@ def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
     if waited:
         yield wait_phase(m, "full 0L", p)
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
+
+
+def even_half_pair(m: Machine, p: int) -> Partition:
+    """The even warpgroup's half pair p (the group's last, its odd block absent): S0 (its left half
+    issued before, as in a full pair), M0, O += P0 V0 from registers and P0 for the odd warpgroup's
+    columns, against M0 (the pair's max: there is no odd block)."""
+    if p == 0:
+        yield from even_left_scores(m, p)
+        yield wait_group(m, "even", 0)
+    yield wait_phase(m, "full 0R", p)
+    yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
+    yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
+    yield wait_group(m, "even", 0)
+    yield ("do", lambda: (m.write("max0", ("M0", p), "even publishes M0"), m.arrive("max0")))
+    yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
+    yield ("do", lambda: (m.write("tail0", ("P0", p), "even publishes P0"), m.arrive("pub0")))
+    yield wait_group(m, "even", 0)
+
+
+def odd_half_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+    """The odd warpgroup's half pair p: M0, then O += P0 V0 on its columns once P0 is there."""
+    yield wait_phase(m, "max0", p)
+    yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
+    if not options.half_p0_unwaited:
+        yield wait_phase(m, "pub0", p)
+    yield ("do", lambda: m.issue_mma("odd", {"tail0": ("P0", p), "main0 R": kv(p)}, "odd O += P0 V0"))
+    yield wait_group(m, "odd", 0)
 
 
 def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partition:
@@ -239,27 +281,31 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partit
     yield ("do", lambda: m.arrive("empty 0R"))
 
 
-def consumer(pair: Callable, me: int) -> Callable:
-    """A consumer partition: the group's pairs, then its row-sum exchange (none for an empty group,
-    which stores zeros)."""
-    def partition(m: Machine, options: PipelineOptions, pairs: int) -> Partition:
+def consumer(pair: Callable, half_pair: Callable, me: int) -> Callable:
+    """A consumer partition: the group's pairs (the last a half pair for an odd block count), then
+    its row-sum exchange (none for an empty group, which stores zeros)."""
+    def partition(m: Machine, options: PipelineOptions, blocks: int) -> Partition:
+        pairs, half = pairs_of(blocks)
         for p in range(pairs):
-            yield from pair(m, options, p, pairs)
+            if half and p == pairs - 1:
+                yield from half_pair(m, options, p)
+            else:
+                yield from pair(m, options, p, pairs)
         if pairs:
             yield from write_out(m, me)
     return partition
 
 
-even_consumer = consumer(even_pair, 0)
-odd_consumer = consumer(odd_pair, 1)
+even_consumer = consumer(even_pair, lambda m, options, p: even_half_pair(m, p), 0)
+odd_consumer = consumer(odd_pair, odd_half_pair, 1)
 
 
-def run_schedule(options: PipelineOptions, pairs: int, seed: int) -> int:
-    """One random interleaving of a union group of `pairs` block pairs; the number of steps it
-    took. Raises ProtocolViolation on a race and on a deadlock."""
+def run_schedule(options: PipelineOptions, blocks: int, seed: int) -> int:
+    """One random interleaving of a union group of `blocks` KV blocks; the number of steps it took.
+    Raises ProtocolViolation on a race and on a deadlock."""
     rng = random.Random(seed)
     m = Machine()
-    partitions = {name: make(m, options, pairs) for name, make in
+    partitions = {name: make(m, options, blocks) for name, make in
                   (("producer", producer), ("even", even_consumer), ("odd", odd_consumer))}
     # A partition with nothing to do (a consumer of an empty group) starts finished.
     current = {name: step for name, gen in partitions.items() if (step := next(gen, None)) is not None}

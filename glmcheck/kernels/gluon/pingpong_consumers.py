@@ -251,14 +251,34 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
 
 
 @gluon.jit
+def _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs,
+                    qk_scale_log2, H: gl.constexpr):
+    """The even warpgroup's half pair, the group's last when its block count is odd (there is no odd block):
+    after S0, publish M0, O += P0 V0[:, :256] from registers and P0 for the odd warpgroup's columns, all against
+    M0, the pair's max. Bit for bit the full pair over an all-masked odd block (docs/performance.md, "Half pairs").
+    -> (acc, row_sum)."""
+    new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
+    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    row_sum += gl.sum(p, 1)
+    p_bf16 = p.to(gl.bfloat16)
+    acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1), acc,
+                        is_async=True)
+    _publish_p(p_bf16, tail_bufs.index(0), pub_bars.index(0))  # S0, the tail's only other reader, is done
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    return acc, row_sum
+
+
+@gluon.jit
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                 zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, H: gl.constexpr,
                 G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The even warpgroup's pairs -> (acc, row_sum, run_max): each pair but the last issues the next pair's S0 left
-    half behind its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the
-    loop without one. In the loop, Q and the stages are indexed with `_first_stage`: the left half carried across
+    """The even warpgroup's pairs -> (acc, row_sum): each pair but the last issues the next pair's S0 left half behind
+    its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the loop without
+    one, as a half pair (`_even_half_pair`) when the block count is odd. In the loop, Q and the stages are indexed with `_first_stage`: the left half carried across
     the loop keeps 32 more registers live, and with hoisted descriptors ptxas spilled 86 loads a pair here."""
-    num_pairs = gl.cdiv(length, 2 * BLOCK_N)
+    num_blocks = gl.cdiv(length, BLOCK_N)
+    num_pairs = gl.cdiv(num_blocks, 2)
     if num_pairs > 0:
         scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
         for pair in range(num_pairs - 1):
@@ -274,11 +294,15 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
         last = num_pairs - 1
         scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
                                    last & 1)
-        acc, row_sum, run_max, bits, scores = _even_blocks(
-            scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
-            max_bufs, qk_scale_log2, last & 1, union_bits, length, last, H, G, BLOCK_N, zero_s, q_main.index(0),
-            full_bars, 0, False)
-    return acc, row_sum, run_max
+        if num_blocks % 2 == 1:
+            acc, row_sum = _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars,
+                                           max_bars, max_bufs, qk_scale_log2, H)
+        else:
+            acc, row_sum, run_max, bits, scores = _even_blocks(
+                scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
+                max_bufs, qk_scale_log2, last & 1, union_bits, length, last, H, G, BLOCK_N, zero_s,
+                q_main.index(0), full_bars, 0, False)
+    return acc, row_sum
 
 
 @gluon.jit
@@ -330,6 +354,18 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
 
 
 @gluon.jit
+def _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs, phase):
+    """The odd warpgroup's half pair (no odd block: `_even_half_pair`): move O and the row sums to M0, then
+    O += P0 V0[:, 256:] once P0 is there. -> (acc, row_sum)."""
+    mbarrier.wait(max_bars.index(0), phase)
+    acc, row_sum = _rescale(acc, row_sum, run_max, max_bufs.index(0).load(ROW_LAYOUT), O_LAYOUT)
+    mbarrier.wait(pub_bars.index(0), phase)
+    acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    return acc, row_sum
+
+
+@gluon.jit
 def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                    sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -339,7 +375,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    acc, row_sum, run_max = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
+    acc, row_sum = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                         pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
                                         union_bits, length, qk_scale_log2, H, G, BLOCK_N)
     _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
@@ -358,7 +394,8 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
     length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
-    for pair in range(gl.cdiv(length, 2 * BLOCK_N)):
+    num_blocks = gl.cdiv(length, BLOCK_N)
+    for pair in range(num_blocks // 2):
         phase = pair & 1
         stage0 = _first_stage(length, pair)
         scores = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs, tail_bufs, full_bars,
@@ -366,6 +403,9 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
         acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                   empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
                                                   union_bits, length, phase, stage0, pair, H, G, BLOCK_N)
+    if num_blocks % 2 == 1:  # a half pair last
+        acc, row_sum = _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs,
+                                      (num_blocks // 2) & 1)
     _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
                O_LAYOUT, ROW_LAYOUT)

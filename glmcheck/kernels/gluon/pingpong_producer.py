@@ -142,23 +142,41 @@ def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tai
 
 
 @gluon.jit
+def _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
+                     D_TAIL: gl.constexpr):
+    """A half pair's gathers: only the even block, 0L then 0R with stage 0's tail (the group's last pair when its
+    block count is odd; the consumers compute no odd block: docs/performance.md, "Half pairs")."""
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True)
+
+
+@gluon.jit
 def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
                    D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's row numbers are
     loaded alongside the group's length, not after it (rows are contiguous, so stride_rg is their width): one
     dependent global round trip less before the first gather, of the three (length, rows, gather) at a program's
     start: 1.02x at H = 64, 1 x 8192, 1.03-1.04x at 1 x 2048 (docs/performance.md, "Early row loads"). Entries
-    past the length are unspecified and masked ("Rows past a set's length")."""
+    past the length are unspecified and masked ("Rows past a set's length"). With an odd block count the last pair
+    gathers its even block alone (`_fill_even_block`)."""
     group, _ = tile_index(HEAD_SLICES)
     union_rows = rows_ptr + group * stride_rg
     even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
     odd_rows = _early_rows(union_rows, 1, stride_rg, BLOCK_N)
     length = gl.load(len_ptr + group)
-    if length > 0:
+    num_blocks = gl.cdiv(length, BLOCK_N)
+    if num_blocks > 1:
         _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
                       _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs, tail_bufs,
                       full_bars, empty_bars, 0, D_TAIL)
-    for pair in range(1, gl.cdiv(length, 2 * BLOCK_N)):
+    elif num_blocks == 1:
+        _fill_even_block(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N), main_bufs,
+                         tail_bufs, full_bars, empty_bars, 0, D_TAIL)
+    for pair in range(1, num_blocks // 2):
         _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
                    pair & 1, D_TAIL, BLOCK_N, KV_INT64)
+    half = num_blocks // 2  # the half pair's index, when the block count is odd
+    if (num_blocks % 2 == 1) & (half > 0):
+        even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, BLOCK_N, KV_INT64)
+        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
