@@ -20,12 +20,14 @@ ODD_BLOCK_LENGTHS = (1, 64, 129, 150, 191, 257, 320)
 
 
 def _cut_and_padded(sets, cuts: torch.Tensor):
-    """(the sets cut to `cuts` rows per group, the same sets with 64 more rows per group that no
+    """(the sets cut to `cuts` rows per group, or fewer to keep the block count odd, the same sets with 64 more rows per group that no
     token owns: row 0 with ownership bits 0), so that every cut group's half pair becomes a full
     pair whose odd block is all masked."""
     from glmcheck.kernels.union import UnionSets
     groups, width = sets.rows.shape
     lengths = torch.minimum(sets.lengths, cuts)
+    blocks = (lengths + 63) // 64
+    lengths = torch.where(blocks % 2 == 0, (blocks - 1).clamp(min=0) * 64, lengths)  # a short set: its odd part
     keep = torch.arange(width, device=cuts.device)[None, :] < lengths[:, None]
     rows = torch.where(keep, sets.rows, 0)
     bits = torch.where(keep, sets.bits, 0)
