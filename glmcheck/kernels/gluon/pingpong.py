@@ -17,8 +17,8 @@ block instead of by column (docs/performance.md, "Which 64-row tile per group"):
     refilled as soon as that reader is done: L = columns [0, 256), read last by the even warpgroup's O += P V;
     R = columns [256, 512), read last by the odd one's; the rope tail, with R in stage 0 (where P0 then lives,
     read last by the odd warpgroup's O += P0 V0) and a piece of its own (T) in stage 1, read only by S1. Each
-    warpgroup starts S on the piece the producer fills first for it. A block count that is odd gets one more
-    block that is all masked.
+    warpgroup starts S on the piece the producer fills first for it. With an odd block count the last pair is a
+    half pair: its even block alone, P0 against M0, and the odd warpgroup only adds P0 V0 (no odd block).
 Per block pair, with phase = pair % 2 on every barrier (pieces 0L 0R 1L 1R 1T; max[w] carries warpgroup w's max,
 pub[w] its P):
   even: S0 on 0R (its left half, on 0L, was issued in the previous pair; the first pair's before the loop);
