@@ -20,9 +20,9 @@ ODD_BLOCK_LENGTHS = (1, 64, 129, 150, 191, 257, 320)
 
 
 def _cut_and_padded(sets, cuts: torch.Tensor):
-    """(the sets cut to `cuts` rows per group, or fewer to keep the block count odd, the same sets with 64 more rows per group that no
-    token owns: row 0 with ownership bits 0), so that every cut group's half pair becomes a full
-    pair whose odd block is all masked."""
+    """(the sets cut to `cuts` rows per group, or fewer to keep the block count odd; the same sets
+    with 64 more rows per group that no token owns: row 0 with ownership bits 0), so that every cut
+    group's half pair becomes a full pair whose odd block is all masked."""
     from glmcheck.kernels.union import UnionSets
     groups, width = sets.rows.shape
     lengths = torch.minimum(sets.lengths, cuts)

@@ -1,5 +1,5 @@
 """The ping-pong tile's two consumer partitions: each warpgroup's scores, softmax, handoffs and
-O += P V per block pair, and the write-out (protocol: `pingpong.py`)."""
+O += P V per block pair, and the write-out (protocol: `pingpong.py`; per-row state: `pingpong_rows.py`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from glmcheck.kernels.gluon.pingpong_rows import (
+    consumer_start,
+    load_bits,
+    publish_max,
+    publish_p,
+    rescale,
+    rescale_factor,
+    signal_p,
+    softmax_block,
+    write_out,
+)
 from glmcheck.kernels.gluon.pingpong_shared import (
     BLOCK_M,
     D_HALF,
@@ -76,126 +87,6 @@ def _scores_right(q_main, q_tail, main_buf, tail_buf, acc, use_acc: gl.constexpr
 
 
 @gluon.jit
-def _load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
-    """Ownership bits of one block's union rows (uint8 [BLOCK_N], 0 past `length`), loaded a pair ahead (a load
-    used at once, or in flight at a fence, stalls the warpgroup); at G = 1 the live mask, nothing loaded
-    (docs/performance.md, "Ownership bits a pair ahead")."""
-    offs_n = block * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-    if G == 1:  # the group's one token owns every live row: the bits are the live mask
-        return (offs_n < length).to(gl.uint8)
-    return gl.load(union_bits + offs_n, mask=offs_n < length, other=0)
-
-
-@gluon.jit
-def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
-    """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an owner, and rows
-    past the length have no bits, so this is also the live mask."""
-    member = gl.arange(0, BLOCK_M, gl.SliceLayout(1, s_layout)) // H
-    return ((bits.to(gl.int32)[None, :] >> member[:, None]) & 1) != 0
-
-
-@gluon.jit
-def _shift(row_max):
-    """The row max a block's P is taken against: 0 where nothing is live yet (-inf)."""
-    return gl.where(row_max == float("-inf"), 0.0, row_max)
-
-
-@gluon.jit
-def _alpha(max_from, max_to):
-    """Per-row factor that moves values taken against the max `max_from` to the (larger) max `max_to` (`_shift`)."""
-    return gl.exp2(max_from - _shift(max_to))
-
-
-@gluon.jit
-def _rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
-    """Move O and the row sums from the max `max_from` to the (larger) max `max_to`."""
-    alpha = _alpha(max_from, max_to)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    return acc, row_sum * alpha
-
-
-@gluon.jit
-def _publish_max(row_max, max_buf, bar):
-    """Hand this block's running max to the other warpgroup (read by ld.shared: no proxy fence)."""
-    max_buf.store(row_max)
-    gl.thread_barrier()  # every thread's store is done before the single arrive
-    mbarrier.arrive(bar)
-
-
-@gluon.jit
-def _publish_p(p, p_buf, bar):
-    """Hand a block's P (bf16 [64, BLOCK_N]) to the other warpgroup, whose wgmma reads it."""
-    p_buf.store(p)
-    _signal_p(bar)
-
-
-@gluon.jit
-def _signal_p(bar):
-    """Arrive on `bar` once this warpgroup's P stores are visible to the peer's wgmma."""
-    fence_async_shared()  # P is read by the peer's wgmma (async proxy)
-    gl.thread_barrier()  # every thread's stores are done before the single arrive
-    mbarrier.arrive(bar)
-
-
-@gluon.jit
-def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr,
-                G: gl.constexpr, PARTIAL_HEADS: gl.constexpr, o_layout: gl.constexpr):
-    """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the group's G tokens,
-    heads from head0 (`tile_index`); PARTIAL_HEADS: rows of heads at or past num_heads are padding, not stored."""
-    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
-    token = group * G + offs_m // H
-    head = head0 + offs_m % H
-    offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
-    ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
-    if PARTIAL_HEADS:
-        gl.store(ptrs, out, mask=(head < num_heads)[:, None])
-    else:
-        gl.store(ptrs, out)
-
-
-@gluon.jit
-def _write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
-               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, PARTIAL_HEADS: gl.constexpr,
-               o_layout: gl.constexpr, row_layout: gl.constexpr):
-    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`: of the sum barriers,
-    0 for a program's only group)."""
-    sum_mine.store(row_sum)
-    gl.thread_barrier()
-    mbarrier.arrive(bar_mine)
-    mbarrier.wait(bar_peer, phase)
-    total = row_sum + sum_peer.load(row_layout)
-    # one reciprocal per row, then a multiply per element: the division per element (div.full.f32) cost ~256 more
-    # instructions per thread at the end of every program, with the same rel-L2 against fp64 (docs/performance.md,
-    # "Softmax form and write-out")
-    inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
-    out = (acc * inverse[:, None]).to(gl.bfloat16)
-    _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
-                o_layout)
-
-
-@gluon.jit
-def _consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.constexpr, BLOCK_N: gl.constexpr):
-    """A consumer's (union length, its bits row, running max, row sums, O half, bits of its first block) for a group."""
-    length = gl.load(len_ptr + group)
-    union_bits = bits_ptr + group * stride_bg
-    run_max = gl.full([BLOCK_M], float("-inf"), gl.float32, ROW_LAYOUT)
-    row_sum = gl.zeros([BLOCK_M], gl.float32, ROW_LAYOUT)
-    acc = gl.zeros([BLOCK_M, D_HALF], gl.float32, O_LAYOUT)
-    bits = _load_bits(union_bits, first_block, length, G, BLOCK_N, S_LAYOUT)
-    return length, union_bits, run_max, row_sum, acc, bits
-
-
-@gluon.jit
-def _softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
-    """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken against the new
-    max (`_shift`). The scale fused into P's exponent (one FMA) measured 1.006-1.015x faster but less accurate
-    against fp64 than FlashMLA, so the unfused form stays (docs/performance.md, "Softmax form and write-out")."""
-    logits = gl.where(_owned(bits, H, S_LAYOUT), scores * qk_scale_log2, float("-inf"))
-    new_max = gl.maximum(prev_max, gl.max(logits, 1))
-    return new_max, gl.exp2(logits - _shift(new_max)[:, None])
-
-
-@gluon.jit
 def _even_scores_left(q_main, main_bufs, full_bars, zero_s, stage0, phase):
     """Issue the even warpgroup's S0 left half, Q[:, :256] K0[:, :256]^T (async, not waited for), once 0L of this
     `phase` has landed (before the loop, and in each pair for the next). stage0: `_first_stage`."""
@@ -219,11 +110,11 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
                  G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr):
     """The rest of the even warpgroup's pair after S0 (the protocol's "even" line in `pingpong.py`), with NEXT_LEFT
     the next pair's S0 left half (`_even_scores_left`) issued behind O += P1 V1. Returns (acc, row_sum, run_max =
-    M1, the bits of the warpgroup's next block, loaded at the end: see `_load_bits`; that left half, or zero_s
+    M1, the bits of the warpgroup's next block, loaded at the end: see `load_bits`; that left half, or zero_s
     without NEXT_LEFT). stage0: `_first_stage`."""
-    new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
-    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    new_max, p = softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    publish_max(new_max, max_bufs.index(0), max_bars.index(0))
+    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
                         main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
@@ -233,8 +124,9 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     mbarrier.wait(max_bars.index(1), phase)
     pair_max = max_bufs.index(1).load(ROW_LAYOUT)
     # P0 in the rope-tail buffer of stage 0 (S0, its only other reader, is done)
-    _publish_p((p * _alpha(new_max, pair_max)[:, None]).to(gl.bfloat16), tail_bufs.index(stage0), pub_bars.index(0))
-    acc, row_sum = _rescale(acc, row_sum, new_max, pair_max, O_LAYOUT)
+    publish_p((p * rescale_factor(new_max, pair_max)[:, None]).to(gl.bfloat16), tail_bufs.index(stage0),
+              pub_bars.index(0))
+    acc, row_sum = rescale(acc, row_sum, new_max, pair_max, O_LAYOUT)
     mbarrier.wait(pub_bars.index(1), phase)
     acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
     next_scores = zero_s
@@ -246,7 +138,7 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     mbarrier.arrive(empty_bars.index(half_index(1, LEFT)))
     if NEXT_LEFT:
         next_scores = warpgroup_mma_wait(0, deps=(next_scores,))
-    bits = _load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
+    bits = load_bits(union_bits, 2 * pair + 2, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, pair_max, bits, next_scores
 
 
@@ -257,14 +149,14 @@ def _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, p
     after S0, publish M0, O += P0 V0[:, :256] from registers and P0 for the odd warpgroup's columns, all against
     M0, the pair's max. Bit for bit the full pair over an all-masked odd block (docs/performance.md, "Half pairs").
     -> (acc, row_sum)."""
-    new_max, p = _softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    _publish_max(new_max, max_bufs.index(0), max_bars.index(0))
-    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    new_max, p = softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    publish_max(new_max, max_bufs.index(0), max_bars.index(0))
+    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     p_bf16 = p.to(gl.bfloat16)
     acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1), acc,
                         is_async=True)
-    _publish_p(p_bf16, tail_bufs.index(0), pub_bars.index(0))  # S0, the tail's only other reader, is done
+    publish_p(p_bf16, tail_bufs.index(0), pub_bars.index(0))  # S0, the tail's only other reader, is done
     acc = warpgroup_mma_wait(0, deps=(acc,))
     return acc, row_sum
 
@@ -275,8 +167,9 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
                 G: gl.constexpr, BLOCK_N: gl.constexpr):
     """The even warpgroup's pairs -> (acc, row_sum): each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the loop without
-    one, as a half pair (`_even_half_pair`) when the block count is odd. In the loop, Q and the stages are indexed with `_first_stage`: the left half carried across
-    the loop keeps 32 more registers live, and with hoisted descriptors ptxas spilled 86 loads a pair here."""
+    one, as a half pair (`_even_half_pair`) when the block count is odd. In the loop, Q and the stages are indexed
+    with `_first_stage`: the left half carried across the loop keeps 32 more registers live, and with hoisted
+    descriptors ptxas spilled 86 loads a pair here."""
     num_blocks = gl.cdiv(length, BLOCK_N)
     num_pairs = gl.cdiv(num_blocks, 2)
     if num_pairs > 0:
@@ -330,9 +223,9 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     at the end: loading them earlier cost spill loads and stores, ptxas at H = 64)."""
     mbarrier.wait(max_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
-    new_max, p = _softmax_block(scores, bits, peer_max, qk_scale_log2, H)
-    _publish_max(new_max, max_bufs.index(1), max_bars.index(1))
-    acc, row_sum = _rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    new_max, p = softmax_block(scores, bits, peer_max, qk_scale_log2, H)
+    publish_max(new_max, max_bufs.index(1), max_bars.index(1))
+    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
     row_sum += gl.sum(p, 1)
     p_bf16 = p.to(gl.bfloat16)
     acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(stage0 + 1).slice(D_HALF, D_HALF, dim=1),
@@ -344,12 +237,12 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
                         is_async=True)
-    _signal_p(pub_bars.index(1))
+    signal_p(pub_bars.index(1))
     acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
     mbarrier.arrive(empty_bars.index(half_index(1, RIGHT)))
     acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P0 V0[:, 256:]: 0R's (and P0's) last read
     mbarrier.arrive(empty_bars.index(half_index(0, RIGHT)))
-    bits = _load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
+    bits = load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
     return acc, row_sum, new_max, bits
 
 
@@ -358,7 +251,7 @@ def _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_ba
     """The odd warpgroup's half pair (no odd block: `_even_half_pair`): move O and the row sums to M0, then
     O += P0 V0[:, 256:] once P0 is there. -> (acc, row_sum)."""
     mbarrier.wait(max_bars.index(0), phase)
-    acc, row_sum = _rescale(acc, row_sum, run_max, max_bufs.index(0).load(ROW_LAYOUT), O_LAYOUT)
+    acc, row_sum = rescale(acc, row_sum, run_max, max_bufs.index(0).load(ROW_LAYOUT), O_LAYOUT)
     mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(0), main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
@@ -372,13 +265,13 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                    HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and columns [0, D_V / 2); q_main, q_tail [1, ...] views."""
     group, head0 = tile_index(HEAD_SLICES)
-    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
+    length, union_bits, run_max, row_sum, acc, bits = consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     acc, row_sum = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                         pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
                                         union_bits, length, qk_scale_log2, H, G, BLOCK_N)
-    _write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
+    write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS, O_LAYOUT,
                ROW_LAYOUT)
 
@@ -391,7 +284,7 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
     q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
     group, head0 = tile_index(HEAD_SLICES)
-    length, union_bits, run_max, row_sum, acc, bits = _consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
+    length, union_bits, run_max, row_sum, acc, bits = consumer_start(bits_ptr, len_ptr, stride_bg, group, 1, G,
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     num_blocks = gl.cdiv(length, BLOCK_N)
@@ -406,6 +299,7 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
     if num_blocks % 2 == 1:  # a half pair last
         acc, row_sum = _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs,
                                       (num_blocks // 2) & 1)
-    _write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
+    write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
                O_LAYOUT, ROW_LAYOUT)
+
