@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compile every Gluon kernel configuration that the launchers can pick for sm_90a, on a machine
-# without a GPU (CI runs it after the tests). The CPU interpreter does not run Gluon, so without
+# without a GPU (CI runs it beside the tests). The CPU interpreter does not run Gluon, so without
 # this a kernel that no longer compiles lands unnoticed until a GPU session. Uses triton 3.6, the Gluon version the
 # tiles are tested with (GLUON_TESTED_VERSIONS), in its own venv: no torch needed.
 #   bash scripts/gluon_compile_check.sh [VENV]   (default .venv-gluon; reused when present)

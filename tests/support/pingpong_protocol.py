@@ -193,10 +193,9 @@ def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
 
 
-def even_half_pair(m: Machine, p: int) -> Partition:
-    """The even warpgroup's half pair p (the group's last, its odd block absent): S0 (its left half
-    issued before, as in a full pair), M0, O += P0 V0 from registers and P0 for the odd warpgroup's
-    columns, against M0 (the pair's max: there is no odd block)."""
+def even_block(m: Machine, p: int) -> Partition:
+    """The even warpgroup's own block of pair p, as full and half pairs share it: S0 (its left half
+    issued in the previous pair; the first pair's here, waited for), M0 published, O += P0 V0 issued."""
     if p == 0:
         yield from even_left_scores(m, p)
         yield wait_group(m, "even", 0)
@@ -206,6 +205,13 @@ def even_half_pair(m: Machine, p: int) -> Partition:
     yield wait_group(m, "even", 0)
     yield ("do", lambda: (m.write("max0", ("M0", p), "even publishes M0"), m.arrive("max0")))
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
+
+
+def even_half_pair(m: Machine, p: int) -> Partition:
+    """The even warpgroup's half pair p (the group's last, its odd block absent): S0 (its left half
+    issued before, as in a full pair), M0, O += P0 V0 from registers and P0 for the odd warpgroup's
+    columns, against M0 (the pair's max: there is no odd block)."""
+    yield from even_block(m, p)
     yield ("do", lambda: (m.write("tail0", ("P0", p), "even publishes P0"), m.arrive("pub0")))
     yield wait_group(m, "even", 0)
 
@@ -225,15 +231,7 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     (the first pair's before it, waited for), and each pair but the last issues the next one's
     behind its O += P1 V1. P0 stays in registers for its own O += P0 V0; it is stored (moved to
     the pair's max) only once the odd warpgroup's max has arrived."""
-    if p == 0:
-        yield from even_left_scores(m, p)
-        yield wait_group(m, "even", 0)
-    yield wait_phase(m, "full 0R", p)
-    yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
-    yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
-    yield wait_group(m, "even", 0)
-    yield ("do", lambda: (m.write("max0", ("M0", p), "even publishes M0"), m.arrive("max0")))
-    yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
+    yield from even_block(m, p)
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
