@@ -105,6 +105,21 @@ def _even_scores_rest(q_main, q_tail, main_bufs, tail_bufs, full_bars, scores, s
 
 
 @gluon.jit
+def _even_own_block(scores, bits, acc, row_sum, run_max, main_bufs, max_bars, max_bufs, qk_scale_log2, stage0,
+                    H: gl.constexpr):
+    """The even warpgroup's own block, after S0, as full and half pairs share it: softmax against the running max,
+    M0 published, O and the row sums moved to M0, O += P0 V0[:, :256] issued from registers (not waited for).
+    -> (acc, row_sum, M0, P0 in fp32)."""
+    new_max, p = softmax_block(scores, bits, run_max, qk_scale_log2, H)
+    publish_max(new_max, max_bufs.index(0), max_bars.index(0))
+    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
+    row_sum += gl.sum(p, 1)
+    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
+                        main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
+    return acc, row_sum, new_max, p
+
+
+@gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                  max_bufs, qk_scale_log2, phase, union_bits, length, pair, H: gl.constexpr,
                  G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr):
@@ -112,12 +127,8 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     the next pair's S0 left half (`_even_scores_left`) issued behind O += P1 V1. Returns (acc, row_sum, run_max =
     M1, the bits of the warpgroup's next block, loaded at the end: see `load_bits`; that left half, or zero_s
     without NEXT_LEFT). stage0: `_first_stage`."""
-    new_max, p = softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    publish_max(new_max, max_bufs.index(0), max_bars.index(0))
-    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
-    row_sum += gl.sum(p, 1)
-    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), P_LAYOUT),
-                        main_bufs.index(stage0).slice(0, D_HALF, dim=1), acc, is_async=True)
+    acc, row_sum, new_max, p = _even_own_block(scores, bits, acc, row_sum, run_max, main_bufs, max_bars, max_bufs,
+                                               qk_scale_log2, stage0, H)
     # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(half_index(0, LEFT)))
@@ -149,14 +160,9 @@ def _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, p
     after S0, publish M0, O += P0 V0[:, :256] from registers and P0 for the odd warpgroup's columns, all against
     M0, the pair's max. Bit for bit the full pair over an all-masked odd block (docs/performance.md, "Half pairs").
     -> (acc, row_sum)."""
-    new_max, p = softmax_block(scores, bits, run_max, qk_scale_log2, H)
-    publish_max(new_max, max_bufs.index(0), max_bars.index(0))
-    acc, row_sum = rescale(acc, row_sum, run_max, new_max, O_LAYOUT)
-    row_sum += gl.sum(p, 1)
-    p_bf16 = p.to(gl.bfloat16)
-    acc = warpgroup_mma(gl.convert_layout(p_bf16, P_LAYOUT), main_bufs.index(0).slice(0, D_HALF, dim=1), acc,
-                        is_async=True)
-    publish_p(p_bf16, tail_bufs.index(0), pub_bars.index(0))  # S0, the tail's only other reader, is done
+    acc, row_sum, _, p = _even_own_block(scores, bits, acc, row_sum, run_max, main_bufs, max_bars, max_bufs,
+                                         qk_scale_log2, 0, H)
+    publish_p(p.to(gl.bfloat16), tail_bufs.index(0), pub_bars.index(0))  # S0, the tail's only other reader, is done
     acc = warpgroup_mma_wait(0, deps=(acc,))
     return acc, row_sum
 
