@@ -3,11 +3,13 @@ resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
     python scripts/gluon_compile.py [--tile split|pingpong] [--heads 8] [--token-heads N] [--kv-int64]
-        [--ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
+        [--ptx out.ptx] [--code-ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
 --heads H: a union tile of G = 64 / H tokens; --token-heads N (ping-pong only): the per-token form
 (G = 1) for N heads, run as ceil(N / 64) slices of 64. Prints registers per thread, spills, shared
 memory and the wgmma / cp.async counts of the PTX; with --no-consumer-spills also each loop that
 issues warpgroup MMAs, and exits 1 if one of them loads or stores local memory (sass_loops.py).
+--code-ptx writes the PTX without its debug information (source lines, files, inline-scope labels): equal
+files from two revisions mean the same code, so a refactor of a Gluon kernel can be checked without a GPU.
 """
 
 from __future__ import annotations
@@ -57,6 +59,21 @@ def cuobjdump(cubin: bytes, flag: str) -> str:
         return subprocess.run([str(tool), flag, handle.name], capture_output=True, text=True, check=True).stdout
 
 
+DEBUG_LINE = re.compile(r"^\s*(\.loc|\.file)\b|^\$L__tmp\d+:$")
+
+
+def code_ptx(ptx: str) -> str:
+    """The PTX without its debug information: `.loc` and `.file` lines, inline-scope labels ($L__tmpN, which
+    only the debug sections use) and the `.section .debug_*` blocks at the end."""
+    code = []
+    for line in ptx.splitlines():
+        if re.match(r"\s*\.section\s+\.debug", line):
+            break
+        if not DEBUG_LINE.match(line):
+            code.append(line)
+    return "\n".join(code) + "\n"
+
+
 def resource_usage(cubin: bytes) -> str:
     """REG / STACK / LOCAL of the cubin, as cuobjdump reports them."""
     text = cuobjdump(cubin, "--dump-resource-usage")
@@ -102,6 +119,7 @@ def main() -> None:
                         help="ping-pong only: the per-token form (G = 1) for this many heads; replaces --heads")
     parser.add_argument("--kv-int64", action="store_true", help="int64 KV row offsets (KV_INT64=True)")
     parser.add_argument("--ptx", help="also write the PTX here")
+    parser.add_argument("--code-ptx", help="also write the PTX without debug information here (`code_ptx`)")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
     parser.add_argument("--no-consumer-spills", action="store_true",
                         help="print each loop that issues warpgroup MMAs and exit 1 if one of them loads or "
@@ -119,6 +137,8 @@ def main() -> None:
           f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")
     if ns.ptx:
         pathlib.Path(ns.ptx).write_text(ptx)
+    if ns.code_ptx:
+        pathlib.Path(ns.code_ptx).write_text(code_ptx(ptx))
     sass = cuobjdump(kernel.asm["cubin"], "-sass") if ns.sass or ns.no_consumer_spills else ""
     if ns.sass:
         pathlib.Path(ns.sass).write_text(sass)

@@ -3,11 +3,15 @@
 # without a GPU (CI runs it beside the tests). The CPU interpreter does not run Gluon, so without
 # this a kernel that no longer compiles lands unnoticed until a GPU session. Uses triton 3.6, the Gluon version the
 # tiles are tested with (GLUON_TESTED_VERSIONS), in its own venv: no torch needed.
-#   bash scripts/gluon_compile_check.sh [VENV]   (default .venv-gluon; reused when present)
+#   bash scripts/gluon_compile_check.sh [VENV] [PTX_DIR]   (default .venv-gluon; reused when present)
+# With PTX_DIR each configuration's PTX without debug information goes to PTX_DIR/<configuration>.ptx: run it
+# on two revisions and `diff -r` the folders to check that a refactor of the Gluon code changes no instruction.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET  # compile for the GPU target (CI exports it for the tests; the interpreter needs numpy)
 venv=${1:-.venv-gluon}
+ptx_dir=${2:-}
+[ -z "$ptx_dir" ] || mkdir -p "$ptx_dir"
 has_triton36() { "$venv/bin/python" -c "import triton; assert triton.__version__.startswith('3.6')" 2>/dev/null; }
 if [ ! -x "$venv/bin/python" ] || ! has_triton36; then
   python3 -m venv "$venv"
@@ -18,7 +22,9 @@ failed=0
 # not spill registers to local memory (spilled wgmma descriptors cost 5-11 %: docs/performance.md,
 # "Wgmma descriptors built in the loop").
 check() {
-  if out=$("$venv/bin/python" scripts/gluon_compile.py "$@" --no-consumer-spills 2>&1); then
+  local ptx=()
+  [ -z "$ptx_dir" ] || ptx=(--code-ptx "$ptx_dir/$(echo "$*" | sed 's/--//g; s/ /_/g').ptx")
+  if out=$("$venv/bin/python" scripts/gluon_compile.py "$@" "${ptx[@]}" --no-consumer-spills 2>&1); then
     echo "compiles: ${out%%, setmaxnreg*}"
   else
     echo "FAILED: scripts/gluon_compile.py $* --no-consumer-spills" >&2
