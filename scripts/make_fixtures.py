@@ -14,18 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file, save_file
-
 from glmcheck.model import build_dummy_model, make_config
-from glmcheck.model.fp8_blocks import BLOCK, quantize_blocks
-
-NOT_CONVERTED = ["lm_head", "model.embed_tokens", "indexer", "mlp.gate"]
-
-
-def is_quantised(name: str, tensor: torch.Tensor) -> bool:
-    return (tensor.dim() == 2 and name.endswith("_proj.weight") and "indexer" not in name
-            and not name.endswith("mlp.gate.weight"))
+from glmcheck.model.fp8_export import write_fp8
 
 
 def write_bf16(out: Path) -> None:
@@ -36,27 +26,6 @@ def write_bf16(out: Path) -> None:
     config = json.loads((out / "config.json").read_text())
     config.pop("layer_types", None)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-def write_fp8(source: Path, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    index = json.loads((source / "model.safetensors.index.json").read_text())
-    new_map: dict[str, str] = {}
-    for file in sorted(set(index["weight_map"].values())):
-        tensors = {}
-        for name, tensor in load_file(source / file).items():
-            if is_quantised(name, tensor):
-                tensors[name], tensors[name + "_scale_inv"] = quantize_blocks(tensor)
-                new_map[name + "_scale_inv"] = file
-            else:
-                tensors[name] = tensor
-            new_map[name] = file
-        save_file(tensors, out / file, metadata={"format": "pt"})
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": new_map}, indent=1))
-    config = json.loads((source / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                     "weight_block_size": [BLOCK, BLOCK], "modules_to_not_convert": NOT_CONVERTED}
-    (out / "config.json").write_text(json.dumps(config, indent=1))
 
 
 def main() -> int:
