@@ -12,13 +12,14 @@ import torch
 
 from glmcheck import cli
 from glmcheck.backends import register_backend, unregister_backend
+from glmcheck.backends.reference import band_variant
 from glmcheck.backends.registry import backend_names
-from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.checks import metrics
 from glmcheck.checks.band import FAIL, PASS, Band, Gate
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model import build_dummy_model, make_config
+from glmcheck.records.tables import fmt_sci
 from glmcheck.selftest.rates import measure_rates, wilson
 
 
@@ -59,7 +60,8 @@ def test_band_has_several_samples_and_is_informational(layer0):
     band = [r for r in layer0.rows if r.comparison.startswith("noise band:")]
     assert [r.backend for r in band] == ["reference", "band:0", "band:1", "band:2", "band:3"]
     assert all(r.verdict == "-" for r in band) and band[0].rel_l2 == 0.0
-    assert len({round(r.rel_l2, 12) for r in band[1:]}) >= 2, "the variants are distinct samples"
+    printed = [fmt_sci(r.rel_l2) for r in band[1:]]
+    assert len(set(printed)) == len(printed), f"the variants are distinct samples to every printed digit: {printed}"
     assert "min" in layer0.facts["band_summary"] and "median" in layer0.facts["band_summary"]
 
 
@@ -93,22 +95,6 @@ def test_metrics_of_the_band():
     a = e.clone()
     a[7] *= 2
     assert metrics.token_max_rel_l2(a, e) == pytest.approx(1.0) and metrics.rel_l2(a, e) < 0.3
-
-
-def test_band_variant_is_the_reference_rounded():
-    g = torch.Generator().manual_seed(0)
-    q, kv = torch.randn(6, 2, 24, generator=g).bfloat16(), torch.randn(30, 24, generator=g).bfloat16()
-    indices = torch.randint(-1, 30, (6, 9), generator=g, dtype=torch.int32)
-    for row in indices:  # no row selected twice
-        seen = set()
-        for k, v in enumerate(row.tolist()):
-            if v in seen:
-                row[k] = -1
-            seen.add(v)
-    exact = sparse_mla_reference(q, kv, indices, 0.2, 16)
-    for k in range(4):
-        out = band_variant(k)(q, kv, indices, 0.2, 16)
-        assert out.dtype == torch.bfloat16 and metrics.rel_l2(out, exact) < 5e-3
 
 
 def run_cli(args, capsys):

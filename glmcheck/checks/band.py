@@ -4,9 +4,10 @@ A bf16 kernel cannot be closer to the exact answer than rounding allows, and thr
 rounding is amplified by discrete decisions (expert routing, the indexer's top-k), so one sample
 of it says little. The band is the same distance for several legitimate variants: the reference
 rerun (0 where the stack is deterministic) and N ideal bf16-output kernels (`band:0`..`band:N-1`,
-`glmcheck.backends.reference.band_variant`: other exact summation orders, with and without bf16
-probabilities), each against the exact reference. A row passes when each statistic it is judged
-on lies within the band's largest value times the gate ratio:
+N <= 16, `glmcheck.backends.band_kernels`: flash-style online softmax that rounds P to bf16 against
+the running max of KV blocks of 16, 32, 64 or 128 slots, taken forward or reversed, the normaliser
+summing the fp32 or the rounded P), each against the exact reference. A row passes when each
+statistic it is judged on lies within the band's largest value times the gate ratio:
 
 - `rel_l2` (every check): ||actual - exact|| / ||exact||;
 - `token_max_rel_l2` (layer0): the largest per-token rel-L2, so a fault in one token of many shows;

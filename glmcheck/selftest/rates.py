@@ -2,7 +2,8 @@
 
 For each seed (dummy weights and prompt) the layer0, logits and drift checks run with
 (a) legitimate variants: the kernel under test (per-token and every legal union) and two band
-variants held out of the band (other exact summation orders), and (b) the planted faults of
+variants held out of the band (`band:N`, `band:N+1`: flash-style kernels of other block sizes,
+orders or normalisers, `glmcheck.backends.band_kernels`), and (b) the planted faults of
 `glmcheck.selftest.faults`. A legitimate row judged FAIL is a false alarm; a fault judged PASS a
 miss. Each rate comes with its 95 % Wilson interval and the worst margin (a row's largest
 statistic / limit: legitimate rows should stay below 1, faults above).

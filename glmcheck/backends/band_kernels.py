@@ -1,0 +1,134 @@
+"""The noise band's legitimate variants: ideal flash-style bf16-output sparse-MLA kernels in torch.
+
+What separates two correct flash kernels is where they round the probabilities P to bf16 before
+the P.V MMA: against the running max of the KV blocks seen so far, so block size and processing
+order change the rounding. Each variant here is one such kernel, exact in every other respect.
+
+Per token (vectorised over tokens and heads; the Python loop runs over blocks only), the index
+slots are cut into blocks of `block` consecutive slots, processed first to last or last to first.
+Per block, with fp32 scores s = q.k * sm_scale over the block's valid slots (masked slots -inf):
+
+    m' = max(m, max s)      P = bf16(exp(s - m'))      a = exp(m - m')
+    acc = acc * a + P @ V   (fp32 accumulation)        l = l * a + sum(p)
+
+where `p` is the fp32 probability (`sum_rounded=False`, as the Triton flash tutorial and
+FlashAttention-2/3 sum the row before the cast) or the rounded P fed to the MMA
+(`sum_rounded=True`: the normaliser then matches the weights exactly); kernels differ, so both are
+legitimate. Output bf16(acc / l). A token with no valid slot gives zeros; a block with no valid
+slot (yet) leaves the state untouched (m stays -inf, exp is taken against 0, so no NaN).
+
+`BAND_FAMILY` orders the variants so that any prefix is as diverse as it can be: the default band
+of 4 spans three block sizes, both orders and both normalisers, and its members stay distinct even
+at top-k 32 (the `tiny` preset), where every block of 32 slots or more is a single block and only
+block 16 splits the slots; the first 6 are the six kernels that differ at top-k 32. Band sizes up
+to BAND_FAMILY_SIZE (16: every block size x order x normaliser once) are served; a larger k is a
+ValueError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
+
+
+@dataclass(frozen=True)
+class FlashVariant:
+    """One legitimate flash-style kernel: KV block size (index slots), block order, normaliser."""
+
+    block: int
+    reverse: bool = False
+    sum_rounded: bool = False
+
+    def describe(self) -> str:
+        return (f"flash-style, blocks of {self.block} slots {'last to first' if self.reverse else 'first to last'}, "
+                f"l sums the {'bf16' if self.sum_rounded else 'fp32'} P")
+
+
+_F, _R = False, True
+BAND_FAMILY: tuple[FlashVariant, ...] = (
+    FlashVariant(16, _F, False),   # band:0
+    FlashVariant(64, _R, False),   # band:1
+    FlashVariant(32, _F, True),    # band:2
+    FlashVariant(16, _R, True),    # band:3   (default band of 4 ends here)
+    FlashVariant(16, _F, True),    # band:4   (held out by `selftest --model`: distinct from 0-3 at top-k 32)
+    FlashVariant(16, _R, False),   # band:5
+    FlashVariant(128, _F, False),  # band:6
+    FlashVariant(128, _R, True),   # band:7   (band of 8: all four block sizes, both orders and normalisers)
+    FlashVariant(32, _R, False),
+    FlashVariant(64, _F, True),
+    FlashVariant(32, _F, False),
+    FlashVariant(64, _R, True),
+    FlashVariant(128, _F, True),
+    FlashVariant(128, _R, False),
+    FlashVariant(32, _R, True),
+    FlashVariant(64, _F, False),
+)
+BAND_FAMILY_SIZE = len(BAND_FAMILY)
+
+
+def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512,
+                     *, topk_length: torch.Tensor | None = None, variant: FlashVariant = BAND_FAMILY[0],
+                     budget_bytes: int = 256 * 2**20) -> torch.Tensor:
+    """Sparse-MLA prefill as the flash-style kernel `variant` computes it (module docstring); same
+    arguments and contract as `glmcheck.kernels.sparse_mla_prefill`, returns [T, H, d_v] bf16 on q's
+    device. Tokens are processed in chunks whose per-block working set stays near `budget_bytes`."""
+    args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    num_tokens, num_heads, d_qk = args.q.shape
+    out = torch.zeros((num_tokens, num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
+    if num_tokens == 0 or args.topk == 0:
+        return out
+    valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
+    block = variant.block
+    starts = list(range(0, args.topk, block))
+    if variant.reverse:
+        starts.reverse()
+    # one token's fp32 working set per block: its rows, scores / probabilities, acc (and temporaries)
+    per_token = 4 * (2 * block * d_qk + 4 * num_heads * block + 3 * num_heads * d_v + 8 * num_heads)
+    chunk = max(1, budget_bytes // per_token)
+    for start in range(0, num_tokens, chunk):
+        stop = min(start + chunk, num_tokens)
+        out[start:stop] = _flash_chunk(args.q[start:stop].float(), args.kv, args.indices[start:stop],
+                                       valid[start:stop], args.sm_scale, d_v, starts, block, variant.sum_rounded)
+    return out
+
+
+def _flash_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
+                 d_v: int, starts: list[int], block: int, sum_rounded: bool) -> torch.Tensor:
+    """One chunk: q [C, H, D] fp32, kv [S, D] bf16, indices / valid [C, K] -> [C, H, d_v] bf16."""
+    num_tokens, num_heads, _ = q.shape
+    m = torch.full((num_tokens, num_heads, 1), float("-inf"), dtype=torch.float32, device=q.device)
+    l = torch.zeros((num_tokens, num_heads, 1), dtype=torch.float32, device=q.device)
+    acc = torch.zeros((num_tokens, num_heads, d_v), dtype=torch.float32, device=q.device)
+    for start in starts:
+        ok = valid[:, start:start + block]  # [C, B]
+        rows = kv[torch.where(ok, indices[:, start:start + block], 0).long()].float()  # [C, B, D]
+        s = torch.einsum("chd,cbd->chb", q, rows) * sm_scale
+        s = s.masked_fill(~ok[:, None, :], float("-inf"))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        base = torch.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: exp(-inf - 0) = 0, no NaN
+        p = torch.exp(s - base)  # masked slots -> 0
+        alpha = torch.exp(m - base)  # 1 when the max did not move, 0 before the first valid slot
+        p16 = p.to(torch.bfloat16).float()
+        acc = acc * alpha + torch.einsum("chb,cbd->chd", p16, rows[..., :d_v])
+        l = l * alpha + (p16 if sum_rounded else p).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.where(l > 0, acc / l.clamp_min(torch.finfo(torch.float32).tiny), 0.0).to(torch.bfloat16)
+
+
+def band_variant(k: int):
+    """Legitimate variant k (0 <= k < BAND_FAMILY_SIZE) of the checks' noise band: the flash-style
+    kernel BAND_FAMILY[k]. Same signature as the kernel; selects the same rows as the reference, so
+    any difference from it is rounding alone. ValueError for any other k."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < BAND_FAMILY_SIZE:
+        raise ValueError(f"band variant must be an int in [0, {BAND_FAMILY_SIZE - 1}] (the band family has "
+                         f"{BAND_FAMILY_SIZE} kernels, so a band holds at most {BAND_FAMILY_SIZE}), got {k!r}")
+    spec = BAND_FAMILY[k]
+
+    def variant(q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
+        return flash_sparse_mla(q, kv, indices, sm_scale, d_v, topk_length=topk_length, variant=spec)
+
+    variant.__doc__ = f"band:{k}: {spec.describe()}"
+    return variant

@@ -1,0 +1,109 @@
+"""The noise band's flash-style kernels (glmcheck.backends.band_kernels): each within bf16 rounding
+of the fp64 reference on awkward inputs, no two of a band alike, a clear limit on k."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from glmcheck.backends.band_kernels import BAND_FAMILY, BAND_FAMILY_SIZE, FlashVariant, flash_sparse_mla
+from glmcheck.backends.reference import band_variant, sparse_mla_reference
+from glmcheck.checks import metrics
+from glmcheck.data.inputs import random_distinct_indices, random_qkv
+
+U = 2.0 ** -8  # bf16 unit roundoff (8 significant bits)
+
+
+def _awkward(device, topk_length: bool):
+    """T = 37 tokens, top-k 75 (no block size divides either), ragged -1 slots, out-of-range rows
+    (>= S and < -1), token 5 without any valid slot; with `topk_length` also a ragged length and a
+    token of length 0."""
+    g = torch.Generator().manual_seed(11)
+    tokens, heads, d_v, d_tail, rows, topk = 37, 4, 32, 16, 200, 75
+    q, kv = random_qkv(tokens, heads, rows, d_v, d_tail, g, "cpu")
+    q = (q.float() * 3).bfloat16()  # scores of spread ~3: peaked softmaxes, the running max moves
+    indices = random_distinct_indices(tokens, topk, rows, g, empty_fraction=0.2)
+    indices[3, 7], indices[4, 60], indices[6, 0] = rows, rows + 50, -7
+    indices[5] = -1
+    length = None
+    if topk_length:
+        length = torch.randint(0, topk + 1, (tokens,), generator=g, dtype=torch.int32)
+        length[9], length[10] = 0, topk
+    device = torch.device(device)
+    return (q.to(device), kv.to(device), indices.to(device), d_v,
+            None if length is None else length.to(device))
+
+
+@pytest.mark.parametrize("topk_length", [False, True])
+def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length):
+    """Bound per element: |out - exact| <= 3 u max_j |v_j| (u = 2^-8; j over the token's valid rows,
+    per value dimension): u from rounding P (a convex combination of the v_j, each weight off by at
+    most u), u from the normaliser (rounded P summed, or fp32 P against rounded weights), u from
+    rounding the output, plus 1e-6 for the fp32 arithmetic. rel-L2 <= u overall."""
+    q, kv, indices, d_v, length = _awkward(device, topk_length)
+    exact = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length)
+    valid = (indices >= 0) & (indices < kv.shape[0])
+    if length is not None:
+        valid &= torch.arange(indices.shape[1], device=indices.device)[None, :] < length[:, None]
+    values = kv[torch.where(valid, indices, 0).long()][..., :d_v].double().abs() * valid[..., None]
+    bound = 3 * U * values.amax(dim=1)[:, None, :] + 1e-6  # [T, 1, d_v]
+    empty = ~valid.any(dim=1)
+    assert bool(empty[5]) and (length is None or bool(empty[9]))
+    for k in range(BAND_FAMILY_SIZE):
+        out = band_variant(k)(q, kv, indices, 0.3, d_v, topk_length=length)
+        assert out.dtype == torch.bfloat16 and out.shape == exact.shape and out.device == q.device
+        assert bool(torch.isfinite(out).all()), (k, "an all-masked block gave NaN")
+        assert bool((out[empty] == 0).all()), (k, "a token with no valid slot gives zeros")
+        error = (out.double() - exact).abs()
+        assert bool((error <= bound).all()), (k, BAND_FAMILY[k], float((error / bound).max()))
+        assert metrics.rel_l2(out, exact) <= U, (k, metrics.rel_l2(out, exact))
+
+
+def test_chunks_do_not_change_the_result(device):
+    q, kv, indices, d_v, length = _awkward(device, True)
+    spec = FlashVariant(16, reverse=True, sum_rounded=True)
+    whole = flash_sparse_mla(q, kv, indices, 0.3, d_v, topk_length=length, variant=spec)
+    tiny = flash_sparse_mla(q, kv, indices, 0.3, d_v, topk_length=length, variant=spec, budget_bytes=1)
+    assert bool((tiny[5] == 0).all())
+    if tiny.device.type == "cpu":
+        assert torch.equal(tiny, whole), "every token's arithmetic is independent of its chunk"
+    else:  # cuBLAS may pick another algorithm per batch size
+        assert metrics.rel_l2(tiny, whole) < 1e-3
+
+
+def _realistic(device):
+    """64 tokens x 8 heads, top-k 512 of 2048 rows, scores of spread ~3, ragged lengths."""
+    g = torch.Generator().manual_seed(5)
+    q, kv = random_qkv(64, 8, 2048, 64, 16, g, "cpu")
+    indices = random_distinct_indices(64, 512, 2048, g)
+    length = torch.randint(256, 513, (64,), generator=g, dtype=torch.int32)
+    device = torch.device(device)
+    return (q.float() * 3).bfloat16().to(device), kv.to(device), indices.to(device), length.to(device)
+
+
+def assert_distinct(outputs: list[torch.Tensor], exact: torch.Tensor) -> None:
+    """No two outputs alike: each pair at least 0.1 x their smallest distance to the exact
+    reference apart (seeded summation orders in fp32, the previous band, come to ~0.01)."""
+    floor = 0.1 * min(metrics.rel_l2(o, exact) for o in outputs)
+    for a, b in itertools.combinations(range(len(outputs)), 2):
+        apart = metrics.rel_l2(outputs[a], outputs[b])
+        assert apart > floor, f"band:{a} and band:{b} are {apart:.2e} apart (< {floor:.2e}): not distinct samples"
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_no_two_band_variants_alike(device, size):
+    q, kv, indices, length = _realistic(device)
+    exact = sparse_mla_reference(q, kv, indices, 0.125, 64, topk_length=length)
+    assert_distinct([band_variant(k)(q, kv, indices, 0.125, 64, topk_length=length) for k in range(size)], exact)
+
+
+def test_the_family_and_its_limit():
+    assert BAND_FAMILY_SIZE == 16 and len(set(BAND_FAMILY)) == 16, "every block x order x normaliser once"
+    assert {v.block for v in BAND_FAMILY[:4]} == {16, 32, 64} and {v.reverse for v in BAND_FAMILY[:4]} == {False, True}
+    assert {v.block for v in BAND_FAMILY[:8]} == {16, 32, 64, 128}
+    assert {v.sum_rounded for v in BAND_FAMILY[:4]} == {False, True}
+    for bad in (16, -1, True, 2.0):
+        with pytest.raises(ValueError, match=r"\[0, 15\].*at most 16"):
+            band_variant(bad)
