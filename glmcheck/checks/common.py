@@ -20,7 +20,9 @@ GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se")
 class ComparisonRow:
     """One row of a comparison table (all metrics in float64 on the CPU). `rel_l2` is the distance
     the gate judges (to the exact reference); `extra` holds the further statistics (layer0's
-    token_max_rel_l2 and scale_bias), the distance to the baseline kernel and check-specific fields."""
+    token_max_rel_l2 and scale_bias), the distance to the baseline kernel and check-specific fields.
+    `measured` is False for a row with nothing to compare (a backend never called): its numbers are
+    missing, not a NaN the backend produced."""
 
     comparison: str
     backend: str
@@ -33,10 +35,17 @@ class ComparisonRow:
     tokens: int | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
+    measured: bool = True
 
     def as_dict(self) -> dict:
+        """The record row: every field and extra statistic, and `nonfinite`, the comma-separated names
+        of the measured statistics that came out NaN (a record's float columns cannot tell a NaN the
+        backend produced from a cell that does not apply; the tables print `nan` for the first, `-`
+        for the second)."""
         row = asdict(self)
+        measured = row.pop("measured")
         row.update(row.pop("extra"))
+        row["nonfinite"] = ",".join(k for k, v in row.items() if measured and isinstance(v, float) and math.isnan(v))
         return row
 
     def stats(self) -> dict[str, float]:
@@ -75,7 +84,7 @@ def judge_row(row: ComparisonRow, gate: Gate, band: Band) -> None:
 def not_called_row(backend: str, against: str, compared_on: str, expected: int, seen: int, **kw) -> ComparisonRow:
     """A FAIL row for a backend that ran fewer kernel calls than expected."""
     return ComparisonRow(f"{backend} vs {against}", backend, against, compared_on, math.nan, math.nan, math.nan,
-                         FAIL, note=f"expected {expected} kernel calls, saw {seen}", **kw)
+                         FAIL, note=f"expected {expected} kernel calls, saw {seen}", measured=False, **kw)
 
 
 def overall(rows: list[ComparisonRow]) -> str:

@@ -42,8 +42,11 @@ def fmt_margin(value: float | None) -> str:
     return "inf" if math.isinf(value) else f"{value:.3g}x"
 
 
-def fmt_measured(value: float, threshold: float) -> str:
-    """The measured value: scientific for gated values, an integer count for exact checks."""
+def fmt_measured(value: float, threshold: float, crashed: bool = False) -> str:
+    """The measured value: scientific for gated values, an integer count for exact checks; `-` when
+    the implementation raised (nothing measured), `nan` for a NaN it produced."""
+    if crashed:
+        return "-"
     if math.isnan(value):
         return "nan"
     return f"{int(value)}" if threshold == 0 else f"{value:.3e}"
@@ -53,7 +56,7 @@ def baseline_table(report) -> str:
     """Markdown table of the baseline checks."""
     from glmcheck.records.tables import markdown_table
 
-    rows = [(o.name, fmt_measured(o.measured, o.threshold), f"{o.threshold:g}" if o.threshold else "exact",
+    rows = [(o.name, fmt_measured(o.measured, o.threshold, o.crashed), f"{o.threshold:g}" if o.threshold else "exact",
              fmt_margin(o.margin),
              "PASS" if o.passed else "FAIL", o.detail) for o in report.baseline]
     return markdown_table(["check", "measured", "threshold", "margin", "verdict", "detail"], rows)

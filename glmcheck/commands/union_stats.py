@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -37,12 +38,21 @@ def _row(source: str, label: str, batch: int, seq_len: int, stats: dict, layer=N
             for g, ratio in stats["union_ratio"].items()]
 
 
+def synthetic_points() -> list[tuple[int, int]]:
+    """(batch, seq_len) of every synthetic point: the five captured targets, then the curve."""
+    points = [(len(t.seq_lens), t.seq_lens[0]) for t in CAPTURED_TARGETS] + [(1, n) for n in CURVE_LENGTHS]
+    return list(dict.fromkeys(points))
+
+
+def synthetic_lengths() -> list[int]:
+    return [seq_len for _, seq_len in synthetic_points()]
+
+
 def _synthetic(ns) -> list[dict]:
     from glmcheck.bench.kernel import synthetic_indices
 
     rows = []
-    points = [(len(t.seq_lens), t.seq_lens[0]) for t in CAPTURED_TARGETS] + [(1, n) for n in CURVE_LENGTHS]
-    for batch, seq_len in dict.fromkeys(points):
+    for batch, seq_len in synthetic_points():
         seq_lens = [seq_len] * batch
         stats = union_statistics(synthetic_indices(ns.mode, seq_lens, ns.topk, ns.seed), (2, 4), seq_lens)
         rows += _row(ns.mode, f"bs{batch} x {seq_len}", batch, seq_len, stats)
@@ -63,6 +73,11 @@ def _trace(ns) -> list[dict]:
     return rows
 
 
+def _ratio(value: float | None) -> str:
+    """A union ratio; `-` where it does not apply (no group of that size, or no valid row to divide by)."""
+    return "-" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
 def table(rows: list[dict]) -> str:
     """capture | valid rows/token | union of 2 | union of 4 (| target) as markdown."""
     frame = pd.DataFrame(rows)
@@ -72,8 +87,7 @@ def table(rows: list[dict]) -> str:
     for (label, batch, seq_len), group in frame.groupby(["capture", "batch", "seq_len"], sort=False):
         ratio = dict(zip(group["group"], group["union_ratio"]))
         target = targets.get((batch, seq_len)) if group["layer"].isna().all() else None
-        out.append([label, f"{group['valid_rows_per_token'].iloc[0]:.0f}", f"{ratio.get(2, float('nan')):.2f}x",
-                    f"{ratio.get(4, float('nan')):.2f}x",
+        out.append([label, f"{group['valid_rows_per_token'].iloc[0]:.0f}", _ratio(ratio.get(2)), _ratio(ratio.get(4)),
                     "-" if target is None else f"{target[0]} / {target[1]:.2f}x / {target[2]:.2f}x"])
     return markdown_table(["capture", "valid rows/token", "union of 2", "union of 4",
                            "GLM-5.1 trace (valid / u2 / u4)"], out)
@@ -81,9 +95,15 @@ def table(rows: list[dict]) -> str:
 
 def handle(ns: argparse.Namespace) -> int:
     from glmcheck.commands.options import check_count, check_out_dir, check_seed
+    from glmcheck.model.plan import gib
 
     check_seed(ns.seed)
     check_count(ns.topk, "--topk")
+    longest = max(synthetic_lengths())
+    if not ns.indices and ns.topk > longest:
+        raise ValueError(f"--topk {ns.topk}: at most {longest}, the longest synthetic sequence (a token selects rows "
+                         f"of its causal prefix only, so a larger top-k only adds empty slots; [{longest}, {ns.topk}] "
+                         f"int32 indices would take {gib(longest * ns.topk * 4)} for that sequence alone)")
     check_out_dir(ns.out)
     rows = _trace(ns) if ns.indices else _synthetic(ns)
     text = table(rows)

@@ -12,17 +12,45 @@ import pandas as pd
 
 from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
 
+MISSING = "-"  # a cell that does not apply (or was not measured); a measured NaN prints `nan`
+LEGACY_MEASURED = frozenset({"cosine", "rel_l2", "max_abs"})  # records from before the `nonfinite` column
 
-def _fmt(value, kind: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "nan" if kind != "text" else "-"
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _fmt(value, kind: str, measured: bool = True) -> str:
+    """A cell: `-` when it has no value (None, or a NaN not `measured`: see `_nonfinite`), `nan` for
+    a measured NaN."""
+    if value is None:
+        return MISSING
+    if _missing(value):
+        return "nan" if measured else MISSING
     if kind == "cos":
         return fmt_cosine(float(value))
     if kind == "sci":
         return fmt_sci(float(value))
+    if kind == "bias":
+        return f"{float(value):+.2e}"
     if kind == "f4":
         return f"{float(value):.4f}"
     return str(value)
+
+
+def _nonfinite(row) -> frozenset[str]:
+    """The statistics of a comparison row that a backend measured as NaN (`ComparisonRow.as_dict`);
+    any other NaN cell is one that does not apply. A record without the column: its cosine, rel-L2
+    and max-abs."""
+    names = row.get("nonfinite")
+    if isinstance(names, str):
+        return frozenset(n for n in names.split(",") if n)
+    return LEGACY_MEASURED
+
+
+def _cell(row, key: str, kind: str) -> str:
+    """Row `row`'s statistic `key` (absent: `-`)."""
+    return _fmt(row.get(key), kind, key in _nonfinite(row))
 
 
 def _band_line(rows: pd.DataFrame, key: str = "rel_l2") -> str:
@@ -46,18 +74,15 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
         + (["argmax"] if with_argmax else []) + ["verdict", "note"]
     table = []
     for _, r in rows.iterrows():
-        line = [r["comparison"], _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci")]
+        line = [r["comparison"], _cell(r, "cosine", "cos"), _cell(r, "rel_l2", "sci")]
         if vs_baseline:
-            line.append(_fmt(r.get(vs_baseline), "sci") if r["backend"] != baseline else "-")
+            line.append(_cell(r, vs_baseline, "sci") if r["backend"] != baseline else MISSING)
         if per_token:
-            bias = r.get("scale_bias")
-            line += [_fmt(r.get("token_max_rel_l2"), "sci"),
-                     "nan" if bias is None or math.isnan(bias) else f"{float(bias):+.2e}"]
-        line.append(_fmt(r["max_abs"], "sci"))
+            line += [_cell(r, "token_max_rel_l2", "sci"), _cell(r, "scale_bias", "bias")]
+        line.append(_cell(r, "max_abs", "sci"))
         if with_argmax:
             same = r.get("argmax_same")
-            line.append("-" if same is None or (isinstance(same, float) and math.isnan(same))
-                        else ("same" if bool(same) else "differs"))
+            line.append(MISSING if _missing(same) else ("same" if bool(same) else "differs"))
         line += [r["verdict"], r.get("note") or ""]
         table.append(line)
     return markdown_table(headers, table)
@@ -108,10 +133,9 @@ def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
         if r["comparison"].startswith("noise band:"):
             continue
         layer = r.get("layer")
-        table.append([r["backend"], "-" if layer is None or (isinstance(layer, float) and math.isnan(layer))
-                      else int(layer), _fmt(r["cosine"], "cos"), _fmt(r["rel_l2"], "sci"),
-                      _fmt(r.get("band_max_rel_l2"), "sci"), _fmt(r["max_abs"], "sci"), r["verdict"],
-                      r.get("note") or ""])
+        table.append([r["backend"], MISSING if _missing(layer) else int(layer), _cell(r, "cosine", "cos"),
+                      _cell(r, "rel_l2", "sci"), _cell(r, "band_max_rel_l2", "sci"), _cell(r, "max_abs", "sci"),
+                      r["verdict"], r.get("note") or ""])
     headers = ["backend", "layer", "cosine", "rel L2 (exact)", "band max rel L2", "max abs", "verdict", "note"]
     return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
             f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun",
