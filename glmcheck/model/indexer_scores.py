@@ -21,7 +21,8 @@ from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import apply_rotary_po
 def index_scores(indexer: torch.nn.Module, hidden_states: torch.Tensor, q_resid: torch.Tensor,
                  position_embeddings: tuple[torch.Tensor, torch.Tensor],
                  queries: slice | None = None) -> torch.Tensor:
-    """fp32 [B, Tq, S] scores of the queries `queries` (default all T) against every key position.
+    """fp32 [B, Tq, S] scores of the query rows `queries` (a slice, step allowed; default all) against
+    every key position.
 
     hidden_states [B, S, hidden], q_resid [B, S, q_lora_rank], position_embeddings (cos, sin) [B, S, rope].
     """

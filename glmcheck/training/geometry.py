@@ -13,6 +13,7 @@ Both have a dense layer 0 (layer-0 loading needs one) and MoE layers after it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from transformers import GlmMoeDsaConfig
@@ -36,8 +37,23 @@ class Recipe:
     eval_windows: int = 16
     check_len: int = 512  # length of the fixture check windows (tests recompute this loss on the CPU)
     check_windows: int = 4
+    dense_seq_len: int | None = None  # the dense warm-up's own length and batch (None: seq_len, batch); at or
+    dense_batch: int | None = None  # below index_topk every selection is the whole prefix, i.e. dense anyway
+    kl_query_stride: int = 1  # the indexer KL over every n-th query row (offset by the step): 1/n of its cost
     micro_batch: int | None = None  # sequences per forward (None: the whole batch); the gradient is the same
     balance_rate: float = 1e-2  # router score-correction bias step per update (aux-loss-free balancing)
+
+
+    def shape(self, stage: str) -> tuple[int, int]:
+        """(sequence length, sequences per step) of `stage` ("dense" or "sparse")."""
+        if stage == "dense":
+            return self.dense_seq_len or self.seq_len, self.dense_batch or self.batch
+        return self.seq_len, self.batch
+
+    def tokens_after(self, steps: int) -> int:
+        """Training tokens read by the first `steps` steps."""
+        dense, sparse = min(steps, self.dense_steps), max(0, steps - self.dense_steps)
+        return dense * math.prod(self.shape("dense")) + sparse * math.prod(self.shape("sparse"))
 
 
 @dataclass(frozen=True)
@@ -82,8 +98,9 @@ REFERENCE_GEOMETRIES: dict[str, ReferenceGeometry] = {
              max_position_embeddings=65536, rms_norm_eps=1e-5, routed_scaling_factor=2.5, norm_topk_prob=True,
              n_group=1, topk_group=1),
         4096, (4, 3), 1e6,
-        Recipe(seq_len=4096, batch=8, dense_steps=150, sparse_steps=450, lr=2e-3, eval_every=100,
-               eval_windows=8, check_len=3072, check_windows=1, micro_batch=4),
+        Recipe(seq_len=4096, batch=4, dense_steps=1500, sparse_steps=300, lr=3e-3, warmup_steps=50, eval_every=150,
+               eval_windows=8, check_len=3072, check_windows=1, micro_batch=4, kl_query_stride=4,
+               dense_seq_len=1024, dense_batch=16),
         "ref-gpu"),
 }
 

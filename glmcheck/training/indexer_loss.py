@@ -116,13 +116,16 @@ class IndexerProbe:
         if group.inputs is None or group.target is None or group.seen != set(group.consumers):
             raise RuntimeError(f"no complete forward captured for indexer layer {group.full_layer}")
 
-    def loss(self, group: _Group, *, sparse: bool) -> torch.Tensor:
-        """Mean over tokens of KL(p_t || softmax(I_t)) for one group (graph into its indexer only)."""
+    def loss(self, group: _Group, *, sparse: bool, stride: int = 1, offset: int = 0) -> torch.Tensor:
+        """Mean over tokens of KL(p_t || softmax(I_t)) for one group (graph into its indexer only).
+        `stride` > 1 takes the query rows offset, offset + stride, ...: an unbiased estimate at 1/stride
+        of the [B, T, T] work (vary `offset` from step to step)."""
         self._ready(group)
         indexer = self.model.model.layers[group.full_layer].self_attn.indexer
-        scores = index_scores(indexer, *group.inputs)  # fp32 [B, T, T], grad into the indexer
-        allowed = _allowed(group, sparse, scores.shape[-1], scores.device)
-        target = group.target.masked_fill(~allowed, 0.0)
+        rows = slice(offset % stride, None, stride)
+        scores = index_scores(indexer, *group.inputs, queries=rows)  # fp32 [B, Tq, T], grad into the indexer
+        allowed = _allowed(group, sparse, scores.shape[-1], scores.device)[:, rows]
+        target = group.target[:, rows].masked_fill(~allowed, 0.0)
         target = target / target.sum(dim=-1, keepdim=True).clamp_min(1e-30)
         log_q = torch.log_softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         log_p = torch.log(target.clamp_min(1e-30))

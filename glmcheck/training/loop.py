@@ -86,11 +86,11 @@ class Trainer:
                  quiet: bool = False):
         self.geometry, self.recipe, self.device, self.seed = geometry, recipe, device, seed
         self.train_stream, self.run_dir, self.quiet = train_stream, Path(run_dir), quiet
-        self.micro_batch = micro_batch or recipe.micro_batch or recipe.batch
-        if recipe.batch % self.micro_batch:
-            raise ValueError(f"micro_batch {self.micro_batch} must divide the recipe's batch {recipe.batch}")
+        # micro_batch: sequences of seq_len per forward; the dense stage holds as many tokens per forward
+        self.micro_tokens = (micro_batch or recipe.micro_batch or recipe.batch) * recipe.seq_len
         self.fingerprint = dict(fingerprint or {}, recipe=asdict(recipe), geometry=geometry.name, seed=seed)
-        self.eval_set = eval_windows(heldout_stream, seq_len=recipe.seq_len, count=recipe.eval_windows)
+        self.eval_sets = {stage: eval_windows(heldout_stream, seq_len=recipe.shape(stage)[0],
+                                              count=recipe.eval_windows) for stage in ("dense", "sparse")}
         self.model = build_model(geometry, vocab_size, seed, device)
         self.optimizer = _optimizer(self.model, recipe)
         self.state = TrainState()
@@ -123,18 +123,20 @@ class Trainer:
         recipe, stage = self.recipe, stage_of(self.recipe, step)
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate(recipe, step)
-        windows = training_windows(self.train_stream, seq_len=recipe.seq_len, batch=recipe.batch,
-                                   seed=self.seed, step=step)
+        seq_len, batch = recipe.shape(stage)
+        windows = training_windows(self.train_stream, seq_len=seq_len, batch=batch, seed=self.seed, step=step)
         lm_total = kl_total = 0.0
-        parts = recipe.batch // self.micro_batch
+        micro = self.micro_batch(stage)
+        parts = batch // micro
         for part in range(parts):
-            chunk = windows[part * self.micro_batch:(part + 1) * self.micro_batch].to(self.device)
+            chunk = windows[part * micro:(part + 1) * micro].to(self.device)
             probe.clear()
             with (dense_selection(self.model) if stage == "dense" else contextlib.nullcontext()), \
                     torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
                 logits = self.model(input_ids=chunk[:, :-1]).logits
                 lm = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten())
-                kl = sum(probe.loss(g, sparse=stage == "sparse") for g in probe.groups)
+                kl = sum(probe.loss(g, sparse=stage == "sparse", stride=recipe.kl_query_stride, offset=step + part)
+                         for g in probe.groups)
             ((lm + kl) / parts).backward()
             lm_total += lm.item() / parts
             kl_total += float(kl.detach()) / parts
@@ -144,21 +146,31 @@ class Trainer:
         imbalance = load.update(recipe.balance_rate)
         return {"step": step, "stage": stage, "lm_loss": lm_total, "indexer_kl": kl_total / len(probe.groups),
                 "lr": self.optimizer.param_groups[0]["lr"], "grad_norm": grad_norm, "expert_imbalance": imbalance,
-                "tokens": (step + 1) * recipe.batch * recipe.seq_len}
+                "tokens": recipe.tokens_after(step + 1)}
+
+    def micro_batch(self, stage: str) -> int:
+        """Sequences per forward in `stage`: at most `micro_tokens` tokens, dividing the step's batch."""
+        seq_len, batch = self.recipe.shape(stage)
+        micro = max(1, min(batch, self.micro_tokens // seq_len))
+        while batch % micro:
+            micro -= 1
+        return micro
 
     def evaluate(self, step: int, stage: str) -> dict:
         self.model.eval()
         mode = dense_selection(self.model) if stage == "dense" else contextlib.nullcontext()
         with mode:
-            loss = mean_loss(self.model, self.eval_set, micro_batch=self.micro_batch, autocast=self.autocast)
+            loss = mean_loss(self.model, self.eval_sets[stage], micro_batch=self.micro_batch(stage),
+                             autocast=self.autocast)
         self.model.train()
-        row = {"step": step, "stage": stage, "heldout_loss": loss}
+        row = {"step": step, "stage": stage, "seq_len": self.recipe.shape(stage)[0], "heldout_loss": loss}
         self.state.evals.append(row)
         return row
 
     def measure_recall(self, stage: str) -> list[dict]:
         self.model.eval()
-        rows = indexer_recall(self.model, self.eval_set, micro_batch=self.micro_batch, autocast=self.autocast)
+        rows = indexer_recall(self.model, self.eval_sets["sparse"], micro_batch=self.micro_batch("sparse"),
+                              autocast=self.autocast)
         self.model.train()
         self.state.recall[stage] = rows
         return rows

@@ -28,9 +28,10 @@ HELDOUT_FILE = "heldout.jsonl.gz"
 def train_reference_model(name: str, out: str | Path, *, corpus: str | Path | None = None,
                           device: torch.device | str | None = None, seed: int = 0,
                           steps: tuple[int, int] | None = None, micro_batch: int | None = None,
-                          resume: bool = True, quiet: bool = False) -> dict:
+                          overrides: dict | None = None, resume: bool = True, quiet: bool = False) -> dict:
     """Train reference model `name` (`glmcheck.training.geometry`) into `out`; returns its record.
-    `steps` = (dense, sparse) overrides the recipe's stage lengths (short runs, tests)."""
+    `steps` = (dense, sparse) overrides the recipe's stage lengths; `overrides` any other `Recipe`
+    field (short runs, tests); the record holds the recipe that ran."""
     started = time.perf_counter()
     geometry = reference_geometry(name)
     recipe = geometry.recipe
@@ -40,6 +41,11 @@ def train_reference_model(name: str, out: str | Path, *, corpus: str | Path | No
             raise ValueError(f"steps must be (dense >= 0, sparse >= 0) with at least one step, got {steps}")
         recipe = dataclasses.replace(recipe, dense_steps=dense, sparse_steps=sparse,
                                      warmup_steps=min(recipe.warmup_steps, max(1, (dense + sparse) // 10)))
+    if overrides:
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(recipe)}
+        if unknown:
+            raise ValueError(f"overrides names no recipe field: {', '.join(sorted(unknown))}")
+        recipe = dataclasses.replace(recipe, **overrides)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = Path(out)
     docs = corpus_lib.load_documents(corpus) if corpus else corpus_lib.stdlib_documents()

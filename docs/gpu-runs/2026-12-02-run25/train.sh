@@ -9,7 +9,7 @@ unset TRITON_INTERPRET
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, transformers, tokenizers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__)"; } | tee $OUT/versions.txt
-for name in ref-gpu ref-cpu; do
+for name in ${MODELS:-ref-gpu ref-cpu}; do
   timeout ${BUDGET:-560} python3 scripts/train_reference_model.py $name --out /tmp/train-$name \
     --corpus .corpus/stdlib.jsonl.gz --quiet 2>&1 | grep -v "Loading weights\|Writing model" | tee $OUT/train-$name.log
   if [ -f /tmp/train-$name/checkpoint/training_record.json ]; then
