@@ -10,7 +10,7 @@ from tqdm import tqdm
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
 from glmcheck.commands.options import check_count, check_number
-from glmcheck.commands.tokenizers import model_tokenizer
+from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import PROMPT_SETS, load_prompts
 
 

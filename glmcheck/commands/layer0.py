@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
-from glmcheck.commands.tokenizers import model_tokenizer
+from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import seeded_prompt, text_prompt
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-PROMPT_SETS: tuple[str, ...] = ("natural50", "random50")
+PROMPT_SETS: tuple[str, ...] = ("natural50", "random50", "heldout50")
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
 
 

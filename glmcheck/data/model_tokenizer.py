@@ -17,6 +17,14 @@ class CheckpointTokenizer:
         except (OSError, ValueError) as err:
             raise FileNotFoundError(f"checkpoint {path!r} has no usable tokenizer: {err}") from None
 
+    @property
+    def bos_id(self) -> int | None:
+        return self.inner.bos_token_id
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.inner.eos_token_id
+
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         return self.inner.encode(text, add_special_tokens=add_bos)
 

@@ -1,0 +1,38 @@
+"""The trained reference models shipped in the repository's `fixtures/` (Hugging Face layout).
+
+`--model ref-cpu` (the default) and `--model ref-gpu` / `ref-gpu-fp8` name these checkpoints:
+GLM-MoE-DSA models trained by `scripts/train_reference_model.py` (recipe:
+`glmcheck.training.geometry`) that have learned language, so their next-token distributions are
+peaked and their indexers select like a trained DSA indexer. They load through the same
+`--checkpoint` path as a real GLM checkpoint; the seeded dummy presets stay available by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+REFERENCE_MODELS: dict[str, str] = {
+    "ref-cpu": "trained CPU-sized GLM-MoE-DSA (tiny geometry: 8 heads, latent 64 + rope 16, index_topk 32, "
+               "2,048-id tokenizer)",
+    "ref-gpu": "trained GLM-MoE-DSA at the kernel's geometry (8 heads per call, latent 512 + rope 64, "
+               "index_topk 2048, GLM-5.2 indexer schedule, 4,096-id tokenizer)",
+    "ref-gpu-fp8": "ref-gpu in the GLM-5.x block-FP8 format (e4m3, 128 x 128 blocks, weight_scale_inv)",
+}
+DEFAULT_MODEL = "ref-cpu"
+
+
+def is_reference(name: str | None) -> bool:
+    return name in REFERENCE_MODELS
+
+
+def reference_checkpoint(name: str) -> Path:
+    """The checkpoint folder of reference model `name`; FileNotFoundError when it is not there."""
+    if name not in REFERENCE_MODELS:
+        raise ValueError(f"unknown reference model {name!r}; expected one of {', '.join(REFERENCE_MODELS)}")
+    path = FIXTURES / name
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"reference model {name!r} is not at {path}: it ships in the repository's fixtures/ "
+                                f"(install from a checkout with pip install -e .) or retrain it with "
+                                f"scripts/train_reference_model.py")
+    return path
