@@ -216,21 +216,103 @@ OTHER_CASES = [
 ]
 
 
+# Checkpoints whose tensors disagree with their config.json (tests/support/checkpoints.py): every
+# command that loads a checkpoint names the tensor and both shapes, before anything is built.
+KV_B0, KV_B2 = "model.layers.0.self_attn.kv_b_proj.weight", "model.layers.2.self_attn.kv_b_proj.weight"
+CHECKPOINT_WORDS = {
+    "shape0": f"shape0': tensor {KV_B0} is [256, 64] in model-00002-of-00004.safetensors, but config.json implies "
+              f"[512, 64]",
+    "shape2": f"shape2': tensor {KV_B2} is [256, 64] in model-00004-of-00004.safetensors, but config.json implies "
+              f"[512, 64]",
+    "missing0": f"missing0': lacks tensor {KV_B0} (config.json implies [512, 64]; model.safetensors.index.json does "
+                f"not list it)",
+    "missing2": "missing2': lacks tensor model.layers.2.mlp.experts.3.down_proj.weight (config.json implies [256, 64]",
+    "fp8-scale": f"fp8-scale': tensor {KV_B0}_scale_inv is [2, 1] in model-00002-of-00004.safetensors, but a "
+                 f"[512, 64] FP8 weight in 128x128 blocks needs [4, 1]",
+    "fp8-weight2": f"fp8-weight2': tensor {KV_B2} is [256, 64] in model-00004-of-00004.safetensors, but config.json "
+                   f"implies [512, 64]",
+}
+CHECKPOINT_COMMANDS = {  # command -> its extra args; each runs on every broken checkpoint
+    "layer0": [], "logits": ["--tokens", "24"], "drift": ["--tokens", "24"], "firsttoken": ["--limit", "2"],
+    "capture-indices": ["--tokens", "8", "--out", "{tmp}/t.safetensors"],
+}
+CHECKPOINT_CASES = [([command, "--checkpoint", f"{{ckpt}}/{name}", *extra], words)
+                    for command, extra in CHECKPOINT_COMMANDS.items() for name, words in CHECKPOINT_WORDS.items()]
+
+SIZE_CASES = [  # sizes that cannot be allocated or would run for hours: refused up front, the limit named
+    (["union-stats", "--synthetic", "--topk", "1000000000"], "--topk 1000000000: at most 8192, the longest synthetic"),
+    (["union-stats", "--topk", "8193"], "--topk 8193: at most 8192"),
+    (["selfcheck", "--kv-rows", "100000000000"], "--kv-rows 100000000000 --topk"),
+    (["selfcheck", "--kv-rows", "100000000000", "--device", "cpu"], "GiB (inputs, references, outputs), more than the"),
+    (["selfcheck", "--tokens", "1000000", "--device", "cpu"], "would take about 29.5 hours on the CPU"),
+    (["selfcheck", "--tokens", "64", "--heads", "128", "--kv-rows", "4096", "--topk", "2048", "--d-v", "512",
+      "--d-tail", "64", "--device", "cpu"], "the CPU limit is 10 minutes"),
+    (["selfcheck", "--heads", "1000"], "--heads 1000: the kernel takes 1..128 heads"),
+    (["selfcheck", "--d-tail", "12"], "--d-tail 12: the rope tail must be 0 or a power of two"),
+    (["selfcheck", "--d-tail", "-16"], "--d-tail -16: the rope tail must be 0 or a power of two"),
+    (["selfcheck", "--tokens", "64", "--kv-rows", "256", "--topk", "300"], "--topk 300 exceeds --kv-rows 256"),
+    (["plan", "--layers", "100000"], "--layers 100000: at most 312 layers (4 x the 78 of GLM-5.x"),
+    (["plan", "--experts", "1000000000000"], "--experts 1000000000000: at most 1024 routed experts"),
+    (["plan", "--gpu-gib", "nan"], "--gpu-gib must be a finite number > 0"),
+    (["layer0", "--layers", "100000"], "--layers 100000: at most 312 layers"),
+    (["layer0", "--experts", "1000000000000"], "--experts 1000000000000: at most 1024"),
+    (["logits", "--layers", "313"], "--layers 313: at most 312 layers"),
+    (["drift", "--band", "1000"], "--band 1000: at most 16 variants (the band family has 16"),
+    (["logits", "--tokens", ",".join(["24"] * 10_000)], "10000 lengths x 11 forwards each"),
+    (["firsttoken", "--continue", "4000"], "50 prompts x 11 forwards x 4001 steps"),
+    (["firsttoken", "--band", "17"], "--band 17: at most 16 variants"),
+    (["capture-indices", "--tokens", "8", "--layers", "100000", "--out", "{tmp}/t.safetensors"],
+     "--layers 100000: at most 312"),
+    (["capture-indices", "--tokens", "8", "--experts", "100000", "--out", "{tmp}/t.safetensors"],
+     "--experts 100000: at most 1024"),
+    (["capture-indices", "--tokens", "5000", "--out", "{tmp}/t.safetensors"], "--tokens 5000: more than the model's"),
+    (["selftest", "--model", "tiny", "--seeds", "1000000000"], "model forwards, more than the limit of 100,000"),
+    (["selftest", "--model", "tiny", "--tokens", "1000000000"], "--tokens 1000000000: more than the model's 4096"),
+    (["selftest", "--model", "tiny", "--band", "15"], "--band 15: at most 14 variants"),
+    (["bench", "--model", "glm-5.2", "--layers", "100000"], "--layers 100000: at most 312"),
+]
+
+
+@pytest.fixture(scope="module")
+def broken_checkpoints(tmp_path_factory):
+    from tests.support.checkpoints import broken_checkpoints as make
+
+    base = tmp_path_factory.mktemp("broken-checkpoints")
+    make(base)
+    return base
+
+
 def _tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("args, words", MODEL_CASES + OTHER_CASES, ids=lambda v: " ".join(v)[:70] if
-                         isinstance(v, list) else None)
-def test_cli_bad_inputs_exit_2_with_one_line_and_write_nothing(args, words, bad_files, capsys):
-    args = [a.replace("{tmp}", str(bad_files)) for a in args]
-    before = _tree(bad_files)
-    code = cli.main(args + (["--quiet"] if args[0] in ("layer0", "logits", "drift", "firsttoken") else []))
+CLI_CASES = MODEL_CASES + OTHER_CASES + CHECKPOINT_CASES + SIZE_CASES
+
+
+def _case_id(value):
+    if not isinstance(value, list):
+        return None
+    text = " ".join(value).replace("{ckpt}/", "").replace("{tmp}/", "")
+    return text if len(text) <= 70 else text[:60] + f"..{len(text)}"
+
+
+@pytest.mark.parametrize("args, words", CLI_CASES, ids=_case_id)
+def test_cli_bad_inputs_exit_2_with_one_line_and_write_nothing(args, words, bad_files, broken_checkpoints, capsys):
+    args = [a.replace("{tmp}", str(bad_files)).replace("{ckpt}", str(broken_checkpoints)) for a in args]
+    before, checkpoints = _tree(bad_files), _tree(broken_checkpoints)
+    code = cli.main(args + (["--quiet"] if args[0] in ("layer0", "logits", "drift", "firsttoken", "selftest") else []))
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert words.replace("{tmp}", str(bad_files)) in err, err
     assert _tree(bad_files) == before, "a run that failed validation left files behind"
+    assert _tree(broken_checkpoints) == checkpoints, "a run wrote into a checkpoint directory"
+
+
+def test_the_matrix_counts_its_cases():
+    """docs/reliability.md names this count; keep them equal."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    assert f"{len(CLI_CASES)} cases over every subcommand" in text
 
 
 def test_corrected_rerun_with_the_same_out_runs(bad_files, capsys):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -14,9 +16,7 @@ from glmcheck.checks.capture import capture
 from glmcheck.model import build_dummy_model, checkpoint, make_config, use_backend
 from glmcheck.model.checkpoint import CheckpointError, load_checkpoint_model, load_layer0_model
 from glmcheck.model.fp8_blocks import dequantize_blocks, quantize_blocks
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-BF16, FP8 = FIXTURES / "tiny-bf16", FIXTURES / "tiny-fp8"
+from tests.support.checkpoints import BF16, EXPERT2, EXTRA, FP8, KV_B0, KV_B2, edit_config, rewrite
 
 
 def layer0_value(model, prompt):
@@ -69,12 +69,13 @@ def test_block_quantisation_roundtrip():
 @pytest.mark.parametrize("source", [BF16, FP8], ids=["bf16", "fp8"])
 def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
     read: list[str] = []
-    opened: list[str] = []
+    data_files: set[str] = set()
+    header_files: set[str] = set()
     real_open = checkpoint._open
 
     class Spy:
-        def __init__(self, handle):
-            self.handle = handle
+        def __init__(self, handle, file):
+            self.handle, self.file = handle, file
 
         def __enter__(self):
             self.inner = self.handle.__enter__()
@@ -86,13 +87,17 @@ def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
         def keys(self):
             return self.inner.keys()
 
+        def get_slice(self, name):  # metadata (shape, dtype) only: check_tensors
+            header_files.add(self.file)
+            return self.inner.get_slice(name)
+
         def get_tensor(self, name):
             read.append(name)
+            data_files.add(self.file)
             return self.inner.get_tensor(name)
 
     def spy_open(file):
-        opened.append(Path(file).name)
-        return Spy(real_open(file))
+        return Spy(real_open(file), Path(file).name)
 
     monkeypatch.setattr(checkpoint, "_open", spy_open)
     model = load_layer0_model(source)
@@ -100,7 +105,8 @@ def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
     assert read and all(n.startswith(checkpoint.LAYER0_PREFIXES) for n in read)
     index = json.loads((source / "model.safetensors.index.json").read_text())["weight_map"]
     needed_files = {index[n] for n in read}
-    assert set(opened) == needed_files and len(needed_files) < len(set(index.values()))
+    assert data_files == needed_files and len(needed_files) < len(set(index.values()))
+    assert header_files == set(index.values())  # every tensor's shape is checked against the config
     monkeypatch.setattr(checkpoint, "_open", real_open)
     prompt = torch.randint(0, 512, (1, 40), generator=torch.Generator().manual_seed(2))
     full = load_checkpoint_model(source)
@@ -138,21 +144,128 @@ def test_bad_checkpoints(tmp_path):
         load_layer0_model(other)
 
 
-def test_unloaded_parameters_are_an_error_not_random_weights(tmp_path):
-    from safetensors.torch import load_file, save_file
+def _loaders():
+    from glmcheck.model.checkpoint_shard import load_checkpoint_shard
 
-    broken = tmp_path / "tiny-bf16"
-    shutil.copytree(BF16, broken)
-    index_path = broken / "model.safetensors.index.json"
-    index = json.loads(index_path.read_text())
-    dropped = next(name for name in index["weight_map"] if name.endswith("kv_b_proj.weight"))
-    shard = broken / index["weight_map"].pop(dropped)
-    tensors = load_file(shard)
-    del tensors[dropped]
-    save_file(tensors, shard, metadata={"format": "pt"})
-    index_path.write_text(json.dumps(index))
-    with pytest.raises(CheckpointError, match="missing keys .*kv_b_proj"):
-        load_checkpoint_model(broken)
+    return {
+        "whole": load_checkpoint_model,
+        "layer0": load_layer0_model,
+        "shard": lambda path: load_checkpoint_shard(path, rank=1, world=2),
+        "shard-layer0": lambda path: load_checkpoint_shard(path, rank=0, world=2, layer0_only=True),
+    }
+
+
+LOADERS = ["whole", "layer0", "shard", "shard-layer0"]
+BAD_TENSORS = [  # (fixture, tensor, change, the message after "checkpoint '<path>': ")
+    (BF16, KV_B0, "halve", rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
+                           rf"implies \[512, 64\]$"),
+    (BF16, KV_B2, "halve", rf"tensor {KV_B2} is \[256, 64\] in model-00004-of-00004.safetensors, but config.json "
+                           rf"implies \[512, 64\]$"),
+    (BF16, KV_B0, "drop", rf"lacks tensor {KV_B0} \(config.json implies \[512, 64\]; "
+                          rf"model.safetensors.index.json does not list it\)$"),
+    (BF16, EXPERT2, "drop-file", rf"lacks tensor {EXPERT2} \(config.json implies \[256, 64\]; "
+                                 rf"model.safetensors.index.json maps it to model-0000\d-of-00004.safetensors, which "
+                                 rf"does not hold it\)$"),
+    (FP8, KV_B0, "halve", rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
+                          rf"implies \[512, 64\]$"),
+    (FP8, KV_B2 + "_scale_inv", "halve", rf"tensor {KV_B2}_scale_inv is \[2, 1\] in model-0000\d-of-00004.safetensors, "
+                                         rf"but a \[512, 64\] FP8 weight in 128x128 blocks needs \[4, 1\]$"),
+    (FP8, KV_B0 + "_scale_inv", "drop", rf"lacks tensor {KV_B0}_scale_inv \(a \[512, 64\] FP8 weight in 128x128 "
+                                        rf"blocks needs \[4, 1\]; {KV_B0} is F8_E4M3\)$"),
+]
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+@pytest.mark.parametrize("source, name, change, words", BAD_TENSORS,
+                         ids=[f"{s.name}-{c}-{n.split('.')[2]}-{n.rsplit('.', 1)[-1]}" for s, n, c, _ in BAD_TENSORS])
+def test_tensors_that_disagree_with_the_config_are_named_with_both_shapes(tmp_path, monkeypatch, loader, source,
+                                                                          name, change, words):
+    """Every loader refuses, from the metadata alone and before building anything, a checkpoint whose
+    tensor is missing or of another shape than config.json implies (a later layer too, for the
+    layer-0 loaders), and an FP8 weight whose 128x128 block scale is missing or of the wrong shape."""
+    broken = rewrite(source, tmp_path / "broken", name, change)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a model was built before the checkpoint was checked")
+
+    import glmcheck.model.checkpoint_shard as shard_module
+    monkeypatch.setattr(checkpoint, "build_dummy_model", no_build)
+    monkeypatch.setattr(shard_module, "build_shard", no_build)
+    monkeypatch.setattr(checkpoint.GlmMoeDsaForCausalLM, "from_pretrained", no_build)
+    with pytest.raises(CheckpointError) as caught:
+        _loaders()[loader](broken)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert re.fullmatch(rf"checkpoint '{re.escape(str(broken))}': {words}", message), message
+
+
+def test_fp8_tensors_without_an_fp8_config_are_refused(tmp_path):
+    """from_pretrained would cast the e4m3 values to bf16 and drop their scales: silently wrong."""
+    broken = edit_config(_copy(tmp_path, FP8), quantization_config=None)
+    for load in _loaders().values():
+        with pytest.raises(CheckpointError, match=r"tensor model\.layers\.0\.\S+ in model-\S+ is FP8 \(F8_E4M3\), but "
+                                                  r"config.json has no fp8 quantization_config"):
+            load(broken)
+
+
+def test_every_problem_is_counted_and_the_first_named(tmp_path):
+    broken = rewrite(BF16, tmp_path / "one", KV_B0, "halve")
+    twice = rewrite(broken, tmp_path / "two", KV_B2, "halve")
+    with pytest.raises(CheckpointError, match=rf"tensor {KV_B0} is \[256, 64\] .*implies \[512, 64\] "
+                                              rf"\(1 more tensors disagree\)$"):
+        checkpoint.check_tensors(twice)
+
+
+@pytest.mark.parametrize("source", [BF16, FP8], ids=["bf16", "fp8"])
+def test_unused_tensors_are_one_warning_and_the_run_goes_on(tmp_path, caplog, source):
+    extra = rewrite(source, tmp_path / "extra", EXTRA, "add")
+    with caplog.at_level(logging.WARNING, logger="glmcheck"):
+        assert checkpoint.check_tensors(extra) == [EXTRA]
+        whole = load_checkpoint_model(extra)
+        layer0 = load_layer0_model(extra)
+    lines = [r.getMessage() for r in caplog.records if r.name == "glmcheck"]
+    assert lines and all(line == lines[0] for line in lines) and "\n" not in lines[0], lines
+    assert f"has 1 tensor the model of its config.json does not use (ignored): {EXTRA}" in lines[0]
+    assert EXTRA not in whole.state_dict() and EXTRA not in layer0.state_dict()
+    reference = load_checkpoint_model(source).state_dict()
+    assert all(torch.equal(t, reference[n]) for n, t in whole.state_dict().items())
+
+
+def test_declared_next_token_prediction_layers_are_ignored_silently(tmp_path, caplog):
+    """GLM ships its MTP layer as model.layers.<num_hidden_layers>.* (num_nextn_predict_layers: 1);
+    transformers ignores it, so does the check. Undeclared, the same tensor is a warning."""
+    mtp = rewrite(BF16, tmp_path / "mtp", "model.layers.3.eh_proj.weight", "add")
+    with caplog.at_level(logging.WARNING, logger="glmcheck"):
+        assert checkpoint.check_tensors(mtp) == ["model.layers.3.eh_proj.weight"]
+        edit_config(mtp, num_nextn_predict_layers=1)
+        caplog.clear()
+        assert checkpoint.check_tensors(mtp) == []
+        assert not caplog.records
+
+
+def test_the_fixtures_agree_with_their_configs(caplog):
+    with caplog.at_level(logging.WARNING, logger="glmcheck"):
+        assert checkpoint.check_tensors(BF16) == [] and checkpoint.check_tensors(FP8) == []
+    assert not caplog.records
+
+
+def test_file_shapes_are_the_stored_layout():
+    """file_shapes names the files' tensors (routed experts per expert), with the config's shapes."""
+    config = checkpoint.read_config(BF16)
+    index = json.loads((BF16 / "model.safetensors.index.json").read_text())["weight_map"]
+    assert set(checkpoint.file_shapes(config)) == set(index)
+    assert checkpoint.file_shapes(config)[EXPERT2] == (256, 64)
+    assert checkpoint.scale_shape((512, 64), (128, 128)) == (4, 1)
+    assert checkpoint.scale_shape((129, 257), (128, 128)) == (2, 3)
+
+
+def test_transformers_loading_info_is_a_second_line_of_defence():
+    """Behind check_tensors: what transformers reports missing or mismatched is still an error."""
+    with pytest.raises(CheckpointError, match="missing keys \\(1\\): model.layers.0.self_attn.kv_b_proj.weight"):
+        checkpoint.check_loading_info("ckpt", {"missing_keys": {KV_B0}, "mismatched_keys": [], "unexpected_keys": []})
+    with pytest.raises(CheckpointError, match="mismatched keys"):
+        checkpoint.check_loading_info("ckpt", {"missing_keys": [], "mismatched_keys": [(KV_B0, (1,), (2,))]})
+    checkpoint.check_loading_info("ckpt", {"missing_keys": [], "unexpected_keys": ["x"]})
 
 
 @pytest.mark.parametrize("fixture", [BF16, FP8], ids=["bf16", "fp8"])

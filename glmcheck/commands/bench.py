@@ -89,9 +89,11 @@ def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.commands.options import check_out_dir
+    from glmcheck.commands.options import check_experts, check_layers, check_out_dir
 
     check_out_dir(ns.out)
+    check_layers(ns.layers)
+    check_experts(ns.experts)
     if ns.model and ns.timing != "eager":
         raise ValueError(f"--timing {ns.timing} applies to the kernel bench; --model times whole prefills eagerly")
     _require_gpu()

@@ -8,7 +8,7 @@ import time
 import torch
 
 from glmcheck.backends import resolve_backend
-from glmcheck.commands.options import check_count, check_out_file, check_seed
+from glmcheck.commands.options import check_count, check_experts, check_layers, check_out_file, check_seed
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.data.traces import capture_indices, write_trace
 from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
@@ -41,6 +41,9 @@ def add_parser(sub) -> None:
 def handle(ns: argparse.Namespace) -> int:
     check_count(ns.tokens, "--tokens")
     check_count(ns.batch, "--batch")
+    if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
+        check_layers(ns.layers)
+        check_experts(ns.experts)
     check_seed(ns.seed)
     check_out_file(ns.out, suffix=".safetensors")
     spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
@@ -50,7 +53,11 @@ def handle(ns: argparse.Namespace) -> int:
         raise ValueError(f"--backend {backend}: captures run the absorbed sparse path (the dense masked attention "
                          f"does not fit at long prompts); choose a kernel-level backend")
     resolve_backend(backend)
-    check_fits(config_of(spec), ns.tokens * ns.batch, device, "--tokens x --batch")
+    config = config_of(spec)
+    check_fits(config, ns.tokens * ns.batch, device, "--tokens x --batch")
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and ns.tokens > positions:
+        raise ValueError(f"--tokens {ns.tokens}: more than the model's {positions} positions")
     start = time.perf_counter()
     model = load_model(spec, device)
     prompts = torch.cat([seeded_prompt(model.config.vocab_size, ns.tokens, ns.seed + b, device)

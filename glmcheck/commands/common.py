@@ -18,8 +18,10 @@ from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.commands.options import check_count, check_number, check_out_dir, check_seed
+from glmcheck.commands.options import (check_band, check_count, check_experts, check_layers, check_number,
+                                       check_out_dir, check_seed)
 from glmcheck.kernels.union import legal_groups
+from glmcheck.model.checkpoint import check_tensors
 from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
 from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
@@ -98,13 +100,18 @@ class Prepared:
         check_seed(ns.seed)
         check_number(ns.gate_ratio, "--gate-ratio", positive=True)
         check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
-        check_count(ns.band, "--band")
+        check_band(ns.band)
+        if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
+            check_layers(ns.layers)
+            check_experts(ns.experts)
         check_out_dir(ns.out)
         if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
             raise ValueError(f"--backends names no backend: {ns.backends!r}")
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
                               seed=ns.seed, init=ns.init)
         self.config = config_of(self.spec, layer0_only=layer0_only)
+        if self.spec.checkpoint:  # its tensors against its config.json, before any warning is printed
+            check_tensors(self.spec.checkpoint, warn=False)
         self.dist = distributed.current()
         self.device = self.dist.device if self.dist else resolve_device(ns.device)
         heads = self.config.num_attention_heads

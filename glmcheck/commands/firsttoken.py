@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
-from glmcheck.commands.options import check_count, check_number
+from glmcheck.commands.options import check_count, check_forwards, check_number
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import PROMPT_SETS, load_prompts
 
@@ -38,6 +38,10 @@ def handle(ns: argparse.Namespace) -> int:
         check_number(ns.tie_gap, "--tie-gap")
         check_number(ns.max_dlogprob, "--max-dlogprob", positive=True)
         prompts = load_prompts(ns.prompts, ns.limit)
+        steps = 1 + ns.continue_tokens  # a continuation re-runs the prefill for every step
+        check_forwards(len(prompts) * prep.forward_count() * steps,
+                       f"{len(prompts)} prompts x {prep.forward_count()} forwards x {steps} steps (--prompts, --limit, "
+                       f"--band, --backends, --continue)")
         tokenizer = model_tokenizer(prep.spec, prep.config.vocab_size)
         for prompt in prompts:
             prep.check_prompt(len(tokenizer.encode(prompt.prompt)) + ns.continue_tokens,

@@ -10,7 +10,7 @@ from tqdm import tqdm
 from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import run_logits
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
-from glmcheck.commands.options import check_count
+from glmcheck.commands.options import check_count, check_forwards
 from glmcheck.data.prompts import seeded_prompt
 
 
@@ -40,6 +40,8 @@ def handle(ns: argparse.Namespace) -> int:
     def plan(prep):
         lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
         check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
+        check_forwards(len(lengths) * prep.forward_count(),
+                       f"{len(lengths)} lengths x {prep.forward_count()} forwards each (--tokens, --band, --backends)")
         for tokens in lengths:
             prep.check_prompt(tokens)
         resume = Resume(ns, prep, prep.fingerprint("logits", lengths=lengths, seed=ns.seed))

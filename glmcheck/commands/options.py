@@ -80,3 +80,58 @@ def check_out_file(path: str, option: str = "--out", suffix: str | None = None) 
         check_writable_dir(_existing_parent(target), f"{option} {target}")
     except ValueError as err:
         raise ValueError(str(err) if str(err).startswith(option) else f"{option} {target}: {err}") from None
+
+
+# ---- sizes: what cannot be allocated, or would run for hours, is refused before anything is built ----
+
+GLM5_LAYERS = 78
+MAX_LAYERS = 4 * GLM5_LAYERS  # --layers N keeps the preset's first N layers (its schedule extended past its depth)
+GLM5_EXPERTS = 256
+MAX_EXPERTS = 4 * GLM5_EXPERTS
+MAX_FORWARDS = 100_000  # ~200 x a default firsttoken run (50 prompts x ~10 forwards)
+
+
+def check_layers(value: int | None, option: str = "--layers") -> None:
+    """`value` (when given) is an int in [1, MAX_LAYERS]. --layers keeps a preset's first N layers (its
+    indexer schedule extended past the preset's depth); a model several times deeper than GLM-5.x's
+    78 layers is none of the presets, and only laying out its module skeleton on the meta device,
+    which every memory estimate does, takes minutes (10,000 layers: 15 s, growing faster than
+    linearly)."""
+    check_count(value, option)
+    if value is not None and value > MAX_LAYERS:
+        raise ValueError(f"{option} {value}: at most {MAX_LAYERS} layers (4 x the {GLM5_LAYERS} of GLM-5.x; "
+                         f"--layers keeps a preset's first N layers, and a deeper model takes minutes just to "
+                         f"lay out)")
+
+
+def check_experts(value: int | None, option: str = "--experts") -> None:
+    """`value` (when given) is an int in [1, MAX_EXPERTS]: routed experts per MoE layer, 256 in GLM-5.x;
+    a fused expert stack of 10^12 experts overflows even the meta device's size arithmetic."""
+    check_count(value, option)
+    if value is not None and value > MAX_EXPERTS:
+        raise ValueError(f"{option} {value}: at most {MAX_EXPERTS} routed experts (4 x the {GLM5_EXPERTS} of "
+                         f"GLM-5.x; each MoE layer holds all of them in one fused weight stack)")
+
+
+def check_band(value: int, option: str = "--band", held_out: int = 0) -> None:
+    """`value` is an int in [1, BAND_FAMILY_SIZE - held_out]: the band's variants are the flash-style
+    kernels of `glmcheck.backends.band_kernels` (16, each once), of which `held_out` are kept out of
+    the band (the rates run holds out 2); a larger band would fail only after the model is built."""
+    from glmcheck.backends.band_kernels import BAND_FAMILY_SIZE
+
+    check_count(value, option)
+    limit = BAND_FAMILY_SIZE - held_out
+    if value > limit:
+        held = f"; this run holds {held_out} of them out of the band" if held_out else ""
+        raise ValueError(f"{option} {value}: at most {limit} variants (the band family has {BAND_FAMILY_SIZE} "
+                         f"flash-style kernels, each block size x order x normaliser once{held})")
+
+
+def check_forwards(count: int, what: str) -> None:
+    """ValueError naming `what` (the options that multiply) when a run needs more than MAX_FORWARDS
+    model forwards: about two days of the tiny preset on the CPU (~1.5 s a forward in the Triton
+    interpreter at 128 tokens), longer at GLM-5.x size on any GPU."""
+    if count > MAX_FORWARDS:
+        raise ValueError(f"{what}: {count:,} model forwards, more than the limit of {MAX_FORWARDS:,} (~200 default "
+                         f"firsttoken runs; about two days of tiny on the CPU, longer at GLM-5.x size)")
+

@@ -23,6 +23,11 @@ def add_parser(sub) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.commands.options import check_experts, check_layers, check_number
+
+    check_layers(ns.layers)
+    check_experts(ns.experts)
+    check_number(ns.gpu_gib, "--gpu-gib", positive=True)
     config = make_config(ns.model, layers=ns.layers, experts=ns.experts)
     plan = plan_memory(config, ns.tp, ns.tokens, ns.gpu_gib)
     print(markdown_table(

@@ -22,7 +22,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("selfcheck", help="run the kernel on random inputs against the fp64 reference",
                        description="Random inputs, the Triton kernel against fp64/fp32 references. "
                                    "Default shape: GLM-5.x TP8 (T=S=4096, H=8, topk 2048, 512+64) on a "
-                                   "GPU; a small shape on the CPU (Triton interpreter).")
+                                   "GPU; a small shape on the CPU (Triton interpreter). A shape that does not "
+                                   "fit the device's memory, or on the CPU would take more than 10 minutes, "
+                                   "is refused before anything is allocated.")
     for flag in ("tokens", "heads", "kv-rows", "topk", "d-v"):
         p.add_argument(f"--{flag}", type=_positive_int, default=None)
     p.add_argument("--d-tail", type=int, default=None)
@@ -44,6 +46,7 @@ def handle(ns: argparse.Namespace) -> int:
     overrides = {k: getattr(ns, k) for k in ("tokens", "heads", "kv_rows", "topk", "d_v", "d_tail")
                  if getattr(ns, k) is not None}
     shape = selfcheck.SelfcheckShape(**{**shape.__dict__, **overrides})
+    selfcheck.check_shape(shape, device)  # what the kernel cannot take, the device cannot hold, or runs for hours
     print(f"glmcheck {__version__} selfcheck on {device}: T={shape.tokens} H={shape.heads} "
           f"S={shape.kv_rows} topk={shape.topk} d_v={shape.d_v} d_tail={shape.d_tail} seed={ns.seed}")
     rows = selfcheck.run_selfcheck(shape, device, seed=ns.seed)

@@ -106,18 +106,29 @@ def handle(ns: argparse.Namespace) -> int:
 def handle_rates(ns: argparse.Namespace) -> int:
     """`--model`: false-alarm and detection rates; exit 1 when layer0 misses a planted fault or its
     false-alarm rate exceeds 5 %."""
-    from glmcheck.commands.options import check_count
+    from glmcheck.commands.options import check_band, check_count, check_forwards
     from glmcheck.model.load import resolve_device
-    from glmcheck.selftest.rates import CHECKS, measure_rates, rates_table
+    from glmcheck.model.plan import check_fits
+    from glmcheck.model.presets import make_config
+    from glmcheck.selftest.faults import FAULTS
+    from glmcheck.selftest.rates import CHECKS, legitimate_backends, measure_rates, rates_table
 
-    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens"), (ns.band, "--band")):
+    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
         check_count(value, option)
+    check_band(ns.band, held_out=2)  # legitimate_backends holds two band variants out of the band
     checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
     if not checks or any(c not in CHECKS for c in checks):
         raise ValueError(f"--checks must name some of {', '.join(CHECKS)}, got {ns.checks!r}")
+    config = make_config(ns.model)
+    if ns.tokens > config.max_position_embeddings:
+        raise ValueError(f"--tokens {ns.tokens}: more than the model's {config.max_position_embeddings} positions")
+    device = resolve_device(None)
+    check_fits(config, ns.tokens, device)
+    per_run = 2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) + len(FAULTS)
+    check_forwards(ns.seeds * len(checks) * per_run,
+                   f"{ns.seeds} seeds x {len(checks)} checks x {per_run} forwards (--seeds, --checks, --band)")
     say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
-    tallies = measure_rates(ns.model, range(ns.seeds), ns.tokens, checks, ns.band, device=resolve_device(None),
-                            progress=say)
+    tallies = measure_rates(ns.model, range(ns.seeds), ns.tokens, checks, ns.band, device=device, progress=say)
     print(f"verdict rates on {ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of {ns.band}")
     print(rates_table(tallies))
     layer0 = [t for t in tallies if t.check == "layer0"]

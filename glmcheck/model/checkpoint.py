@@ -12,12 +12,24 @@ Two ways in:
   checkpoint fits one GPU. FP8 tensors are dequantised with their `weight_scale_inv` blocks.
   The final norm and lm_head are not read (their seeded dummy values are kept and listed in
   `model.glmcheck_unloaded`): logits of such a model mean nothing.
+Both, and the torchrun shard loader, first hold every tensor's name, shape and dtype (safetensors
+metadata; no data read) against the model its config.json builds (`check_tensors`): a missing
+tensor, one of another shape than the config implies, or an FP8 weight without a 128x128-block
+`weight_scale_inv` of the right shape is a CheckpointError naming the tensor and both shapes,
+before anything is built (transformers would only warn and initialise the tensor randomly, or
+dequantise with the wrong scales). The whole checkpoint is checked, also for layer-0 loading: a
+checkpoint whose later layers disagree with its config is not the model it claims to be. Tensors
+the model does not use are a one-line warning (the run goes on; nothing of the model depends on
+them), except the layers config.json declares as `num_nextn_predict_layers` (GLM's MTP layer,
+which transformers ignores too).
 Errors: a missing directory, config or weight file raises FileNotFoundError; a config that is
-not `glm_moe_dsa`, a corrupt or incomplete safetensors file raises CheckpointError.
+not `glm_moe_dsa`, a corrupt or incomplete safetensors file, or tensors that disagree with the
+config raise CheckpointError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,14 +40,21 @@ import torch
 import transformers
 from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, FineGrainedFP8Config, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from glmcheck.model.build import FP32_PATTERNS, build_dummy_model
 from glmcheck.model.fp8_blocks import dequantize_blocks
+from glmcheck.model.sharding import full_shapes
 
 log = logging.getLogger("glmcheck")
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 LAYER0_PREFIXES = ("model.embed_tokens.", "model.layers.0.")
+# The model holds each MoE layer's routed experts fused; the files hold them per expert.
+FUSED_EXPERTS = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
+FP8_DTYPE = "F8_E4M3"
+FLOAT_DTYPES = {"BF16", "F16", "F32", "F64", FP8_DTYPE}
+SCALE_SUFFIX = "_scale_inv"
 
 
 class CheckpointError(ValueError):
@@ -100,11 +119,120 @@ def is_fp8(config: GlmMoeDsaConfig) -> bool:
     return _quant_config(config).get("quant_method") == "fp8"
 
 
+def file_shapes(config: GlmMoeDsaConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the model built from `config` reads, by its name in the files, and the shape the
+    config implies (built on the meta device; routed experts per expert, as the files store them)."""
+    expected: dict[str, tuple[int, ...]] = {}
+    for name, shape in full_shapes(config).items():
+        fused = FUSED_EXPERTS.match(name)
+        if not fused:
+            expected[name] = tuple(shape)
+            continue
+        experts, rows, cols = shape
+        parts = ((("gate_proj", "up_proj"), (rows // 2, cols)) if fused["kind"] == "gate_up_proj"
+                 else (("down_proj",), (rows, cols)))
+        for expert in range(experts):
+            for part in parts[0]:
+                expected[f"{fused['prefix']}.{expert}.{part}.weight"] = parts[1]
+    return expected
+
+
+def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, int]:
+    """The `weight_scale_inv` shape of a block-FP8 weight: ceil(rows / b0) x ceil(cols / b1)."""
+    return -(-shape[0] // block[0]), -(-shape[1] // block[1])
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _unused_layer(name: str, config: GlmMoeDsaConfig) -> bool:
+    """A tensor of the layers config.json declares as next-token-prediction (MTP) layers, which the
+    model does not build (transformers ignores them as well)."""
+    match = re.match(r"model\.layers\.(\d+)\.", name)
+    extra = getattr(config, "num_nextn_predict_layers", 0) or 0
+    return bool(match) and config.num_hidden_layers <= int(match[1]) < config.num_hidden_layers + extra
+
+
+def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None, *, warn: bool = True) -> list[str]:
+    """Hold the checkpoint's tensors (names, shapes, dtypes: safetensors metadata, no data read)
+    against the model `config` (default: its config.json, whole) builds.
+
+    CheckpointError naming the tensor and both shapes for a tensor the model needs that is missing
+    or has another shape than the config implies, an FP8 weight whose `weight_scale_inv` is missing
+    or not ceil(rows / 128) x ceil(cols / 128), an FP8 tensor without an fp8 quantization_config,
+    or a tensor that is not floating point (the first problem is named, the others counted).
+    Returns the names the model does not use (after a one-line warning when there are any and `warn`).
+    """
+    root = Path(path)
+    config = config if config is not None else read_config(root)
+    mapping = weight_map(root)
+    block, fp8 = fp8_block(config), is_fp8(config)
+    found: dict[str, tuple[tuple[int, ...], str]] = {}
+    by_file: dict[str, list[str]] = {}
+    for name, file in mapping.items():
+        by_file.setdefault(file, []).append(name)
+    for file, names in sorted(by_file.items()):
+        with _open(root / file) as handle:
+            present = set(handle.keys())
+            for name in names:
+                if name in present:
+                    piece = handle.get_slice(name)
+                    found[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    index = INDEX_FILE if (root / INDEX_FILE).is_file() else SINGLE_FILE
+    expected = file_shapes(config)
+    problems: list[str] = []
+    for name, shape in expected.items():
+        if name not in mapping:
+            problems.append(f"lacks tensor {name} (config.json implies {_dims(shape)}; {index} does not list it)")
+            continue
+        if name not in found:
+            problems.append(f"lacks tensor {name} (config.json implies {_dims(shape)}; {index} maps it to "
+                            f"{mapping[name]}, which does not hold it)")
+            continue
+        have, dtype = found[name]
+        if have != shape:
+            problems.append(f"tensor {name} is {_dims(have)} in {mapping[name]}, but config.json implies "
+                            f"{_dims(shape)}")
+        elif dtype not in FLOAT_DTYPES:
+            problems.append(f"tensor {name} in {mapping[name]} is {dtype}; expected a floating-point tensor")
+        elif dtype == FP8_DTYPE:
+            problems += _fp8_problems(name, shape, fp8, block, mapping, found)
+    if problems:
+        more = f" ({len(problems) - 1} more tensors disagree)" if len(problems) > 1 else ""
+        raise CheckpointError(f"checkpoint {str(root)!r}: {problems[0]}{more}")
+    scales = {n + SCALE_SUFFIX for n in expected if found.get(n, ((), ""))[1] == FP8_DTYPE}
+    unused = sorted(n for n in mapping if n not in expected and n not in scales and not _unused_layer(n, config))
+    if unused and warn:
+        log.warning("glmcheck: checkpoint %s has %d tensor%s the model of its config.json does not use (ignored): %s",
+                    root, len(unused), "" if len(unused) == 1 else "s",
+                    ", ".join(unused[:3]) + (", ..." if len(unused) > 3 else ""))
+    return unused
+
+
+def _fp8_problems(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int, int],
+                  mapping: dict[str, str], found: dict) -> list[str]:
+    """What is wrong with the FP8 weight `name` of the config's `shape` (nothing: [])."""
+    if not fp8:
+        return [f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}), but config.json has no fp8 "
+                f"quantization_config (its weight_scale_inv blocks would be ignored)"]
+    if len(shape) != 2:
+        return [f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}) with {len(shape)} dims; block-FP8 "
+                f"weights are 2-D"]
+    scale, need = name + SCALE_SUFFIX, scale_shape(shape, block)
+    blocks = f"a {_dims(shape)} FP8 weight in {block[0]}x{block[1]} blocks needs {_dims(need)}"
+    if scale not in found:
+        return [f"lacks tensor {scale} ({blocks}; {name} is {FP8_DTYPE})"]
+    if found[scale][0] != need:
+        return [f"tensor {scale} is {_dims(found[scale][0])} in {mapping[scale]}, but {blocks}"]
+    return []
+
+
 def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                           attn_implementation: str = "sdpa") -> GlmMoeDsaForCausalLM:
     """The whole checkpoint in bf16 (FP8 dequantised), on `device` (CUDA: over all GPUs)."""
     config = read_config(path)
-    weight_map(path)  # fail early and clearly on missing files
+    check_tensors(path, config)  # names and shapes against the config, before transformers sees them
     device = torch.device(device)
     kwargs = dict(dtype=torch.bfloat16, local_files_only=True, attn_implementation=attn_implementation)
     if is_fp8(config):
@@ -112,9 +240,13 @@ def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
     try:
-        model, info = GlmMoeDsaForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"checkpoint {str(path)!r} could not be loaded: {err}") from None
+        with _transformers_errors_only():  # its multi-line load report: check_tensors has said it in one line
+            model, info = GlmMoeDsaForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
+    except torch.OutOfMemoryError:
+        raise
+    except (SafetensorError, OSError, RuntimeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {str(path)!r} could not be loaded: {first}") from None
     check_loading_info(path, info)
     restore_fp32(model, path)
     placed = set(getattr(model, "hf_device_map", {}).values())
@@ -143,9 +275,20 @@ def restore_fp32(model: torch.nn.Module, path: str | os.PathLike) -> None:
             param.data = _read_one(handle, mapping, root, name, block).to(param.device, torch.float32)
 
 
+@contextlib.contextmanager
+def _transformers_errors_only():
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
 def check_loading_info(path: str | os.PathLike, info: dict) -> None:
     """CheckpointError when transformers left parameters unloaded (it would init them randomly) or
-    skipped tensors of the wrong shape; a warning for tensors the model does not use."""
+    skipped tensors of the wrong shape: a second line of defence behind `check_tensors`, which has
+    already named (and warned about) the tensors the model does not use."""
     problems = {kind: sorted(map(str, info.get(kind) or [])) for kind in ("missing_keys", "mismatched_keys")}
     problems = {kind: names for kind, names in problems.items() if names}
     if problems:
@@ -153,10 +296,6 @@ def check_loading_info(path: str | os.PathLike, info: dict) -> None:
                            + (" ..." if len(names) > 5 else "") for kind, names in problems.items())
         raise CheckpointError(f"checkpoint {str(path)!r} does not match this transformers "
                               f"({transformers.__version__}) GlmMoeDsaForCausalLM: {detail}")
-    unexpected = sorted(map(str, info.get("unexpected_keys") or []))
-    if unexpected:
-        log.warning("glmcheck: checkpoint %s has %d tensors the model does not use (first: %s)",
-                    path, len(unexpected), ", ".join(unexpected[:3]))
 
 
 def trim_to_layer0(config: GlmMoeDsaConfig, path: str | os.PathLike) -> None:
@@ -174,6 +313,7 @@ def load_layer0_model(path: str | os.PathLike, *, device: torch.device | str = "
     """A one-layer model with the checkpoint's embedding and layer 0 (see module docstring)."""
     config = read_config(path)
     trim_to_layer0(config, path)
+    check_tensors(path)  # the whole checkpoint against its whole config (metadata only)
     block = fp8_block(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -199,8 +339,18 @@ def _read_tensors(root: Path, mapping: dict[str, str], model: torch.nn.Module,
     for file, names in sorted(by_file.items()):
         with _open(root / file) as handle:
             for name in names:
-                state[name].copy_(_read_one(handle, mapping, root, name, block).to(state[name].dtype))
+                tensor = _read_one(handle, mapping, root, name, block)
+                check_shape(root, mapping, name, tensor, state[name].shape)
+                state[name].copy_(tensor.to(state[name].dtype))
     return set(wanted)
+
+
+def check_shape(root: Path, mapping: dict[str, str], name: str, tensor: torch.Tensor, expected) -> None:
+    """CheckpointError unless the tensor read for `name` has the shape its model parameter has (what
+    `check_tensors` already held from the metadata; this guards the copy itself)."""
+    if tuple(tensor.shape) != tuple(expected):
+        raise CheckpointError(f"checkpoint {str(root)!r}: tensor {name} is {_dims(tensor.shape)} in "
+                              f"{mapping.get(name, '?')}, but config.json implies {_dims(expected)}")
 
 
 def _read_one(handle, mapping: dict[str, str], root: Path, name: str, block: tuple[int, int]) -> torch.Tensor:
@@ -209,9 +359,12 @@ def _read_one(handle, mapping: dict[str, str], root: Path, name: str, block: tup
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{root / mapping[name]}: tensor {name} is unreadable: {err}") from None
     if tensor.dtype == torch.float8_e4m3fn:
-        scale_name = name + "_scale_inv"
+        scale_name = name + SCALE_SUFFIX
         if scale_name not in mapping:
-            raise CheckpointError(f"FP8 tensor {name} has no {scale_name}")
+            raise CheckpointError(f"checkpoint {str(root)!r}: FP8 tensor {name} has no {scale_name}")
         with _open(root / mapping[scale_name]) as scale_file:
-            tensor = dequantize_blocks(tensor, scale_file.get_tensor(scale_name), block)
+            try:
+                tensor = dequantize_blocks(tensor, scale_file.get_tensor(scale_name), block)
+            except ValueError as err:
+                raise CheckpointError(f"checkpoint {str(root)!r}: {scale_name} of {name}: {err}") from None
     return tensor

@@ -21,17 +21,18 @@ from typing import Callable
 import torch
 
 from glmcheck.model.checkpoint import (
+    FUSED_EXPERTS,
     CheckpointError,
+    _dims,
     _open,
     _read_one,
+    check_tensors,
     fp8_block,
     read_config,
     trim_to_layer0,
     weight_map,
 )
-from glmcheck.model.sharding import build_shard, slicer
-
-FUSED_EXPERTS = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
+from glmcheck.model.sharding import build_shard, full_shapes, slicer
 
 
 @torch.no_grad()
@@ -43,6 +44,7 @@ def load_checkpoint_shard(path: str | os.PathLike, *, rank: int, world: int, dev
     Raises CheckpointError naming the tensor when the files lack one the shard needs.
     """
     config = read_config(path)
+    check_tensors(path, config)  # the whole checkpoint against its whole config (metadata only), every rank
     block = fp8_block(config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -51,10 +53,14 @@ def load_checkpoint_shard(path: str | os.PathLike, *, rank: int, world: int, dev
     root, mapping = Path(path), weight_map(path)
     model = build_shard(config, rank=rank, world=world, device=device, reduce=reduce,
                         attn_implementation=attn_implementation)
+    shapes = full_shapes(config)
     persistent = set(model.state_dict())
     named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in persistent]
     for name, tensor in named:
         whole = _read_whole(root, mapping, name, block)
+        if tuple(whole.shape) != tuple(shapes[name]):
+            raise CheckpointError(f"checkpoint {str(root)!r}: tensor {name} is {_dims(whole.shape)} as read, but "
+                                  f"config.json implies {_dims(shapes[name])}")
         cut = slicer(name, rank, world)
         tensor.copy_((cut(whole) if cut else whole).to(tensor.dtype))
     if layer0_only:

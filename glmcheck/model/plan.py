@@ -115,3 +115,29 @@ def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--to
         raise ValueError(f"{option} {tokens}: a prefill of {config.num_hidden_layers} layers needs about "
                          f"{need / GIB:,.0f} GiB (weights and activations, `glmcheck plan`), more than the "
                          f"{have / GIB:,.0f} GiB of {device}")
+
+
+def device_memory(device) -> tuple[int, str]:
+    """(bytes, description) of what `device` can hold: the machine's physical memory for the CPU,
+    the free memory of a CUDA device (`torch.cuda.mem_get_info`)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return free, f"free on {device} (of {gib(total)})"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of RAM"
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as GiB for a message: '0.25 GiB', '3.1 GiB', '29,802 GiB'."""
+    value = nbytes / GIB
+    return f"{value:.2f} GiB" if value < 1 else f"{value:.1f} GiB" if value < 100 else f"{value:,.0f} GiB"
+
+
+def check_memory(need: int, device, what: str, detail: str = "") -> None:
+    """ValueError naming `what`, the estimate and the device's memory when `need` bytes exceed it."""
+    have, where = device_memory(device)
+    if need > have:
+        raise ValueError(f"{what} needs about {gib(need)}{f' ({detail})' if detail else ''}, more than the "
+                         f"{gib(have)} {where}")

@@ -36,6 +36,14 @@ class SelfcheckShape:
 CPU_DEFAULT = SelfcheckShape(tokens=64, heads=8, kv_rows=256, topk=128, d_v=64, d_tail=16)
 GPU_DEFAULT = SelfcheckShape(tokens=4096, heads=8, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
 
+# On the CPU the kernel runs in Triton's interpreter. Its speed, fitted on a 2-core CPU (2026-12):
+# a selfcheck takes about tokens x ceil(topk / 16) x (12 ms + 1 us x max(heads, 16) x d_qk), within
+# 2x of the measured 2.5-170 s at T = 16..128, H = 2..128, topk 32..2048, d_qk 80..576 (the
+# estimate errs high at large shapes). Shapes estimated above CPU_LIMIT_S are refused.
+CPU_LIMIT_S = 600
+INTERP_BLOCK_S = 12e-3
+INTERP_ELEMENT_S = 1e-6
+
 
 @dataclass(frozen=True)
 class SelfcheckRow:
@@ -55,6 +63,57 @@ class SelfcheckRow:
 def default_shape(device: torch.device) -> SelfcheckShape:
     """GLM-5.x TP8 geometry on the GPU; a small shape for the CPU interpreter."""
     return GPU_DEFAULT if device.type == "cuda" else CPU_DEFAULT
+
+
+def cpu_seconds(shape: SelfcheckShape) -> float:
+    """Estimated seconds of a selfcheck of `shape` on the CPU (Triton interpreter; see CPU_LIMIT_S)."""
+    blocks = shape.tokens * -(-shape.topk // 16)
+    return blocks * (INTERP_BLOCK_S + INTERP_ELEMENT_S * max(shape.heads, 16) * (shape.d_v + shape.d_tail))
+
+
+def memory_bytes(shape: SelfcheckShape) -> tuple[int, int]:
+    """(host bytes, device bytes) a selfcheck of `shape` needs, from its tensors' shapes: the inputs drawn
+    on the host in fp32 (and, for a KV pool that is not the prefill's, a [T, S] sort key per token), then
+    on the device the bf16 inputs, int32 indices, the fp64 / fp32 references, the kernel's two outputs,
+    the metrics' fp64 copies and the references' gathered-row chunks (3 x 256 MiB)."""
+    t, h, s, k, dv = shape.tokens, shape.heads, shape.kv_rows, shape.topk, shape.d_v
+    d_qk = dv + shape.d_tail
+    host = t * h * d_qk * (4 + 2) + s * d_qk * (4 + 2)
+    host += t * k * 8 if s == t else t * s * (4 + 8) + t * k * (4 + 4 + 1)
+    device = t * h * d_qk * 2 + s * d_qk * 2 + t * k * (4 + 2 + 8) + t * h * dv * (8 + 4 + 2 + 2 + 2 * 8)
+    return host, device + 3 * 256 * 2**20
+
+
+def check_shape(shape: SelfcheckShape, device: torch.device | str) -> None:
+    """ValueError naming the option (selfcheck's --tokens, --heads, ...) when the kernel cannot take
+    `shape`, or when it would not fit the device's memory (`glmcheck.commands.options.check_memory`:
+    RAM, a GPU's free memory) or, on the CPU, run within CPU_LIMIT_S; before anything is allocated."""
+    from glmcheck.kernels.validate import MAX_HEADS
+    from glmcheck.model.plan import check_memory
+
+    device = torch.device(device)
+    if shape.heads > MAX_HEADS:
+        raise ValueError(f"--heads {shape.heads}: the kernel takes 1..{MAX_HEADS} heads")
+    if shape.d_v < 16 or shape.d_v & (shape.d_v - 1):
+        raise ValueError(f"--d-v {shape.d_v}: d_v must be a power of two >= 16")
+    if shape.d_tail < 0 or shape.d_tail & (shape.d_tail - 1):
+        raise ValueError(f"--d-tail {shape.d_tail}: the rope tail must be 0 or a power of two")
+    if shape.kv_rows != shape.tokens and shape.topk > shape.kv_rows:
+        raise ValueError(f"--topk {shape.topk} exceeds --kv-rows {shape.kv_rows} (a token selects distinct rows)")
+    label = (f"--tokens {shape.tokens} --heads {shape.heads} --kv-rows {shape.kv_rows} --topk {shape.topk} "
+             f"(d_qk {shape.d_v + shape.d_tail})")
+    host, on_device = memory_bytes(shape)
+    if device.type == "cuda":
+        check_memory(host, "cpu", label, "inputs drawn on the host")
+        check_memory(on_device, device, label, "inputs, references, outputs on the GPU")
+        return
+    seconds = cpu_seconds(shape)
+    if seconds > CPU_LIMIT_S:
+        took = f"{seconds / 3600:,.1f} hours" if seconds >= 3600 else f"{seconds / 60:.0f} minutes"
+        raise ValueError(f"{label} would take about {took} on the CPU (Triton interpreter, ~{INTERP_BLOCK_S * 1e3:.0f} "
+                         f"ms per token and 16 selected rows); the CPU limit is {CPU_LIMIT_S // 60} minutes: use a "
+                         f"smaller shape or a GPU (--device cuda)")
+    check_memory(host + on_device, device, label, "inputs, references, outputs")
 
 
 def _indices(shape: SelfcheckShape, seed: int) -> torch.Tensor:
@@ -77,7 +136,9 @@ def _row(name: str, actual: torch.Tensor, expected: torch.Tensor, rule: str) -> 
 
 
 def run_selfcheck(shape: SelfcheckShape, device: torch.device, seed: int = 0) -> list[SelfcheckRow]:
-    """Run the kernel paths and references on fresh random inputs; return comparison rows."""
+    """Run the kernel paths and references on fresh random inputs; return comparison rows.
+    ValueError before anything is allocated for a shape `check_shape` refuses."""
+    check_shape(shape, device)
     generator = torch.Generator().manual_seed(seed)
     q, kv = random_qkv(shape.tokens, shape.heads, shape.kv_rows, shape.d_v, shape.d_tail, generator, device)
     indices = _indices(shape, seed).to(device)
