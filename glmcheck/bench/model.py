@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -137,12 +138,15 @@ def _measure(model, ids, row: ModelRow, options: SwapOptions, gate: str, repeats
 
 
 def bench_prefill(model, lengths: list[int], rows: list[ModelRow], options: SwapOptions = SwapOptions(),
-                  repeats: int = 5, seed: int = 0, progress=None) -> list[PrefillTiming]:
-    """Gate, then time every row at every length (see module docstring); one warm forward per row first."""
+                  repeats: int = 5, seed: int = 0, progress=None,
+                  prompt: Callable[[int, int], torch.Tensor] | None = None) -> list[PrefillTiming]:
+    """Gate, then time every row at every length (see module docstring); one warm forward per row first.
+    `prompt(tokens, seed)` gives the ids (default: seeded random ids)."""
     results: list[PrefillTiming] = []
     device = next(model.parameters()).device
     for tokens in lengths:
-        ids = seeded_prompt(model.config.vocab_size, tokens, seed + tokens, device)
+        ids = prompt(tokens, seed + tokens) if prompt else seeded_prompt(model.config.vocab_size, tokens,
+                                                                         seed + tokens, device)
         reference = forward_under(model, ids, "reference", options, latent_layers=[0])
         gate_runs: dict[str, BackendRun] = {}
         for row in rows:

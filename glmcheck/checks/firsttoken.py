@@ -16,6 +16,7 @@ token with the reference's (first divergence position).
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -110,10 +111,12 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
                    max_dlogprob: float | None = None, tie_gap: float = DEFAULT_TIE_GAP,
                    band_size: int = DEFAULT_BAND, continue_tokens: int = 0, device: torch.device | str = "cpu",
                    on_prompt: Callable[[Prompt, list[PromptOutcome]], None] | None = None,
-                   done: dict[str, list[PromptOutcome]] | None = None) -> FirstTokenResult:
+                   done: dict[str, list[PromptOutcome]] | None = None,
+                   encoded: dict[str, list[int]] | None = None) -> FirstTokenResult:
     """Run every prompt under the exact reference (twice), the band and each backend; judge (see
     module docstring). `done` maps prompt ids to outcomes already computed (a resumed run); those
-    prompts are skipped. `on_prompt` is called after each newly computed prompt."""
+    prompts are skipped. `on_prompt` is called after each newly computed prompt. `encoded` maps
+    prompt ids to token ids to use instead of encoding the prompt's text (windows of a token stream)."""
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     control_name = f"{exact} (rerun)"
@@ -122,7 +125,8 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
         if done and prompt.id in done:
             outcomes += done[prompt.id]
             continue
-        ids = torch.tensor([tokenizer.encode(prompt.prompt)], dtype=torch.long, device=device)
+        tokens = encoded[prompt.id] if encoded and prompt.id in encoded else tokenizer.encode(prompt.prompt)
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
         ref_choice, ref_logprobs = choose(_logits(model, ids, exact, options))
         ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens) \
             if continue_tokens else []
@@ -181,7 +185,9 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         rows.append(row)
         flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree]
     verdict = FAIL if judged == 0 or any(r["verdict"] == FAIL for r in rows) else PASS
-    facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap, "band_mean_dlogprob": band_mean,
+    reference_runs = [o for o in outcomes if o.backend == control_name]
+    facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap, "band_mean_dlogprob": band_mean, "gate_ratio": gate_ratio,
+             **reference_peakedness(reference_runs),
              "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
              f"{gate_ratio:g} x the band's max |dlogprob|)) and mean |dlogprob| over every prompt <= "
              f"{gate_ratio:g} x the band's max mean" + (f" and <= {max_dlogprob:g}" if max_dlogprob else "")
@@ -204,3 +210,14 @@ def _flip(o: PromptOutcome, tokenizer: Tokenizer, tie_gap: float) -> dict:
     return {"prompt_id": o.prompt_id, "backend": o.backend, "ref_token": tokenizer.token_text(o.ref_token),
             "ref_logprob": o.ref_logprob, "token": tokenizer.token_text(o.token), "logprob": o.logprob,
             "ref_gap": o.ref_gap, "near_tie": o.ref_gap <= tie_gap}
+
+
+def reference_peakedness(outcomes: list[PromptOutcome]) -> dict:
+    """How peaked the reference's next-token distributions are over the prompts: median top-1
+    probability and median top-1/top-2 gap (nats). A model that cannot speak has top-1 ~ 1/vocab."""
+    if not outcomes:
+        return {}
+    probs = sorted(math.exp(o.ref_logprob) for o in outcomes)
+    gaps = sorted(o.ref_gap for o in outcomes)
+    return {"reference_median_top1_prob": statistics.median(probs), "reference_median_gap": statistics.median(gaps),
+            "reference_top1_prob_at_least_0.3": sum(p >= 0.3 for p in probs) / len(probs)}

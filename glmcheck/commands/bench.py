@@ -162,9 +162,9 @@ def _handle_model(ns) -> int:
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.commands.common import default_backends
     from glmcheck.data.indices import calibrated_selector
+    from glmcheck.data.model_prompts import model_prompt, prompt_source
     from glmcheck.kernels import legal_groups
-    from glmcheck.model.load import ModelSpec, load_model
-    from glmcheck.model.presets import make_config
+    from glmcheck.model.load import ModelSpec, config_of, load_model
 
     indices = ns.indices or "model"
     if indices not in MODEL_INDICES:
@@ -173,7 +173,7 @@ def _handle_model(ns) -> int:
     spec = ModelSpec(ns.model, None, ns.layers, ns.experts)
     device = torch.device("cuda")
     lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
-    config = make_config(ns.model, layers=1)
+    config = config_of(spec, layer0_only=True)
     heads = config.num_attention_heads // ns.tp
     latent = (config.kv_lora_rank, config.qk_rope_head_dim)
     flash = "flashmla_sparse" in default_backends(device, heads, latent)
@@ -184,12 +184,13 @@ def _handle_model(ns) -> int:
     model = load_model(spec, device)
     options = SwapOptions(tp=ns.tp, selector=calibrated_selector() if indices == "calibrated" else None)
     with tqdm(total=len(lengths) * len(rows), desc="prefill", disable=ns.quiet, leave=False) as bar:
-        timings = bench_prefill(model, lengths, rows, options, progress=bar)
-    schedule = make_config(ns.model).indexer_types
+        timings = bench_prefill(model, lengths, rows, options, progress=bar,
+                                prompt=lambda n, key: model_prompt(spec, model.config.vocab_size, n, key, device))
+    schedule = config_of(spec).indexer_types
     table = render_model_table(timings, ns.tp, schedule.count("full"), schedule.count("shared"))
     print(f"model: {spec.describe()}, tp {ns.tp} ({heads} heads per rank slice, run one after another); indices: "
           + ("calibrated (every indexer's top-k replaced by calibrated indices for timing)" if indices == "calibrated"
-             else "the model's own indexer"))
+             else "the model's own indexer") + f"; prompts: {prompt_source(spec)}")
     print(table)
     rows_out = [dataclasses.asdict(t) for t in timings]
     directory = Path(ns.out) if ns.out else default_run_dir("bench-model")

@@ -9,11 +9,11 @@ import torch
 
 from glmcheck.backends import resolve_backend
 from glmcheck.commands.options import check_count, check_experts, check_layers, check_out_file, check_seed
-from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.model_prompts import model_prompt
 from glmcheck.data.traces import capture_indices, write_trace
-from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
+from glmcheck.model.load import ModelSpec, config_of, load_model, model_names, resolve_device
 from glmcheck.model.plan import check_fits
-from glmcheck.model.presets import PRESETS
+from glmcheck.model.references import DEFAULT_MODEL
 from glmcheck.model.swap import HF_BACKENDS
 from glmcheck.records.environment import config_hash
 
@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("capture-indices", help="record every full indexer layer's top-k from a model run",
                        description="Run seeded prompts through the model and write each full indexer layer's "
                                    "top-k (kernel convention: index > t -> -1) to a safetensors trace.")
-    p.add_argument("--model", default="tiny", choices=list(PRESETS))
+    p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
+                   help=f"reference model or dummy preset (default {DEFAULT_MODEL})")
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--experts", type=int, default=None)
@@ -60,7 +61,7 @@ def handle(ns: argparse.Namespace) -> int:
         raise ValueError(f"--tokens {ns.tokens}: more than the model's {positions} positions")
     start = time.perf_counter()
     model = load_model(spec, device)
-    prompts = torch.cat([seeded_prompt(model.config.vocab_size, ns.tokens, ns.seed + b, device)
+    prompts = torch.cat([model_prompt(spec, model.config.vocab_size, ns.tokens, ns.seed + b, device)
                          for b in range(ns.batch)])
     loaded = time.perf_counter()
     try:

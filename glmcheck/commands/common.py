@@ -18,24 +18,34 @@ from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.commands.options import (check_band, check_count, check_experts, check_layers, check_number,
-                                       check_out_dir, check_seed)
+from glmcheck.commands.options import (
+    check_band,
+    check_count,
+    check_experts,
+    check_layers,
+    check_number,
+    check_out_dir,
+    check_seed,
+)
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.checkpoint import check_tensors
-from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
+from glmcheck.model.load import ModelSpec, config_of, load_model, model_names, resolve_device
 from glmcheck.model.plan import check_fits
 from glmcheck.model.presets import PRESETS
+from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
 from glmcheck.records.environment import code_identity, config_hash, environment_metadata
 from glmcheck.records.progress import ItemStore
 from glmcheck.records.report import render
 from glmcheck.records.store import default_run_dir, write_record
 
-PRESET_HELP = "; ".join(f"{name}: {p.description}" for name, p in PRESETS.items())
+PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in REFERENCE_MODELS.items()]
+                        + [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()])
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output."""
-    parser.add_argument("--model", default="tiny", choices=list(PRESETS), help=f"preset ({PRESET_HELP})")
+    parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
+                        help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
     parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
     parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
     parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")

@@ -8,7 +8,7 @@ from tqdm import tqdm
 
 from glmcheck.checks.drift import run_drift
 from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
-from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.model_prompts import model_prompt, prompt_source
 
 
 def add_parser(sub) -> None:
@@ -26,11 +26,12 @@ def handle(ns: argparse.Namespace) -> int:
         tokens = prep.prompt_tokens(ns.tokens)
 
         def run(model, out):
-            ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+            ids = model_prompt(prep.spec, model.config.vocab_size, tokens, ns.seed, prep.device)
             with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
                 result = run_drift(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
                                    band_size=prep.band_size, progress=bar)
-            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts)
+            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
+                                {**result.facts, "prompt_source": prompt_source(prep.spec)})
         return run
 
     return run_check(ns, "drift", plan)

@@ -20,7 +20,9 @@ def add_parser(sub) -> None:
                                    "exact reference, beside the band (the reference rerun and --band ideal bf16 "
                                    "kernels).")
     add_model_options(p)
-    p.add_argument("--prompts", default="natural50", help=f"{' or '.join(PROMPT_SETS)} or a JSONL path")
+    p.add_argument("--prompts", default=None,
+                   help=f"{' or '.join(PROMPT_SETS)} or a JSONL path (default: heldout50 on a reference model, "
+                        "text of its corpus it never trained on; natural50 otherwise)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--continue", dest="continue_tokens", type=int, default=0,
                    help="also compare a greedy N-token continuation (first divergence)")
@@ -37,6 +39,8 @@ def handle(ns: argparse.Namespace) -> int:
         check_count(ns.continue_tokens, "--continue", minimum=0)
         check_number(ns.tie_gap, "--tie-gap")
         check_number(ns.max_dlogprob, "--max-dlogprob", positive=True)
+        if ns.prompts is None:
+            ns.prompts = "heldout50" if prep.spec.reference else "natural50"
         prompts = load_prompts(ns.prompts, ns.limit)
         steps = 1 + ns.continue_tokens  # a continuation re-runs the prefill for every step
         check_forwards(len(prompts) * prep.forward_count() * steps,

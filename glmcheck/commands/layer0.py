@@ -9,8 +9,9 @@ from tqdm import tqdm
 
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
+from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
-from glmcheck.data.prompts import seeded_prompt, text_prompt
+from glmcheck.data.prompts import text_prompt
 
 
 def add_parser(sub) -> None:
@@ -36,12 +37,13 @@ def handle(ns: argparse.Namespace) -> int:
             if text_ids is not None:
                 ids = text_prompt(text_ids, ns.tokens, prep.device)
             else:
-                ids = seeded_prompt(model.config.vocab_size, tokens, ns.seed, prep.device)
+                ids = model_prompt(prep.spec, model.config.vocab_size, tokens, ns.seed, prep.device)
             with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
                     torch.inference_mode():
                 result = run_layer0(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
                                     band_size=prep.band_size, baseline=prep.baseline, progress=bar)
-            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict, result.facts,
+            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
+                                {**result.facts, "prompt_source": prompt_source(prep.spec)},
                                 tensors=result.tensors)
         return run
 

@@ -11,7 +11,7 @@ from glmcheck.checks.common import ComparisonRow
 from glmcheck.checks.logits import run_logits
 from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
 from glmcheck.commands.options import check_count, check_forwards
-from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.model_prompts import model_prompt, prompt_source
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -49,7 +49,7 @@ def handle(ns: argparse.Namespace) -> int:
 
         def run(model, out):
             resume.bind(out)
-            prompts = [seeded_prompt(model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
+            prompts = [model_prompt(prep.spec, model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
 
             def finished(tokens, rows):
                 resume.save(str(tokens), [dataclasses.asdict(r) for r in rows])
@@ -60,7 +60,7 @@ def handle(ns: argparse.Namespace) -> int:
                 result = run_logits(model, prompts, prep.backends, prep.exact, prep.options, prep.gate,
                                     band_size=prep.band_size, baseline=prep.baseline, on_length=finished, done=done)
             return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
-                                {**result.facts, "resumed_items": len(done)}, tensors=result.tensors)
+                                {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(prep.spec)}, tensors=result.tensors)
         return run
 
     return run_check(ns, "logits", plan, resumable=True)

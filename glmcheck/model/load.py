@@ -9,12 +9,14 @@ import torch
 
 from glmcheck.model.build import build_dummy_model
 from glmcheck.model.presets import PRESETS, make_config
+from glmcheck.model.references import REFERENCE_MODELS, is_reference, reference_checkpoint
 from glmcheck.model.weights import INIT_SCALES
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model to build: a preset with dummy weights, or a local checkpoint."""
+    """Which model to build: a preset with dummy weights, a trained reference model by name
+    (`glmcheck.model.references`: its checkpoint in fixtures/), or a local checkpoint."""
 
     preset: str = "tiny"
     checkpoint: str | None = None
@@ -22,11 +24,22 @@ class ModelSpec:
     experts: int | None = None
     seed: int = 0
     init: str = "sharp"
+    reference: str | None = None  # set from `preset` when it names a reference model
+
+    def __post_init__(self):
+        if is_reference(self.preset) and self.checkpoint is None:
+            object.__setattr__(self, "reference", self.preset)
+            object.__setattr__(self, "checkpoint", str(reference_checkpoint(self.preset)))
 
     def describe(self) -> dict:
-        return {"preset": None if self.checkpoint else self.preset, "checkpoint": self.checkpoint,
-                "layers": self.layers, "experts": self.experts, "seed": self.seed,
+        return {"preset": None if self.checkpoint else self.preset, "reference": self.reference,
+                "checkpoint": self.checkpoint, "layers": self.layers, "experts": self.experts, "seed": self.seed,
                 "init": None if self.checkpoint else self.init}
+
+
+def model_names() -> list[str]:
+    """Every name `--model` takes: the trained reference models, then the dummy presets."""
+    return list(REFERENCE_MODELS) + list(PRESETS)
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -63,7 +76,7 @@ def config_of(spec: ModelSpec, *, layer0_only: bool = False):
             config.num_hidden_layers = 1
         return config
     if spec.preset not in PRESETS:
-        raise ValueError(f"unknown preset {spec.preset!r}; expected one of {', '.join(PRESETS)}")
+        raise ValueError(f"unknown model {spec.preset!r}; expected one of {', '.join(model_names())}")
     layers = 1 if layer0_only and spec.layers is None else spec.layers
     return make_config(spec.preset, layers=layers, experts=spec.experts)
 

@@ -114,8 +114,13 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
         headers.append(f"identical {summary['facts']['continue_tokens']}-token continuations")
     headers.append("note")
     count = len(rows["prompt_id"].unique()) if len(rows) else 0
-    parts = [f"greedy first token, {summary['facts'].get('prompt_set')} ({count} prompts)",
-             markdown_table(headers, table)]
+    facts = summary.get("facts", {})
+    parts = [f"greedy first token, {facts.get('prompt_set')} ({count} prompts)"]
+    if "reference_median_top1_prob" in facts:
+        parts.append(f"reference distributions: median top-1 probability {facts['reference_median_top1_prob']:.3f}, "
+                     f"median top-1/top-2 gap {facts['reference_median_gap']:.3f} nats, "
+                     f"{facts['reference_top1_prob_at_least_0.3']:.0%} of prompts at top-1 >= 0.3")
+    parts.append(markdown_table(headers, table))
     flips = summary.get("disagreements", [])
     if flips:
         parts.append("disagreements (reference top-1 vs backend top-1; gap = reference top-1 minus top-2 logprob):")

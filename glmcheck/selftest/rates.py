@@ -1,16 +1,21 @@
 """How often the model-level verdicts are wrong: false-alarm and detection rates over seeds.
 
-For each seed (dummy weights and prompt) the layer0, logits and drift checks run with
-(a) legitimate variants: the kernel under test (per-token and every legal union) and two band
-variants held out of the band (`band:N`, `band:N+1`: flash-style kernels of other block sizes,
-orders or normalisers, `glmcheck.backends.band_kernels`), and (b) the planted faults of
-`glmcheck.selftest.faults`. A legitimate row judged FAIL is a false alarm; a fault judged PASS a
-miss. Each rate comes with its 95 % Wilson interval and the worst margin (a row's largest
-statistic / limit: legitimate rows should stay below 1, faults above).
+For each seed the checks run with (a) legitimate variants: the kernel under test (per-token and
+every legal union) and two band variants held out of the band (`band:N`, `band:N+1`: flash-style
+kernels of other block sizes, orders or normalisers, `glmcheck.backends.band_kernels`), and (b) the
+planted faults of `glmcheck.selftest.faults`. A legitimate row judged FAIL is a false alarm; a fault
+judged PASS a miss. Each rate comes with its 95 % Wilson interval and the worst margin (a row's
+largest statistic / limit: legitimate rows should stay below 1, faults above).
+
+What a seed varies: on a dummy preset the weights and the prompt (seeded random ids); on a
+checkpoint (a trained reference model or a real GLM one) the weights are fixed and the seed picks
+the prompts: windows of the reference corpus's held-out text at seeded offsets
+(`glmcheck.data.heldout`). `firsttoken` judges FIRSTTOKEN_PROMPTS short windows a seed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,14 +25,20 @@ import torch
 from glmcheck.backends.registry import backend_names, register_backend
 from glmcheck.checks.band import DEFAULT_BAND, FAIL, Gate, band_names
 from glmcheck.checks.drift import run_drift
+from glmcheck.checks.firsttoken import run_firsttoken
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.checks.logits import run_logits
-from glmcheck.data.prompts import seeded_prompt
+from glmcheck.data.heldout import heldout_stream, natural_prompt
+from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.data.prompts import Prompt, seeded_prompt
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.load import ModelSpec, load_model
 from glmcheck.selftest.faults import FAULTS
 
-CHECKS = ("layer0", "logits", "drift")
+CHECKS = ("layer0", "logits", "drift", "firsttoken")
+DEFAULT_CHECKS = ("layer0", "logits", "drift")
+FIRSTTOKEN_PROMPTS = 4  # prompts a seed in the firsttoken check
+FIRSTTOKEN_TOKENS = 64  # tokens of each (or the rates' --tokens when shorter)
 
 
 @dataclass
@@ -92,38 +103,78 @@ def _backend_rows(check: str, rows) -> dict[str, tuple[str, float]]:
     return out
 
 
-def measure_rates(preset: str = "tiny", seeds: Sequence[int] = range(20), tokens: int = 64,
-                  checks: Sequence[str] = CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
+def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(20), tokens: int = 64,
+                  checks: Sequence[str] = DEFAULT_CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
                   device: torch.device | str = "cpu",
                   progress: Callable[[str], None] | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
-    docstring); one Tally per (check, backend)."""
+    docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend)."""
     register_faults()
     device = torch.device(device)
+    base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
     tallies: dict[tuple[str, str], Tally] = {}
+    fixed: dict[bool, torch.nn.Module] = {}  # a checkpoint's models, loaded once (layer0_only -> model)
+    stream = None
     for seed in seeds:
-        spec = ModelSpec(preset=preset, seed=seed)
+        spec = base if base.checkpoint else dataclasses.replace(base, seed=seed)
         for check in checks:
-            model = load_model(spec, device, layer0_only=check == "layer0")
-            heads = model.config.num_attention_heads
+            layer0_only = check == "layer0"
+            if base.checkpoint:
+                if layer0_only not in fixed:
+                    fixed[layer0_only] = load_model(spec, device, layer0_only=layer0_only)
+                net = fixed[layer0_only]
+            else:
+                net = load_model(spec, device, layer0_only=layer0_only)
+            heads = net.config.num_attention_heads
             legit = legitimate_backends(heads, band_size)
             backends = legit + list(FAULTS)
-            ids = seeded_prompt(model.config.vocab_size, tokens, seed, device)
+            tokenizer = model_tokenizer(spec, net.config.vocab_size)
+            if base.checkpoint and stream is None:
+                stream = heldout_stream(tokenizer)
+
+            def prompt(length: int, key: int) -> torch.Tensor:
+                if base.checkpoint:
+                    return natural_prompt(tokenizer, length, key, device, stream=stream)
+                return seeded_prompt(net.config.vocab_size, length, key, device)
+
             if check == "layer0":
-                result = run_layer0(model, ids, backends, gate=gate, band_size=band_size)
+                result = run_layer0(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
             elif check == "logits":
-                result = run_logits(model, [ids], backends, gate=gate, band_size=band_size)
+                result = run_logits(net, [prompt(tokens, seed)], backends, gate=gate, band_size=band_size)
+            elif check == "drift":
+                result = run_drift(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
             else:
-                result = run_drift(model, ids, backends, gate=gate, band_size=band_size)
-            for name, (verdict, margin) in _backend_rows(check, result.rows).items():
+                length = min(tokens, FIRSTTOKEN_TOKENS)
+                keys = [seed * FIRSTTOKEN_PROMPTS + j + 1_000_000 for j in range(FIRSTTOKEN_PROMPTS)]
+                prompts = [Prompt(f"seed{seed}-{j}", "", "rates") for j in range(FIRSTTOKEN_PROMPTS)]
+                encoded = {p.id: prompt(length, key)[0].tolist() for p, key in zip(prompts, keys)}
+                result = run_firsttoken(net, tokenizer, prompts, backends, gate_ratio=gate.ratio,
+                                        max_dlogprob=None, band_size=band_size, device=device, encoded=encoded)
+            rows = _firsttoken_rows(result) if check == "firsttoken" else _backend_rows(check, result.rows)
+            for name, (verdict, margin) in rows.items():
                 tally = tallies.setdefault((check, name), Tally(check, name, name in legit))
                 tally.runs += 1
                 tally.fails += verdict == FAIL
                 tally.margins.append(margin)
             if progress is not None:
                 progress(f"seed {seed} {check}: {result.verdict}")
-            del model
+            if not base.checkpoint:
+                del net
     return list(tallies.values())
+
+
+def _firsttoken_rows(result) -> dict[str, tuple[str, float]]:
+    """{backend: (verdict, margin)} of a firsttoken result's judged rows; margin = mean |dlogprob| /
+    its limit (gate ratio x the band's largest mean), inf when a flip lies beyond the tie gap."""
+    out = {}
+    limit = result.facts.get("gate_ratio", 2.0) * result.facts["band_mean_dlogprob"]
+    for row in result.summary_rows:
+        if row["verdict"] == "-" or row["comparison"].startswith("noise band:"):
+            continue
+        margin = math.inf if row["wide_flips"] else (row["mean_dlogprob"] / limit if limit > 0 else
+                                                     (math.inf if row["mean_dlogprob"] > 0 else 0.0))
+        out[row["backend"]] = (row["verdict"], margin)
+    return out
 
 
 def rates_table(tallies: list[Tally]) -> str:
