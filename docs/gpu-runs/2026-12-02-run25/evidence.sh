@@ -29,12 +29,12 @@ fi
 if [ "${SMALL:-0}" = 1 ]; then L1=128; L2=256; LOGITS=128,256; RT=128; SEEDS=2; LIMIT="--limit 2"; DEV=cpu
 else L1=4096; L2=8192; LOGITS=2048,4096,8192; RT=4096; SEEDS=${SEEDS:-10}; LIMIT=""; DEV=cuda; fi
 for n in $L1 $L2; do
-  step 60 glmcheck capture-indices --checkpoint $CK --tokens $n --out /tmp/cap-$n.safetensors
-  step 30 glmcheck union-stats --indices /tmp/cap-$n.safetensors --out /tmp/rec/union-$n
+  step 60 python3 -m glmcheck capture-indices --checkpoint $CK --tokens $n --out /tmp/cap-$n.safetensors
+  step 30 python3 -m glmcheck union-stats --indices /tmp/cap-$n.safetensors --out /tmp/rec/union-$n
 done
-step 120 glmcheck logits --checkpoint $CK --tokens $LOGITS --quiet --out /tmp/rec/logits
+step 120 python3 -m glmcheck logits --checkpoint $CK --tokens $LOGITS --quiet --out /tmp/rec/logits
 for set in heldout50; do
-  step 60 glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
+  step 60 python3 -m glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
 done
 step 400 python3 - <<PY
 import torch, glmcheck.kernels
@@ -46,7 +46,7 @@ print("verdict rates on $CK, $RT tokens (firsttoken: 4 prompts of 64 tokens a se
 print(rates_table(tallies))
 PY
 for set in natural50 random50; do
-  step 60 glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
+  step 60 python3 -m glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
 done
 tar -C /tmp -czf $OUT/records.tgz rec 2>/dev/null
 ls -la $OUT
