@@ -33,9 +33,6 @@ for n in $L1 $L2; do
   step 30 python3 -m glmcheck union-stats --indices /tmp/cap-$n.safetensors --out /tmp/rec/union-$n
 done
 step 120 python3 -m glmcheck logits --checkpoint $CK --tokens $LOGITS --quiet --out /tmp/rec/logits
-for set in heldout50; do
-  step 60 python3 -m glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
-done
 step 400 python3 - <<PY
 import torch, glmcheck.kernels
 from glmcheck.model.load import ModelSpec
@@ -45,7 +42,7 @@ tallies = measure_rates(ModelSpec(checkpoint="$CK"), range($SEEDS), $RT, ["layer
 print("verdict rates on $CK, $RT tokens (firsttoken: 4 prompts of 64 tokens a seed), seeds 0..$(( SEEDS - 1 ))")
 print(rates_table(tallies))
 PY
-for set in natural50 random50; do
+for set in heldout50 natural50 random50; do
   step 60 python3 -m glmcheck firsttoken --checkpoint $CK --prompts $set $LIMIT --quiet --out /tmp/rec/ft-$set
 done
 tar -C /tmp -czf $OUT/records.tgz rec 2>/dev/null
