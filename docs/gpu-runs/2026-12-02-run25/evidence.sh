@@ -21,13 +21,13 @@ fi
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > $OUT/versions.txt 2>&1
 CK=${CK:-/tmp/train-ref-gpu/checkpoint}
 if [ "${TRAIN:-1}" = 1 ]; then
-  timeout ${TRAIN_BUDGET:-400} python3 scripts/train_reference_model.py ref-gpu --out /tmp/train-ref-gpu \
+  timeout ${TRAIN_BUDGET:-370} python3 scripts/train_reference_model.py ref-gpu --out /tmp/train-ref-gpu \
     --corpus .corpus/stdlib.jsonl.gz --quiet 2>&1 | grep -v "Loading weights\|Writing model" > $OUT/train-ref-gpu.log
   [ -f $CK/training_record.json ] || { echo "training did not finish" >> $OUT/evidence.log; exit 1; }
   tar -C $(dirname $CK) -cf - checkpoint | split -b 15M - $OUT/ref-gpu.tar.part-
 fi
 if [ "${SMALL:-0}" = 1 ]; then L1=128; L2=256; LOGITS=128,256; RT=128; SEEDS=2; LIMIT="--limit 2"; DEV=cpu
-else L1=4096; L2=8192; LOGITS=2048,4096,8192; RT=4096; SEEDS=${SEEDS:-10}; LIMIT=""; DEV=cuda; fi
+else L1=4096; L2=8192; LOGITS=2048,4096,8192; RT=4096; SEEDS=${SEEDS:-5}; LIMIT=""; DEV=cuda; fi
 for n in $L1 $L2; do
   step 60 python3 -m glmcheck capture-indices --checkpoint $CK --tokens $n --out /tmp/cap-$n.safetensors
   step 30 python3 -m glmcheck union-stats --indices /tmp/cap-$n.safetensors --out /tmp/rec/union-$n
