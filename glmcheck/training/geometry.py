@@ -98,7 +98,7 @@ REFERENCE_GEOMETRIES: dict[str, ReferenceGeometry] = {
              max_position_embeddings=65536, rms_norm_eps=1e-5, routed_scaling_factor=2.5, norm_topk_prob=True,
              n_group=1, topk_group=1),
         4096, (4, 3), 1e6,
-        Recipe(seq_len=4096, batch=4, dense_steps=900, sparse_steps=180, lr=3e-3, warmup_steps=50, eval_every=100,
+        Recipe(seq_len=4096, batch=4, dense_steps=700, sparse_steps=150, lr=3e-3, warmup_steps=50, eval_every=100,
                eval_windows=8, check_len=3072, check_windows=1, micro_batch=4, kl_query_stride=4,
                dense_seq_len=1024, dense_batch=16),
         "ref-gpu"),
