@@ -277,12 +277,17 @@ def restore_fp32(model: torch.nn.Module, path: str | os.PathLike) -> None:
 
 @contextlib.contextmanager
 def _transformers_errors_only():
-    previous = hf_logging.get_verbosity()
+    """transformers' errors only: no load report, no "Loading weights" progress bar (a check's
+    stderr carries its own progress and, on bad input, exactly one line)."""
+    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(previous)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def check_loading_info(path: str | os.PathLike, info: dict) -> None:

@@ -29,6 +29,7 @@ from glmcheck.checks.firsttoken import run_firsttoken
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.checks.logits import run_logits
 from glmcheck.data.heldout import heldout_stream, natural_prompt
+from glmcheck.data.model_prompts import reads_text
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import Prompt, seeded_prompt
 from glmcheck.kernels.union import legal_groups
@@ -128,12 +129,13 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
             heads = net.config.num_attention_heads
             legit = legitimate_backends(heads, band_size)
             backends = legit + list(FAULTS)
-            tokenizer = model_tokenizer(spec, net.config.vocab_size)
-            if base.checkpoint and stream is None:
+            tokenizer = model_tokenizer(spec, net.config.vocab_size) if reads_text(base) or check == "firsttoken" \
+                else None
+            if reads_text(base) and stream is None:
                 stream = heldout_stream(tokenizer)
 
             def prompt(length: int, key: int) -> torch.Tensor:
-                if base.checkpoint:
+                if reads_text(base):
                     return natural_prompt(tokenizer, length, key, device, stream=stream)
                 return seeded_prompt(net.config.vocab_size, length, key, device)
 
