@@ -269,6 +269,9 @@ SIZE_CASES = [  # sizes that cannot be allocated or would run for hours: refused
     (["selftest", "--model", "tiny", "--seeds", "1000000000"], "model forwards, more than the limit of 100,000"),
     (["selftest", "--model", "tiny", "--tokens", "1000000000"], "--tokens 1000000000: more than the model's 4096"),
     (["selftest", "--model", "tiny", "--band", "15"], "--band 15: at most 14 variants"),
+    (["selftest", "--model", "ref-cpu", "--checkpoint", "{tmp}"], "give --model or --checkpoint, not both"),
+    (["selftest", "--checkpoint", "{tmp}/nope"], "does not exist"),
+    (["selftest", "--model", "ref-cpu", "--checks", "layer0,tasks"], "--checks must name some of"),
     (["bench", "--model", "glm-5.2", "--layers", "100000"], "--layers 100000: at most 312"),
 ]
 

@@ -11,6 +11,9 @@ from glmcheck.selftest.mutants import mutant_names
 MUTANT_HEADERS = ["mutant", "breaks", "detected", "caught by", "margin"]
 
 
+RATE_MODELS = ["ref-cpu", "ref-gpu", "ref-gpu-fp8", "tiny"]
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("selftest", help="prove the accuracy suite catches planted kernel faults",
                        description="Run the small CPU-sized accuracy suite on the real kernels (all checks "
@@ -22,12 +25,16 @@ def add_parser(sub) -> None:
     p.add_argument("--exhaustive", action="store_true",
                    help="run every check on every mutant (default: stop at the first check that fails)")
     p.add_argument("--seed", type=int, default=0, help="input seed of the suite")
-    p.add_argument("--model", default=None, choices=["tiny"],
+    p.add_argument("--model", default=None, choices=RATE_MODELS,
                    help="instead of the kernel suite: the model-level verdicts' false-alarm and detection rates "
-                        "on this preset (legitimate variants and planted faults, over --seeds seeds)")
+                        "on this model (legitimate variants and planted faults, over --seeds seeds; on a dummy "
+                        "preset a seed varies weights and prompt, on a trained model the held-out text prompt)")
+    p.add_argument("--checkpoint", default=None,
+                   help="the rates on a local checkpoint instead (a seed varies the held-out text prompt)")
     p.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 of the rates run (default 20)")
     p.add_argument("--tokens", type=int, default=64, help="prompt length of the rates run (default 64)")
-    p.add_argument("--checks", default="layer0,logits,drift", help="checks of the rates run (comma-separated)")
+    p.add_argument("--checks", default="layer0,logits,drift",
+                   help="checks of the rates run (comma-separated: layer0, logits, drift, firsttoken)")
     p.add_argument("--band", type=int, default=4, help="band size of the rates run (default 4)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=handle)
@@ -82,7 +89,7 @@ def handle(ns: argparse.Namespace) -> int:
 
     check_seed(ns.seed)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
-    if ns.model is not None:
+    if ns.model is not None or ns.checkpoint is not None:
         return handle_rates(ns)
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
     from glmcheck.selftest.runner import run_selftest
@@ -107,11 +114,17 @@ def handle_rates(ns: argparse.Namespace) -> int:
     """`--model`: false-alarm and detection rates; exit 1 when layer0 misses a planted fault or its
     false-alarm rate exceeds 5 %."""
     from glmcheck.commands.options import check_band, check_count, check_forwards
-    from glmcheck.model.load import resolve_device
+    from glmcheck.model.load import ModelSpec, config_of, resolve_device
     from glmcheck.model.plan import check_fits
-    from glmcheck.model.presets import make_config
     from glmcheck.selftest.faults import FAULTS
-    from glmcheck.selftest.rates import CHECKS, legitimate_backends, measure_rates, rates_table
+    from glmcheck.selftest.rates import (
+        CHECKS,
+        FIRSTTOKEN_PROMPTS,
+        FIRSTTOKEN_TOKENS,
+        legitimate_backends,
+        measure_rates,
+        rates_table,
+    )
 
     for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
         check_count(value, option)
@@ -119,17 +132,24 @@ def handle_rates(ns: argparse.Namespace) -> int:
     checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
     if not checks or any(c not in CHECKS for c in checks):
         raise ValueError(f"--checks must name some of {', '.join(CHECKS)}, got {ns.checks!r}")
-    config = make_config(ns.model)
+    if ns.model is not None and ns.checkpoint is not None:
+        raise ValueError("give --model or --checkpoint, not both")
+    spec = ModelSpec(checkpoint=ns.checkpoint) if ns.checkpoint else ModelSpec(ns.model)
+    config = config_of(spec)
     if ns.tokens > config.max_position_embeddings:
         raise ValueError(f"--tokens {ns.tokens}: more than the model's {config.max_position_embeddings} positions")
     device = resolve_device(None)
     check_fits(config, ns.tokens, device)
-    per_run = 2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) + len(FAULTS)
+    prompts = FIRSTTOKEN_PROMPTS if "firsttoken" in checks else 1  # forwards per seed and check, at most
+    per_run = prompts * (2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) + len(FAULTS))
     check_forwards(ns.seeds * len(checks) * per_run,
                    f"{ns.seeds} seeds x {len(checks)} checks x {per_run} forwards (--seeds, --checks, --band)")
     say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
-    tallies = measure_rates(ns.model, range(ns.seeds), ns.tokens, checks, ns.band, device=device, progress=say)
-    print(f"verdict rates on {ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of {ns.band}")
+    tallies = measure_rates(spec, range(ns.seeds), ns.tokens, checks, ns.band, device=device, progress=say)
+    name = ns.checkpoint or ns.model
+    print(f"verdict rates on {name}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of {ns.band}"
+          + (f"; firsttoken: {FIRSTTOKEN_PROMPTS} prompts of {min(ns.tokens, FIRSTTOKEN_TOKENS)} tokens a seed"
+             if "firsttoken" in checks else ""))
     print(rates_table(tallies))
     layer0 = [t for t in tallies if t.check == "layer0"]
     legit = [t for t in layer0 if t.legitimate]
