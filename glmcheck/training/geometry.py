@@ -14,7 +14,7 @@ Both have a dense layer 0 (layer-0 loading needs one) and MoE layers after it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transformers import GlmMoeDsaConfig
 
@@ -68,7 +68,6 @@ class ReferenceGeometry:
     rope_theta: float
     recipe: Recipe
     fixture: str  # folder under fixtures/
-    extra: dict = field(default_factory=dict)
 
     def config(self, vocab_size: int | None = None) -> GlmMoeDsaConfig:
         fields = dict(self.fields, vocab_size=vocab_size or self.vocab_size)
