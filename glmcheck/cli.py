@@ -1,7 +1,9 @@
 """glmcheck: accuracy checks for the DSA sparse-MLA prefill kernel of GLM-5.x models.
 
-Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message),
-130 interrupted (SIGINT), 143 terminated (SIGTERM); finished items of a resumable run are kept.
+Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message; also
+a NaN/Inf exact reference or noise band), 3 inconclusive (no row failed, but a noise band too wide
+or too small to judge left some unjudged: `glmcheck.checks.band`), 130 interrupted (SIGINT), 143
+terminated (SIGTERM); finished items of a resumable run are kept.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         # Before any command module imports triton: on a CPU-only machine Triton must be imported in
         # interpreter mode (TRITON_INTERPRET=1), or triton.language's own functions stay compiled-only.
         import glmcheck.kernels  # noqa: F401
-    parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0],
+                           epilog=" ".join(__doc__.split("\n\n")[1].split()))  # the exit codes
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_line) in COMMANDS.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from glmcheck.checks.common import FAIL, INFO, PASS
+from glmcheck.checks.common import FAIL, INCONCLUSIVE, INFO, PASS
 from glmcheck.checks.firsttoken import PromptOutcome, summarize
 
 
@@ -11,18 +11,22 @@ class Names:
         return f"<{token}>"
 
 
-CONTROL, FLOOR = "reference (rerun)", "band:0"
+CONTROL = "reference (rerun)"
+FLOORS = ["band:0", "band:1", "band:2"]  # the fewest ideal variants a gate judges with (MIN_BAND)
 
 
 def outcome(prompt: str, backend: str, gap: float, dlogprob: float, agree: bool = True) -> PromptOutcome:
     return PromptOutcome(prompt, backend, 1 if agree else 2, -6.0, 1, -6.0, gap, agree, dlogprob)
 
 
+def band_outcomes(floor_max: float = 0.1) -> list[PromptOutcome]:
+    return [outcome("p0", CONTROL, 0.5, 0.0), outcome("p1", CONTROL, 0.5, 0.0)] + [
+        o for name in FLOORS for o in (outcome("p0", name, 0.5, floor_max), outcome("p1", name, 0.5, floor_max / 2))]
+
+
 def table(kernel: list[PromptOutcome], floor_max: float = 0.1):
-    outcomes = [outcome("p0", CONTROL, 0.5, 0.0), outcome("p1", CONTROL, 0.5, 0.0),
-                outcome("p0", FLOOR, 0.5, floor_max), outcome("p1", FLOOR, 0.5, floor_max / 2)]
-    return summarize(outcomes + kernel, [CONTROL, FLOOR, "kernel"], CONTROL, Names(), gate_ratio=2.0,
-                     max_dlogprob=None, tie_gap=0.1, continue_tokens=0, noise_names=[FLOOR])
+    return summarize(band_outcomes(floor_max) + kernel, [CONTROL, *FLOORS, "kernel"], CONTROL, Names(),
+                     gate_ratio=2.0, max_dlogprob=None, tie_gap=0.1, continue_tokens=0, noise_names=FLOORS)
 
 
 def verdicts(result) -> dict[str, str]:
@@ -31,7 +35,7 @@ def verdicts(result) -> dict[str, str]:
 
 def test_flip_within_floor_noise_is_a_near_tie():
     result = table([outcome("p0", "kernel", 0.15, 0.0, agree=False), outcome("p1", "kernel", 0.5, 0.05)])
-    assert verdicts(result) == {CONTROL: INFO, FLOOR: INFO, "kernel": PASS}
+    assert verdicts(result) == {CONTROL: INFO, **{name: INFO for name in FLOORS}, "kernel": PASS}
     assert result.facts["tie_gap"] == 0.2 and result.disagreements[0]["near_tie"]
 
 
@@ -45,10 +49,12 @@ def test_drift_beyond_twice_the_floor_fails_without_flips():
     assert verdicts(result)["kernel"] == FAIL  # mean 0.2 > 2 x floor mean 0.075
 
 
-def test_without_floor_the_fixed_tie_gap_applies():
+def test_without_floor_the_fixed_tie_gap_applies_and_nothing_is_judged():
     outcomes = [outcome("p0", CONTROL, 0.5, 0.0), outcome("p0", "kernel", 0.15, 0.0, agree=False)]
     result = summarize(outcomes, [CONTROL, "kernel"], CONTROL, Names(), 2.0, 0.05, 0.1, 0)
-    assert verdicts(result)["kernel"] == FAIL and result.facts["tie_gap"] == 0.1
+    row = next(r for r in result.summary_rows if r["backend"] == "kernel")
+    assert row["verdict"] == INCONCLUSIVE and result.facts["tie_gap"] == 0.1 and result.verdict == INCONCLUSIVE
+    assert "a band of 0 ideal variants cannot judge" in row["note"] and "(the gate alone: FAIL: 1 flip" in row["note"]
 
 
 def test_statistics_count_every_prompt():
@@ -61,9 +67,8 @@ def test_statistics_count_every_prompt():
 def test_cap_only_makes_the_gate_stricter():
     kernel = [outcome("p0", "kernel", 0.5, 0.06), outcome("p1", "kernel", 0.5, 0.06)]
     assert verdicts(table(kernel))["kernel"] == PASS  # 0.06 <= 2 x band mean 0.075
-    outcomes = [outcome("p0", CONTROL, 0.5, 0.0), outcome("p1", CONTROL, 0.5, 0.0),
-                outcome("p0", FLOOR, 0.5, 0.1), outcome("p1", FLOOR, 0.5, 0.05)] + kernel
-    capped = summarize(outcomes, [CONTROL, FLOOR, "kernel"], CONTROL, Names(), 2.0, 0.05, 0.1, 0, noise_names=[FLOOR])
+    capped = summarize(band_outcomes() + kernel, [CONTROL, *FLOORS, "kernel"], CONTROL, Names(), 2.0, 0.05, 0.1, 0,
+                       noise_names=FLOORS)
     assert verdicts(capped)["kernel"] == FAIL
     loose = [outcome("p0", "kernel", 0.5, 0.2), outcome("p1", "kernel", 0.5, 0.2)]
     assert verdicts(table(loose))["kernel"] == FAIL  # no cap can pass a row outside the band
@@ -74,3 +79,38 @@ def test_no_backend_judged_fails():
     result = summarize(outcomes, [CONTROL, "hf_sdpa"], CONTROL, Names(), 2.0, None, 0.1, 0,
                        not_judged={"hf_sdpa": "cross-check"})
     assert verdicts(result)["hf_sdpa"] == INFO and result.verdict == FAIL
+
+
+def _note(result) -> str:
+    return next(r for r in result.summary_rows if r["backend"] == "kernel")["note"]
+
+
+def test_a_fail_row_says_which_gate_failed():
+    """Issue 44, item 8: a firsttoken FAIL row's note was empty."""
+    flip = table([outcome("p0", "kernel", 0.25, 0.0, agree=False), outcome("p1", "kernel", 0.5, 0.05)])
+    assert _note(flip) == "1 flip beyond the tie gap 0.2 nats (p0)"
+    moved = table([outcome("p0", "kernel", 0.5, 0.2), outcome("p1", "kernel", 0.5, 0.2)])
+    assert _note(moved) == "mean |dlogprob| 2.000e-01 > 1.500e-01 (gate ratio x the band's max mean)"
+    kernel = [outcome("p0", "kernel", 0.5, 0.06), outcome("p1", "kernel", 0.5, 0.06)]
+    capped = summarize(band_outcomes() + kernel, [CONTROL, *FLOORS, "kernel"], CONTROL, Names(), 2.0, 0.05, 0.1, 0,
+                       noise_names=FLOORS)
+    assert _note(capped) == "mean |dlogprob| 6.000e-02 > cap 0.05"
+    assert _note(table([outcome("p0", "kernel", 0.5, 0.05), outcome("p1", "kernel", 0.5, 0.05)])) == ""
+
+
+def test_a_band_with_one_wide_variant_cannot_judge():
+    """A variant that moved 10 x more than the others (a flip) makes the gate admit anything below 2 x its
+    mean: a row within that is INCONCLUSIVE, one beyond it still FAILS."""
+    wide = [o for o in band_outcomes() if o.backend != "band:2"] + [outcome("p0", "band:2", 0.5, 1.0),
+                                                                   outcome("p1", "band:2", 0.5, 0.5)]
+
+    def judge(kernel):
+        return summarize(wide + kernel, [CONTROL, *FLOORS, "kernel"], CONTROL, Names(), 2.0, None, 0.1, 0,
+                         noise_names=FLOORS)
+
+    within = judge([outcome("p0", "kernel", 0.5, 0.9), outcome("p1", "kernel", 0.5, 0.9)])
+    assert verdicts(within)["kernel"] == INCONCLUSIVE and within.verdict == INCONCLUSIVE
+    assert _note(within) == ("band too wide to judge: mean |dlogprob| max 7.500e-01 is 10.0 x its median 7.500e-02 "
+                             "(limit 3 x); the gate would admit up to 1.500e+00 (the gate alone: PASS)")
+    beyond = judge([outcome("p0", "kernel", 0.5, 2.0), outcome("p1", "kernel", 0.5, 2.0)])
+    assert verdicts(beyond)["kernel"] == FAIL and beyond.verdict == FAIL

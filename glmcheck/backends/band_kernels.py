@@ -105,6 +105,7 @@ def _flash_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
     for start in starts:
         ok = valid[:, start:start + block]  # [C, B]
         rows = kv[torch.where(ok, indices[:, start:start + block], 0).long()].float()  # [C, B, D]
+        rows = torch.where(ok[..., None], rows, 0.0)  # an unselected slot reads nothing: a NaN in KV row 0 stays out
         s = torch.einsum("chd,cbd->chb", q, rows) * sm_scale
         s = s.masked_fill(~ok[:, None, :], float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
@@ -115,7 +116,9 @@ def _flash_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
         acc = acc * alpha + torch.einsum("chb,cbd->chd", p16, rows[..., :d_v])
         l = l * alpha + (p16 if sum_rounded else p).sum(dim=-1, keepdim=True)
         m = m_new
-    return torch.where(l > 0, acc / l.clamp_min(torch.finfo(torch.float32).tiny), 0.0).to(torch.bfloat16)
+    # Zeros for a token with no valid slot; NaN/Inf from q or a selected row propagates (a NaN is never hidden).
+    return torch.where(valid.any(dim=1)[:, None, None], acc / l.clamp_min(torch.finfo(torch.float32).tiny),
+                       0.0).to(torch.bfloat16)
 
 
 def band_variant(k: int):

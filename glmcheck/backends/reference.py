@@ -2,8 +2,9 @@
 
 Same arguments as `glmcheck.kernels.sparse_mla_prefill`: per token, a softmax over its own
 valid selected rows only (valid: slot below topk_length[t], row in [0, S)); rows with no valid
-slot give zeros. Tokens are processed in chunks so memory stays bounded at T = 8192, topk = 2048
-(about `budget_bytes` for the gathered rows of one chunk). The noise band's flash-style bf16
+slot give zeros, and a NaN/Inf in q or in a selected KV row reaches the output (never zeroed).
+Tokens are processed in chunks so memory stays bounded at T = 8192, topk = 2048 (about
+`budget_bytes` for the gathered rows of one chunk). The noise band's flash-style bf16
 variants (`band_variant`) live in `glmcheck.backends.band_kernels`.
 """
 
@@ -42,7 +43,9 @@ def _reference_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                      valid: torch.Tensor, sm_scale: float, d_v: int) -> torch.Tensor:
     """One chunk: q [C, H, D] (dtype), kv [S, D] bf16, indices/valid [C, K] -> [C, H, d_v]."""
     rows = kv[torch.where(valid, indices, 0).long()].to(q.dtype)  # [C, K, D]
+    rows = torch.where(valid[..., None], rows, 0.0)  # an unselected slot reads nothing (a NaN in KV row 0 stays out)
     scores = torch.einsum("chd,ckd->chk", q, rows) * sm_scale
     scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all-masked rows -> 0
+    # All-masked tokens -> 0; a NaN/Inf from q or a selected row propagates: the reference never hides one.
+    probs = torch.where(valid.any(dim=1)[:, None, None], torch.softmax(scores, dim=-1), 0.0)
     return torch.einsum("chk,ckd->chd", probs, rows[..., :d_v])

@@ -16,6 +16,14 @@ statistic it is judged on lies within the band's largest value times the gate ra
   widened by that range and by 6 standard errors of the row's own estimate.
 
 An absolute `cap` on rel-L2 can only fail a row. NaN/Inf fails. See docs/reliability.md, "Gate".
+
+A band that cannot judge says so (`Band.unfit`, `spread_reason`): with fewer than MIN_BAND ideal
+variants, or when a judged statistic's band max exceeds SPREAD_LIMIT x the band's median (some
+variants took a discrete top-k or routing flip the others did not, and the gate's 2 x max admits
+the planted faults of `glmcheck.selftest.faults`), the rows are INCONCLUSIVE: a row within so wide
+a gate is no PASS (one beyond it still FAILS), and a band too small to judge decides neither way.
+The run exits 3 (`exit_code`). Both limits are measured (docs/reliability.md, "Gate"). A
+non-finite exact reference or band sample is bad input (`BadReference`), never a kernel FAIL.
 """
 
 from __future__ import annotations
@@ -24,8 +32,18 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-PASS, FAIL, INFO = "PASS", "FAIL", "-"
+PASS, FAIL, INFO, INCONCLUSIVE = "PASS", "FAIL", "-", "INCONCLUSIVE"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}  # the CLI's codes; 2 is bad usage or input
 DEFAULT_BAND = 4
+# Ideal variants a gate needs: a held-out variant against a band of 1 FAILS 8/96 (tiny logits) and 4/64 (ref-cpu
+# logits) times, against 2 still 4/64 (ref-cpu, last layer's drift), against 3 or more never.
+MIN_BAND = 3
+# Band max / band median beyond which the band cannot judge: legitimate bands reach 2.6 (tiny and ref-cpu, 64 tokens),
+# bands with a flip 4.65 and more; at the limit the gate admits 6 x the median (docs/reliability.md, "Gate").
+SPREAD_LIMIT = 3.0
+# --gate-ratio: below 1 the band's own max fails; above 4 the weakest planted fault the default gate catches (rope
+# dropped, tiny's last-layer drift, at 4.7 x the band's median) passes.
+GATE_RATIO_BOUNDS = (1.0, 4.0)
 BIAS_SIGMAS = 6.0  # standard errors of a row's own scale estimate allowed beyond the band's range
 RATIO_STATS = ("rel_l2", "token_max_rel_l2")
 
@@ -33,6 +51,46 @@ RATIO_STATS = ("rel_l2", "token_max_rel_l2")
 def band_names(size: int) -> list[str]:
     """The backends of a band of `size` legitimate variants."""
     return [f"band:{k}" for k in range(size)]
+
+
+def exit_code(verdict: str | None) -> int:
+    """0 PASS, 3 INCONCLUSIVE, 1 anything else (FAIL, or no verdict)."""
+    return EXIT_CODES.get(verdict, 1)
+
+
+def check_gate_ratio(value: object, option: str = "--gate-ratio") -> None:
+    """ValueError naming `option` unless `value` is a number within GATE_RATIO_BOUNDS."""
+    low, high = GATE_RATIO_BOUNDS
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{option} must be a number in [{low:g}, {high:g}] (below 1 the band's own samples fail; "
+                         f"above {high:g} the gate admits the planted faults), got {value!r}")
+
+
+class BadReference(ValueError):
+    """The exact reference or a band sample produced NaN/Inf: the weights or the prompt are bad input, not the
+    kernel (the CLI prints it as one line, exit 2)."""
+
+
+LABELS = {"rel_l2": "rel-L2", "token_max_rel_l2": "token max rel-L2", "mean_dlogprob": "mean |dlogprob|",
+          "max_dlogprob": "max |dlogprob|"}
+
+
+def spread_reason(values: list[float], stat: str, variants: int, ratio: float | None = None) -> tuple[str, str]:
+    """(kind, why) a band's samples `values` of `stat` cannot judge: "few" (fewer than MIN_BAND ideal
+    variants beside the rerun), "wide" (max > SPREAD_LIMIT x median; `ratio`, the gate's, to say what it
+    would admit), or ("", "") when they can."""
+    if variants < MIN_BAND:
+        return "few", (f"a band of {variants} ideal variant{'s' if variants != 1 else ''} cannot judge: a gate needs "
+                       f"at least {MIN_BAND} (--band)")
+    if not values:
+        return "", ""
+    median, high = statistics.median(values), max(values)
+    if high > SPREAD_LIMIT * median:
+        times = f"{high / median:.1f} x its median" if median > 0 else "while its median is"
+        admits = f"; the gate would admit up to {ratio * high:.3e}" if ratio else ""
+        return "wide", (f"band too wide to judge: {LABELS.get(stat, stat)} max {high:.3e} is {times} {median:.3e} "
+                        f"(limit {SPREAD_LIMIT:g} x){admits}")
+    return "", ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +118,19 @@ class Band:
     def as_dict(self) -> dict:
         return {"names": self.names, "samples": self.samples}
 
+    def variants(self) -> int:
+        """Ideal variants in the band: its samples less the rerun (the first)."""
+        return max(len(self.values("rel_l2")) - 1, 0)
+
+    def unfit(self, stats=RATIO_STATS, ratio: float | None = None) -> tuple[str, str]:
+        """(kind, why) this band cannot judge the ratio statistics `stats` it holds (`spread_reason`)."""
+        for stat in stats:
+            if stat in RATIO_STATS and stat in self.samples:
+                kind, why = spread_reason(self.values(stat), stat, self.variants(), ratio)
+                if kind:
+                    return kind, why
+        return "", ""
+
 
 @dataclass(frozen=True)
 class Gate:
@@ -70,9 +141,7 @@ class Gate:
     cap: float | None = None
 
     def __post_init__(self):
-        if isinstance(self.ratio, bool) or not (isinstance(self.ratio, (int, float)) and self.ratio > 0
-                                                and math.isfinite(self.ratio)):
-            raise ValueError(f"gate ratio must be a positive number, got {self.ratio!r}")
+        check_gate_ratio(self.ratio, "gate ratio")
         if self.cap is not None and not (self.cap > 0 and math.isfinite(self.cap)):
             raise ValueError(f"cap must be a positive number, got {self.cap!r}")
 
@@ -93,6 +162,15 @@ class Gate:
         if self.cap is not None and not stats["rel_l2"] <= self.cap:
             return FAIL, f"rel_l2 {stats['rel_l2']:.3e} > cap {self.cap:g}"
         return PASS, ""
+
+    def verdict(self, stats: dict[str, float], band: Band) -> tuple[str, str]:
+        """`judge`, then whether the band can judge (`Band.unfit`): a row within a band too wide to judge is
+        INCONCLUSIVE (beyond it, it still FAILS); with too few variants every finite row is INCONCLUSIVE."""
+        verdict, why = self.judge(stats, band)
+        kind, unfit = band.unfit(tuple(stats), self.ratio)
+        if not kind or "not finite" in why or (kind == "wide" and verdict == FAIL):
+            return verdict, why
+        return INCONCLUSIVE, unfit + (f" (the gate alone: {verdict}{': ' + why if why else ''})")
 
     def margin(self, stats: dict[str, float], band: Band) -> float:
         """How close a row is to failing: the largest of value / limit over its judged statistics
@@ -128,7 +206,13 @@ class Gate:
                      f"standard errors")
         if self.cap is not None:
             text += f", and rel-L2 <= {self.cap:g}"
-        return text + "; NaN/Inf, a backend never called or a check with no rows FAILS"
+        return text + "; NaN/Inf, a backend never called or a check with no rows FAILS; " + inconclusive_rule()
+
+
+def inconclusive_rule() -> str:
+    """The INCONCLUSIVE rule in words (gate lines of the tables)."""
+    return (f"INCONCLUSIVE (exit 3) when the band's max > {SPREAD_LIMIT:g} x its median (a row beyond the gate still "
+            f"FAILS) or it has fewer than {MIN_BAND} ideal variants")
 
 
 def _bias_window(band: Band, se: float) -> tuple[float, float]:

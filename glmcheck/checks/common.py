@@ -11,7 +11,15 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from glmcheck.checks import metrics
-from glmcheck.checks.band import FAIL, INFO, PASS, Band, Gate  # noqa: F401  (the verdict words, one place)
+from glmcheck.checks.band import (  # the verdict words, one place
+    FAIL,
+    INCONCLUSIVE,
+    INFO,
+    PASS,
+    BadReference,
+    Band,
+    Gate,
+)
 
 GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se")
 
@@ -74,9 +82,9 @@ def cross_check_note(options) -> str:
 
 
 def judge_row(row: ComparisonRow, gate: Gate, band: Band) -> None:
-    """Set the row's verdict beside the band, its margin (largest statistic / limit) and, when it
-    fails, why (appended to its note)."""
-    row.verdict, why = gate.judge(row.stats(), band)
+    """Set the row's verdict beside the band (`Gate.verdict`: INCONCLUSIVE where the band cannot judge),
+    its margin (largest statistic / limit) and, unless it passes, why (appended to its note)."""
+    row.verdict, why = gate.verdict(row.stats(), band)
     row.extra["margin"] = gate.margin(row.stats(), band)
     row.note = "; ".join(x for x in (row.note, why) if x)
 
@@ -88,6 +96,38 @@ def not_called_row(backend: str, against: str, compared_on: str, expected: int, 
 
 
 def overall(rows: list[ComparisonRow]) -> str:
-    """FAIL if any row failed or none was judged (a check that expected rows and got none), else PASS."""
-    verdicts = [r.verdict for r in rows if r.verdict != INFO]
-    return PASS if verdicts and FAIL not in verdicts else FAIL
+    """FAIL if any row failed or none was judged (a check that expected rows and got none), else
+    INCONCLUSIVE if any row's band could not judge it, else PASS."""
+    return overall_of([r.verdict for r in rows])
+
+
+def overall_of(verdicts: list[str]) -> str:
+    """The verdict of a check from its rows' verdicts (see `overall`)."""
+    judged = [v for v in verdicts if v != INFO]
+    if not judged or FAIL in judged:
+        return FAIL
+    return INCONCLUSIVE if INCONCLUSIVE in judged else PASS
+
+
+def first_nonfinite_parameter(model: torch.nn.Module) -> str | None:
+    """The name of the model's first parameter or buffer that holds NaN/Inf (None: all finite)."""
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and tensor.numel() and \
+                not bool(torch.isfinite(tensor.float() if tensor.element_size() == 1 else tensor).all()):
+            return name
+    return None
+
+
+def require_finite(model: torch.nn.Module, tensor: torch.Tensor, what: str, backend: str, exact: str) -> None:
+    """BadReference unless `tensor`, the `what` (e.g. "logits at 96 tokens") of the exact reference or of a band
+    sample `backend`, is finite: a reference that is NaN is bad weights or a bad prompt, never a kernel FAIL."""
+    if bool(torch.isfinite(tensor).all()):
+        return
+    if backend == exact:
+        bad = first_nonfinite_parameter(model)
+        cause = f"weight {bad} holds NaN/Inf" if bad else \
+            "every weight is finite: the prompt drives the model out of range"
+        raise BadReference(f"the exact reference ({exact}) gives NaN/Inf {what}: bad input ({cause}), not a kernel "
+                           f"fault")
+    raise BadReference(f"noise band sample {backend} gives NaN/Inf {what} while the exact reference ({exact}) is "
+                       f"finite: bad input (weights or prompt beyond bf16's range), not a kernel fault")

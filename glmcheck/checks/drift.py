@@ -12,7 +12,7 @@ import torch
 
 from glmcheck.checks import metrics
 from glmcheck.checks.band import DEFAULT_BAND, INFO, Band, Gate, band_names
-from glmcheck.checks.common import ComparisonRow, cross_check_note, judge_row, not_called_row, overall
+from glmcheck.checks.common import ComparisonRow, cross_check_note, judge_row, not_called_row, overall, require_finite
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
 
@@ -38,7 +38,11 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     runs = []
     for name in [exact, exact] + variants + others:
-        runs.append(forward_under(model, input_ids, name, options, hidden_layers=range(layers)))
+        run = forward_under(model, input_ids, name, options, hidden_layers=range(layers))
+        for layer in range(layers) if len(runs) < 2 + band_size else ():  # NaN in the reference or band: bad input
+            require_finite(model, run.captured.hidden[layer], f"hidden state at layer {layer} ({tokens} tokens)",
+                           name, exact)
+        runs.append(run)
         if progress is not None:
             progress.update(1)
     ref = runs[0]

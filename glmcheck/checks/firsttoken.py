@@ -9,8 +9,11 @@ disagreement is a near tie and its mean |Δ logprob| <= gate_ratio x the band's 
 <= max_dlogprob when given: a cap that only makes the gate stricter). A near tie is a reference
 gap <= max(tie_gap, gate_ratio x the band's largest |Δ logprob|): on a model whose top-1/top-2
 gaps are as small as that noise (dummy weights), a flip across such a gap says nothing about the
-kernel. `continue_tokens` > 0 adds a greedy continuation per prompt and backend, compared token by
-token with the reference's (first divergence position).
+kernel. A band whose largest mean |Δ logprob| exceeds SPREAD_LIMIT x its median, or that has fewer
+than MIN_BAND variants, cannot judge (`glmcheck.checks.band`): a backend it would pass is
+INCONCLUSIVE. A FAIL row's note says which gate failed. A NaN in the reference's or a band sample's
+logits is bad input (BadReference). `continue_tokens` > 0 adds a greedy continuation per prompt and
+backend, compared token by token with the reference's (first divergence position).
 """
 
 from __future__ import annotations
@@ -22,8 +25,17 @@ from typing import Callable, Protocol
 
 import torch
 
-from glmcheck.checks.band import DEFAULT_BAND, FAIL, INFO, PASS, band_names
-from glmcheck.checks.common import cross_check_note
+from glmcheck.checks.band import (
+    DEFAULT_BAND,
+    FAIL,
+    INCONCLUSIVE,
+    INFO,
+    PASS,
+    band_names,
+    inconclusive_rule,
+    spread_reason,
+)
+from glmcheck.checks.common import cross_check_note, overall_of, require_finite
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.data.prompts import Prompt
 
@@ -78,8 +90,13 @@ class FirstTokenResult:
     facts: dict = field(default_factory=dict)
 
 
-def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions) -> torch.Tensor:
-    return forward_under(model, ids, backend, options).captured.logits[0, -1]
+def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions, exact: str | None = None,
+            prompt_id: str = "") -> torch.Tensor:
+    """Final logits under `backend`; with `exact` (a reference or band run) NaN/Inf is bad input (BadReference)."""
+    logits = forward_under(model, ids, backend, options).captured.logits[0, -1]
+    if exact is not None:
+        require_finite(model, logits, f"logits on prompt {prompt_id!r} ({ids.shape[1]} tokens)", backend, exact)
+    return logits
 
 
 def greedy_continuation(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int) -> list[int]:
@@ -127,13 +144,13 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
             continue
         tokens = encoded[prompt.id] if encoded and prompt.id in encoded else tokenizer.encode(prompt.prompt)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        ref_choice, ref_logprobs = choose(_logits(model, ids, exact, options))
+        ref_choice, ref_logprobs = choose(_logits(model, ids, exact, options, exact, prompt.id))
         ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens) \
             if continue_tokens else []
-        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, exact, options), ref_choice,
-                              ref_logprobs)]
-        batch += [judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
-                  for name in variants]
+        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, exact, options, exact, prompt.id),
+                              ref_choice, ref_logprobs)]
+        batch += [judge_prompt(prompt.id, name, _logits(model, ids, name, options, exact, prompt.id), ref_choice,
+                               ref_logprobs) for name in variants]
         for name in others:
             outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
             if continue_tokens:
@@ -159,19 +176,21 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
     band = [_stats([o for o in outcomes if o.backend == name]) for name in [control_name, *noise_names]]
     band_mean = max(n["mean_dlogprob"] for n in band)
     near_tie = max([tie_gap] + [gate_ratio * n["max_dlogprob"] for n in band])
-    rows, flips, judged = [], [], 0
+    unfit = _band_unfit(band, len(noise_names), gate_ratio)
+    rows, flips = [], []
     for name in names:
         mine = [o for o in outcomes if o.backend == name]
         stats = _stats(mine)
         wide_flips = [o for o in mine if not o.agree and o.ref_gap > near_tie]
-        within = stats["mean_dlogprob"] <= gate_ratio * band_mean \
-            and (max_dlogprob is None or stats["mean_dlogprob"] <= max_dlogprob)
-        ok = math.isfinite(stats["mean_dlogprob"]) and math.isfinite(near_tie) and within and not wide_flips and mine
         is_band = name == control_name or name in noise_names
         if is_band or name in not_judged:
             verdict = INFO if math.isfinite(stats["mean_dlogprob"]) or name in not_judged else FAIL
+            note = not_judged.get(name, "")
         else:
-            verdict, judged = (PASS if ok else FAIL), judged + 1
+            verdict, note = _judge(stats, wide_flips, gate_ratio * band_mean, max_dlogprob, near_tie, bool(mine))
+            if unfit[0] and verdict != FAIL or unfit[0] == "few" and "not finite" not in note:
+                note = f"{unfit[1]} (the gate alone: {verdict}{': ' + note if note else ''})"
+                verdict = INCONCLUSIVE
         if name == control_name:
             comparison = f"noise band: {reference} vs itself (rerun)"
         elif name in noise_names:
@@ -179,21 +198,48 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         else:
             comparison = f"{name} vs {reference}"
         row = {"comparison": comparison, "backend": name, **stats, "wide_flips": len(wide_flips),
-               "verdict": verdict, "note": not_judged.get(name, "")}
+               "verdict": verdict, "note": note}
         if continue_tokens:
             row["identical_continuations"] = sum(o.divergence is None for o in mine)
         rows.append(row)
         flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree]
-    verdict = FAIL if judged == 0 or any(r["verdict"] == FAIL for r in rows) else PASS
+    verdict = overall_of([r["verdict"] for r in rows])
     reference_runs = [o for o in outcomes if o.backend == control_name]
     facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap, "band_mean_dlogprob": band_mean, "gate_ratio": gate_ratio,
              **reference_peakedness(reference_runs),
              "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
              f"{gate_ratio:g} x the band's max |dlogprob|)) and mean |dlogprob| over every prompt <= "
              f"{gate_ratio:g} x the band's max mean" + (f" and <= {max_dlogprob:g}" if max_dlogprob else "")
-             + "; a check with no backend judged FAILS",
+             + "; a check with no backend judged FAILS; " + inconclusive_rule(),
              "continue_tokens": continue_tokens}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
+
+
+def _judge(stats: dict, wide_flips: list[PromptOutcome], limit: float, cap: float | None, near_tie: float,
+           any_prompt: bool) -> tuple[str, str]:
+    """(PASS or FAIL, which gate failed) for one backend's statistics."""
+    mean = stats["mean_dlogprob"]
+    if not any_prompt:
+        return FAIL, "no prompt judged"
+    if not (math.isfinite(mean) and math.isfinite(near_tie)):
+        return FAIL, "mean |dlogprob| not finite"
+    reasons = []
+    if wide_flips:
+        ids = ", ".join(o.prompt_id for o in wide_flips[:3]) + (", ..." if len(wide_flips) > 3 else "")
+        reasons.append(f"{len(wide_flips)} flip{'s' if len(wide_flips) > 1 else ''} beyond the tie gap "
+                       f"{near_tie:.3g} nats ({ids})")
+    if not mean <= limit:
+        reasons.append(f"mean |dlogprob| {mean:.3e} > {limit:.3e} (gate ratio x the band's max mean)")
+    if cap is not None and not mean <= cap:
+        reasons.append(f"mean |dlogprob| {mean:.3e} > cap {cap:g}")
+    return (FAIL, "; ".join(reasons)) if reasons else (PASS, "")
+
+
+def _band_unfit(band: list[dict], variants: int, ratio: float) -> tuple[str, str]:
+    """(kind, why) the band's mean |dlogprob| cannot judge (`glmcheck.checks.band.spread_reason`): the statistic
+    the gate multiplies. The tie gap rests on the band's largest single |dlogprob| but has a floor (--tie-gap)."""
+    return spread_reason([n["mean_dlogprob"] for n in band if math.isfinite(n["mean_dlogprob"])], "mean_dlogprob",
+                         variants, ratio)
 
 
 def _stats(outcomes: list[PromptOutcome]) -> dict:

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 import torch
 
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
-from glmcheck.checks.common import ComparisonRow, compare, cross_check_note, judge_row, not_called_row, overall
+from glmcheck.checks.common import (
+    ComparisonRow,
+    compare,
+    cross_check_note,
+    judge_row,
+    not_called_row,
+    overall,
+    require_finite,
+)
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
 
 LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias")
@@ -54,7 +62,11 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     runs: list[BackendRun] = []
     for name in [exact, exact] + variants + others:
-        runs.append(forward_under(model, input_ids, name, options, latent_layers=[0], value_layers=[0]))
+        run = forward_under(model, input_ids, name, options, latent_layers=[0], value_layers=[0])
+        if len(runs) < 2 + band_size:  # the reference and the band: NaN there is bad input, not a kernel FAIL
+            output = run.captured.latent[0] if run.absorbed else run.captured.value[0]
+            require_finite(model, output, f"layer-0 output ({tokens} tokens)", name, exact)
+        runs.append(run)
         if progress is not None:
             progress.update(1)
     ref, by_name = runs[0], {r.name: r for r in runs[2 + band_size:]}

@@ -15,7 +15,15 @@ from typing import Callable
 import torch
 
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
-from glmcheck.checks.common import ComparisonRow, compare, cross_check_note, judge_row, not_called_row, overall
+from glmcheck.checks.common import (
+    ComparisonRow,
+    compare,
+    cross_check_note,
+    judge_row,
+    not_called_row,
+    overall,
+    require_finite,
+)
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import SwapOptions, forward_under
 
@@ -34,17 +42,23 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
                  tensors: dict) -> list[ComparisonRow]:
     """The band rows and every backend's row at one prompt length."""
     tokens, num_layers = input_ids.shape[1], model.config.num_hidden_layers
+    what = f"logits at {tokens} tokens"
+
+    def band_logits(name: str) -> torch.Tensor:
+        logits = forward_under(model, input_ids, name, options).captured.logits
+        require_finite(model, logits, what, name, exact)  # NaN in the reference or band: bad input
+        return logits
+
     ref = forward_under(model, input_ids, exact, options)
+    require_finite(model, ref.captured.logits, what, exact, exact)
     dense = bool(ref.dense_layers)
     tensors[f"logits/{exact}@{tokens}"] = ref.captured.logits[0, -1].float()
     variants = band_names(band_size)
-    samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact,
-                           forward_under(model, input_ids, exact, options).captured.logits, ref.captured.logits,
-                           tokens, dense)]
+    samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, band_logits(exact),
+                           ref.captured.logits, tokens, dense)]
     for name in variants:
         samples.append(_logits_row(f"noise band: {name} vs {exact} (ideal bf16 kernel)", name, exact,
-                                   forward_under(model, input_ids, name, options).captured.logits,
-                                   ref.captured.logits, tokens, dense))
+                                   band_logits(name), ref.captured.logits, tokens, dense))
     band = band_from_rows(samples, [exact] + variants)
     rows, outputs = list(samples), {}
     for name in dict.fromkeys(b for b in backends if b != exact and b not in variants):

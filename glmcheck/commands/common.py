@@ -16,7 +16,7 @@ from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
 from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names, check_gate_ratio, exit_code
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.commands.options import (
     check_band,
@@ -108,7 +108,7 @@ class Prepared:
         from glmcheck.model import distributed
 
         check_seed(ns.seed)
-        check_number(ns.gate_ratio, "--gate-ratio", positive=True)
+        check_gate_ratio(ns.gate_ratio)
         check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
         check_band(ns.band)
         if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
@@ -237,7 +237,8 @@ def run_check(ns: argparse.Namespace, command: str,
     let `plan` check the command's own options and return its run, print the warnings, build the
     model, run it, write the record and print the tables. Nothing is written before the model is
     built. `resumable` commands get their record directory before the run (their finished items
-    live there); the others get it when the record is written. Returns 0 PASS, 1 FAIL."""
+    live there); the others get it when the record is written. Returns 0 PASS, 1 FAIL, 3 INCONCLUSIVE
+    (a band that cannot judge: `glmcheck.checks.band`); bad input raises (exit 2)."""
     prep = Prepared(ns, layer0_only=layer0_only)
     run = plan(prep)
     prep.say_warnings()
@@ -249,8 +250,8 @@ def run_check(ns: argparse.Namespace, command: str,
 
 def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, outcome: CheckOutcome,
            out: Path | None = None) -> int:
-    """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL); rank 0 only."""
-    code = 0 if outcome.verdict == "PASS" else 1
+    """Write the record, print the tables, return the exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE); rank 0 only."""
+    code = exit_code(outcome.verdict)
     if not prep.is_main:
         return code
     rows = outcome.rows

@@ -12,7 +12,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
                        description="Re-read a record directory written by layer0, logits, firsttoken, drift, "
                                    "union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
-                                   "it has none, as union-stats and bench records), 1 otherwise.")
+                                   "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise.")
     p.add_argument("directory", help="record directory (holds summary.json)")
     p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata")
     p.add_argument("--plots", action="store_true",
@@ -41,4 +41,8 @@ def handle(ns: argparse.Namespace) -> int:
         raise ValueError(f"{ns.directory}: {err}") from None
     print(text, end="" if ns.md else "\n")
     verdict = record.summary.get("verdict")
-    return 0 if verdict == "PASS" or (verdict is None and record.summary.get("command") in TABLE_COMMANDS) else 1
+    if verdict is None and record.summary.get("command") in TABLE_COMMANDS:
+        return 0
+    from glmcheck.checks.band import exit_code
+
+    return exit_code(verdict)

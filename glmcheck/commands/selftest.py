@@ -154,7 +154,7 @@ def handle_rates(ns: argparse.Namespace) -> int:
     layer0 = [t for t in tallies if t.check == "layer0"]
     legit = [t for t in layer0 if t.legitimate]
     alarms, runs = sum(t.fails for t in legit), sum(t.runs for t in legit)
-    missed = sum(t.wrong for t in layer0 if not t.legitimate)
+    missed = sum(t.runs - t.fails for t in layer0 if not t.legitimate)  # a miss or INCONCLUSIVE: not caught
     ok = not layer0 or (missed == 0 and alarms <= 0.05 * runs)
     print(f"layer0 bar (false alarms <= 5 %, every fault caught): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1

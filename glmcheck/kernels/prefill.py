@@ -193,7 +193,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     KV row named twice in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row
     offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits. `plan` (from
     `plan_sparse_mla` on these indices) skips the index work: its path and union sets are used, bit for bit the
-    result without it; a plan that does not match the call's shapes, device, KV rows or heads is a ValueError.
+    result without it; a plan that does not match the call's shapes, device, KV rows or heads, or whose indices
+    or topk_length are not the very tensors it was built from, unchanged (`glmcheck.kernels.plan`), is a
+    ValueError; so is an `out` that shares memory with q, kv, indices or topk_length (or with itself).
     """
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     if check_inputs:
@@ -201,7 +203,7 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     if plan is not None:
         if not isinstance(plan, SparseMLAPlan):
             raise TypeError(f"plan must be a SparseMLAPlan from plan_sparse_mla, got {type(plan).__name__}")
-        plan.check_matches(args, union, deterministic)
+        plan.check_matches(args, union, deterministic, topk_length)
     group = plan.group if plan is not None else union_group(args.num_heads, args.num_tokens, union, deterministic)
     _check_device(args.q)
     if out is None:

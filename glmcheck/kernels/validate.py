@@ -142,7 +142,60 @@ def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
     _require_device("out", out, args.q.device)
     if _overlaps(out):
         raise ValueError(f"out must not overlap itself (e.g. a view from .expand()), got strides {out.stride()}")
+    for name, tensor in (("q", args.q), ("kv", args.kv), ("indices", args.indices), ("topk_length", args.topk_length)):
+        if tensor is not None and _shares_memory(out, tensor):
+            raise ValueError(f"out must not overlap {name}: they share memory (bytes {_span_text(out)} and "
+                             f"{_span_text(tensor)}), so the kernel would overwrite an input it still reads")
     return out
+
+
+def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) bytes any element of `tensor` may occupy (empty for no elements); host-side only."""
+    if tensor.numel() == 0:
+        return 0, 0
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    start = tensor.data_ptr()
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the byte spans of `a` and `b` on one device intersect (torch's own out= test, conservative for
+    interleaved views of one buffer); reads only pointers, shapes and strides: no host sync."""
+    (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
+    return a.device == b.device and a0 < b1 and b0 < a1
+
+
+def _span_text(tensor: torch.Tensor) -> str:
+    start, end = _byte_span(tensor)
+    return f"0x{start:x}..0x{end:x}"
+
+
+def tensor_identity(tensor: torch.Tensor | None) -> tuple | None:
+    """What a plan remembers of a tensor it was built from, read without a host sync: data pointer, shape,
+    strides and the version counter (bumped by every in-place write through torch; None for inference
+    tensors, which keep none)."""
+    if tensor is None:
+        return None
+    try:
+        version = tensor._version
+    except RuntimeError:  # an inference tensor (torch.inference_mode) tracks no version
+        version = None
+    return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), version
+
+
+def identity_difference(name: str, call: tuple | None, plan: tuple | None) -> str:
+    """'' when `call` and `plan` (`tensor_identity`) name the same tensor state, else what differs, in words."""
+    if call == plan:
+        return ""
+    if call is None or plan is None:
+        state = {True: "absent", False: "given"}
+        return f"{name} is {state[call is None]} in the call, {state[plan is None]} in the plan"
+    for what, index, fmt in (("data_ptr", 0, hex), ("shape", 1, list), ("stride", 2, tuple)):
+        if call[index] != plan[index]:
+            return f"{name} is another tensor than the plan was built from ({what} {fmt(call[index])} in the call, " \
+                   f"{fmt(plan[index])} in the plan)"
+    return (f"{name} was written in place after the plan was built (version {call[3]} in the call, {plan[3]} in "
+            f"the plan)")
 
 
 def _overlaps(tensor: torch.Tensor) -> bool:

@@ -4,7 +4,8 @@ For each seed the checks run with (a) legitimate variants: the kernel under test
 every legal union) and two band variants held out of the band (`band:N`, `band:N+1`: flash-style
 kernels of other block sizes, orders or normalisers, `glmcheck.backends.band_kernels`), and (b) the
 planted faults of `glmcheck.selftest.faults`. A legitimate row judged FAIL is a false alarm; a fault
-judged PASS a miss. Each rate comes with its 95 % Wilson interval and the worst margin (a row's
+judged PASS a miss. A row judged INCONCLUSIVE (a band that cannot judge) is neither: it is counted
+and printed apart. Each rate comes with its 95 % Wilson interval and the worst margin (a row's
 largest statistic / limit: legitimate rows should stay below 1, faults above).
 
 What a seed varies: on a dummy preset the weights and the prompt (seeded random ids); on a
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glmcheck.backends.registry import backend_names, register_backend
-from glmcheck.checks.band import DEFAULT_BAND, FAIL, Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, FAIL, INCONCLUSIVE, PASS, Gate, band_names
 from glmcheck.checks.drift import run_drift
 from glmcheck.checks.firsttoken import run_firsttoken
 from glmcheck.checks.layer0 import run_layer0
@@ -52,11 +53,12 @@ class Tally:
     fails: int = 0
     runs: int = 0
     margins: list[float] = field(default_factory=list)
+    inconclusive: int = 0  # runs whose band could not judge this row (neither a false alarm nor a detection)
 
     @property
     def wrong(self) -> int:
-        """False alarms of a legitimate row, misses of a fault."""
-        return self.fails if self.legitimate else self.runs - self.fails
+        """False alarms of a legitimate row (FAIL), misses of a fault (PASS); INCONCLUSIVE is neither."""
+        return self.fails if self.legitimate else self.runs - self.fails - self.inconclusive
 
     def worst_margin(self) -> float:
         """Legitimate: the largest margin (closest to a false alarm); fault: the smallest."""
@@ -93,13 +95,14 @@ def legitimate_backends(heads: int, band_size: int) -> list[str]:
 
 def _backend_rows(check: str, rows) -> dict[str, tuple[str, float]]:
     """{backend: (verdict, margin)} of a check's judged rows against the exact reference
-    (drift: FAIL if any layer fails, the largest margin over layers)."""
+    (drift: FAIL if any layer fails, else INCONCLUSIVE if any layer is; the largest margin over layers)."""
     out: dict[str, tuple[str, float]] = {}
     for row in rows:
         if row.comparison.startswith("noise band:") or "(per-token)" in row.comparison or row.verdict == "-":
             continue
-        verdict, margin = out.get(row.backend, ("PASS", -math.inf))
-        out[row.backend] = (FAIL if FAIL in (verdict, row.verdict) else "PASS",
+        verdict, margin = out.get(row.backend, (PASS, -math.inf))
+        both = (verdict, row.verdict)
+        out[row.backend] = (FAIL if FAIL in both else INCONCLUSIVE if INCONCLUSIVE in both else PASS,
                             max(margin, row.extra.get("margin", math.nan)))
     return out
 
@@ -157,6 +160,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                 tally = tallies.setdefault((check, name), Tally(check, name, name in legit))
                 tally.runs += 1
                 tally.fails += verdict == FAIL
+                tally.inconclusive += verdict == INCONCLUSIVE
                 tally.margins.append(margin)
             if progress is not None:
                 progress(f"seed {seed} {check}: {result.verdict}")
@@ -188,8 +192,9 @@ def rates_table(tallies: list[Tally]) -> str:
         low, high = wilson(t.wrong, t.runs)
         what = "false alarms" if t.legitimate else "misses"
         lines.append([t.check, t.backend, "legitimate" if t.legitimate else "fault", f"{t.wrong}/{t.runs} {what}",
-                      f"[{low:.2f}, {high:.2f}]", _fmt_margin(t.worst_margin())])
-    table = markdown_table(["check", "backend", "kind", "wrong verdicts", "95% interval", "worst margin"], lines)
+                      f"{t.inconclusive}/{t.runs}", f"[{low:.2f}, {high:.2f}]", _fmt_margin(t.worst_margin())])
+    table = markdown_table(["check", "backend", "kind", "wrong verdicts", "inconclusive", "95% interval",
+                            "worst margin"], lines)
     summary = []
     for check in dict.fromkeys(t.check for t in tallies):
         legit = [t for t in tallies if t.check == check and t.legitimate]
@@ -197,8 +202,11 @@ def rates_table(tallies: list[Tally]) -> str:
         alarms, runs = sum(t.fails for t in legit), sum(t.runs for t in legit)
         caught, planted = sum(t.fails for t in faults), sum(t.runs for t in faults)
         low, high = wilson(alarms, runs)
+        unjudged = sum(t.inconclusive for t in legit), sum(t.inconclusive for t in faults)
         summary.append(f"{check}: false-alarm rate {alarms}/{runs} = {alarms / max(runs, 1):.1%} "
-                       f"(95% up to {high:.1%}); detection rate {caught}/{planted} = {caught / max(planted, 1):.1%}")
+                       f"(95% up to {high:.1%}); detection rate {caught}/{planted} = {caught / max(planted, 1):.1%}; "
+                       f"inconclusive (the band could not judge; neither) {unjudged[0]}/{runs} legitimate, "
+                       f"{unjudged[1]}/{planted} faults")
     return table + "\n\n" + "\n".join(summary)
 
 

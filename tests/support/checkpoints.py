@@ -29,7 +29,8 @@ def rewrite(source: Path, target: Path, name: str, change: str) -> Path:
     - "halve": its first dimension halved (same dtype; an FP8 weight stays FP8, its scale untouched);
     - "drop": removed from its shard and from the index;
     - "drop-file": removed from its shard only (the index still names it);
-    - "add": `name` added (a 4 x 4 bf16 tensor) beside the tensors of layer 0's shard.
+    - "add": `name` added (a 4 x 4 bf16 tensor) beside the tensors of layer 0's shard;
+    - "nan": its first 256 bytes overwritten with 0xFF (NaN in bf16), shape and dtype kept.
     """
     shutil.copytree(source, target)
     index = _index(target)
@@ -42,6 +43,9 @@ def rewrite(source: Path, target: Path, name: str, change: str) -> Path:
         del tensors[name]
         if change == "drop":
             del index["weight_map"][name]
+    elif change == "nan":
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1).view(torch.uint8)[:256] = 0xFF
     elif change == "add":
         tensors[name] = torch.zeros(4, 4, dtype=torch.bfloat16)
         index["weight_map"][name] = file
@@ -85,6 +89,7 @@ def broken_checkpoints(base: Path) -> dict[str, Path]:
         "missing2": rewrite(BF16, base / "missing2", EXPERT2, "drop-file"),
         "fp8-scale": rewrite(FP8, base / "fp8-scale", KV_B0 + "_scale_inv", "halve"),
         "fp8-weight2": rewrite(FP8, base / "fp8-weight2", KV_B2, "halve"),
+        "nan0": rewrite(BF16, base / "nan0", KV_B0, "nan"),  # loads; its reference is NaN (issue 44, item 5)
     }
     for root in made.values():
         add_tokenizer(root)
