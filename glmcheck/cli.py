@@ -59,14 +59,11 @@ class Terminated(KeyboardInterrupt):
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with the full options of the command `argv` names (all of them when argv is None)
-    and a name-and-help entry for every other command."""
+    and a name-and-help entry for every other command. A command's module registers its parser
+    without importing torch, transformers or triton (its handler imports what it runs)."""
     import importlib
 
     wanted = requested_command(argv) if argv is not None else None
-    if argv is None or wanted:
-        # Before any command module imports triton: on a CPU-only machine Triton must be imported in
-        # interpreter mode (TRITON_INTERPRET=1), or triton.language's own functions stay compiled-only.
-        import glmcheck.kernels  # noqa: F401
     parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0],
                            epilog=" ".join(__doc__.split("\n\n")[1].split()))  # the exit codes
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
@@ -79,18 +76,28 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Errors a command raises for bad usage or input (BackendError and CheckpointError are ValueErrors).
+USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run the command's `precheck` (its options' checks that need no model: no torch,
+    transformers or triton is imported yet, so bad usage is answered in well under a second), then
+    import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
+    TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ns = build_parser(argv).parse_args(argv)
-    from glmcheck.backends.validation import BackendError
-    from glmcheck.model.checkpoint import CheckpointError
 
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
+        if getattr(ns, "precheck", None) is not None:
+            ns.precheck(ns)
+        import glmcheck.kernels  # noqa: F401
+
         with _torchrun(ns):
             return ns.handler(ns)
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, BackendError, CheckpointError) as err:
+    except USAGE_ERRORS as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)
         return 2

@@ -52,7 +52,7 @@ case $step in
             done ;;
   capture)  for batch in 1 2; do
               timed python3 -m glmcheck capture-indices --model glm-5.2 --layers 8 --experts 16 --tokens 8192 \
-                --batch $batch --out "/tmp/glm52-${batch}x8192.safetensors" 2>&1 | tee "$out/capture-${batch}x8192.txt" \
+                --batch $batch --out "/tmp/glm52-${batch}x8192.safetensors" --overwrite 2>&1 | tee "$out/capture-${batch}x8192.txt" \
                 | grep -E "wrote|error|Elapsed|Maximum resident"
               python3 -m glmcheck union-stats --indices "/tmp/glm52-${batch}x8192.safetensors" --out "$rec/union-stats-$batch" \
                 2>&1 | tee "$out/union-stats-${batch}x8192.txt"

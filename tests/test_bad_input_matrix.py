@@ -212,7 +212,7 @@ OTHER_CASES = [
     (["selfcheck", "--seed", HUGE_SEED], "--seed must be"),
     (["selftest", "--seed", HUGE_SEED], "--seed must be"),
     (["bench", "--out", "{tmp}/file.txt"], "--out {tmp}/file.txt is a file"),
-    (["plan", "--tokens", "0"], "must be positive"),
+    (["plan", "--tokens", "0"], "--tokens must be an int >= 1, got 0"),
     (["backends", "--heads", "0"], "--heads must be a positive int"),
     (["backends", "--backends", "nope"], "unknown backend 'nope'"),
 ]
@@ -270,7 +270,7 @@ SIZE_CASES = [  # sizes that cannot be allocated or would run for hours: refused
     (["layer0", "--experts", "1000000000000"], "--experts 1000000000000: at most 1024"),
     (["logits", "--layers", "313"], "--layers 313: at most 312 layers"),
     (["drift", "--band", "1000"], "--band 1000: at most 16 variants (the band family has 16"),
-    (["logits", "--tokens", ",".join(["24"] * 10_000)], "10000 lengths x 11 forwards each"),
+    (["logits", "--tokens", ",".join(str(24 + n) for n in range(10_000))], "10000 lengths x 11 forwards each"),
     (["firsttoken", "--continue", "4000"], "50 prompts x 11 forwards x 4001 steps"),
     (["firsttoken", "--band", "17"], "--band 17: at most 16 variants"),
     (["capture-indices", "--tokens", "8", "--layers", "100000", "--out", "{tmp}/t.safetensors"],
@@ -325,9 +325,12 @@ def test_cli_bad_inputs_exit_2_with_one_line_and_write_nothing(args, words, bad_
 
 
 def test_the_matrix_counts_its_cases():
-    """docs/reliability.md names this count; keep them equal."""
+    """docs/reliability.md names this count, of this file's cases and tests/test_records_and_usage.py's (records
+    that would be destroyed, options that do not apply); keep them equal."""
+    from tests.test_records_and_usage import CASES as RECORD_CASES
+
     text = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
-    assert f"{len(CLI_CASES)} cases over every subcommand" in text
+    assert f"{len(CLI_CASES) + len(RECORD_CASES)} cases over every subcommand" in text
 
 
 def test_corrected_rerun_with_the_same_out_runs(bad_files, capsys):

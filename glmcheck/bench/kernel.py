@@ -18,17 +18,13 @@ from dataclasses import dataclass
 import torch
 
 from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, REFERENCE_POINTS, TIMINGS  # noqa: F401
 from glmcheck.checks import metrics
 from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill, union_dedup, union_is_legal
 from glmcheck.kernels.prefill import effective_lengths
 
-REFERENCE_POINTS: list[tuple[int, int]] = [(1, 2048), (1, 4096), (1, 8192), (2, 4096), (4, 2048)]
-# The table's points: the H = 8 reference points, 1 x 8192 at every head count the contract's tiles
-# change at, and 1 x 2048 where the 64-head tile is shortest.
-DEFAULT_POINTS = ",".join([f"{b}x{n}:8" for b, n in REFERENCE_POINTS] + [f"1x8192:{h}" for h in (16, 32, 64, 96, 128)]
-                          + ["1x2048:64", "1x2048:128"])
 GATE_REL_L2 = 3e-3
 REFERENCE_BUDGET_BYTES = 2 * 2**30  # the reference's gather chunk on the GPU (fewer, larger chunks)
 D_V, D_TAIL, TOPK = 512, 64, 2048
@@ -95,9 +91,6 @@ class BenchSpec:
     run: Callable[[PointInputs, torch.Tensor], torch.Tensor]
     gate_rel_l2: float = GATE_REL_L2
     applies: Callable[[int], bool] = lambda heads: True  # runs at points with this many heads
-
-
-INDEX_MODES = ("calibrated", "drift10", "uniform")
 
 
 def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> torch.Tensor:
@@ -206,9 +199,6 @@ def time_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) ->
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-
-
-TIMINGS = ("eager", "graph")
 
 
 def capture_graph(fn: Callable[[], torch.Tensor]) -> tuple[Callable[[], object], torch.Tensor]:

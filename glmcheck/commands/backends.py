@@ -16,7 +16,12 @@ def add_parser(sub) -> None:
     p.add_argument("--backends", default=None, help="also load these comma-separated specs (e.g. mine=pkg.mod:fn)")
     p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
     p.add_argument("--heads", type=int, default=8, help="attention heads per rank the check is for (default 8)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    if isinstance(ns.heads, bool) or ns.heads < 1:
+        raise ValueError(f"--heads must be a positive int, got {ns.heads}")
 
 
 def handle(ns: argparse.Namespace) -> int:
@@ -25,8 +30,7 @@ def handle(ns: argparse.Namespace) -> int:
     from glmcheck.backends.validation import HF_NAMES, all_backend_names, validate_backend
     from glmcheck.model.load import resolve_device
 
-    if isinstance(ns.heads, bool) or ns.heads < 1:
-        raise ValueError(f"--heads must be a positive int, got {ns.heads}")
+    precheck(ns)
     device = resolve_device(ns.device)
     specs = [s.strip() for s in (ns.backends or "").split(",") if s.strip()]
     for spec in specs:  # a spec that does not load is a usage error, like in the checks

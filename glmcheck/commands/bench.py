@@ -6,24 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import pandas as pd
-import torch
-from tqdm import tqdm
-
-from glmcheck.backends import flashmla_available
-from glmcheck.bench.kernel import (
-    DEFAULT_POINTS,
-    INDEX_MODES,
-    TIMINGS,
-    BenchPoint,
-    default_specs,
-    length_pairs,
-    parse_points,
-    run_point,
-)
-from glmcheck.bench.report import render_accuracy, render_table
-from glmcheck.records.environment import environment_metadata
-from glmcheck.records.store import default_run_dir, write_record
+from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
+from glmcheck.commands.options import check_experts, check_layers, check_out_dir
 from glmcheck.records.tables import markdown_table
 
 
@@ -67,17 +51,48 @@ def add_parser(sub) -> None:
                    help="model-level rows NAME[+len][+rebuild] (+len: topk_length passed; +rebuild: a plan per call, "
                         "not one per indexer selection); default: FlashMLA+len when present, per-token, each legal "
                         "union reused and rebuilt, hf_sdpa")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="record directory (default runs/bench-<timestamp>); an existing record "
+                                               "or non-empty directory is refused unless --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace the record in --out")
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no GPU (`glmcheck.cli` runs it before any heavy import)."""
+    check_out_dir(ns.out, overwrite=ns.overwrite)
+    check_layers(ns.layers)
+    check_experts(ns.experts)
+    if ns.model and ns.timing != "eager":
+        raise ValueError(f"--timing {ns.timing} applies to the kernel bench; --model times whole prefills eagerly")
+    if ns.pair_rounds < 0:
+        raise ValueError(f"--pair-rounds must be >= 0, got {ns.pair_rounds}")
+
+
+def _write(ns: argparse.Namespace, command: str, summary: dict, rows: list[dict]) -> Path:
+    """The record in --out (its earlier record removed first with --overwrite) or a fresh runs/ folder."""
+    import pandas as pd
+
+    from glmcheck.records.layout import clear_record
+    from glmcheck.records.store import default_run_dir, write_record
+
+    directory = Path(ns.out) if ns.out else default_run_dir(command)
+    if ns.overwrite:
+        clear_record(directory)
+    write_record(directory, summary, pd.DataFrame(rows))
+    return directory
 
 
 def _require_gpu() -> None:
+    import torch
+
     if not torch.cuda.is_available():
         raise ValueError("bench needs a CUDA GPU (timings of the CPU interpreter mean nothing)")
 
 
-def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
+def _trace_points(ns) -> list[tuple]:
+    """[(BenchPoint, indices)] of the --indices trace's layer."""
+    from glmcheck.bench.kernel import BenchPoint
     from glmcheck.data.traces import read_trace
 
     layers, meta = read_trace(ns.indices)
@@ -89,18 +104,18 @@ def _trace_points(ns) -> list[tuple[BenchPoint, torch.Tensor]]:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.commands.options import check_experts, check_layers, check_out_dir
+    import torch
+    from tqdm import tqdm
 
-    check_out_dir(ns.out)
-    check_layers(ns.layers)
-    check_experts(ns.experts)
-    if ns.model and ns.timing != "eager":
-        raise ValueError(f"--timing {ns.timing} applies to the kernel bench; --model times whole prefills eagerly")
+    from glmcheck.backends import flashmla_available
+    from glmcheck.bench.kernel import default_specs, length_pairs, parse_points, run_point
+    from glmcheck.bench.report import render_accuracy, render_table
+    from glmcheck.records.environment import environment_metadata
+
+    precheck(ns)
     _require_gpu()
     if ns.model:
         return _handle_model(ns)
-    if ns.pair_rounds < 0:
-        raise ValueError(f"--pair-rounds must be >= 0, got {ns.pair_rounds}")
     points = _trace_points(ns) if ns.indices else [(point, None) for point in parse_points(ns.points)]
     have_flash, source = flashmla_available()
     specs = default_specs(have_flash)
@@ -123,8 +138,7 @@ def handle(ns: argparse.Namespace) -> int:
                "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds, "paired": ns.paired,
                "reference": reference,
                "indices": ns.indices, "rows": rows, "table": table}
-    directory = Path(ns.out) if ns.out else default_run_dir("bench")
-    write_record(directory, summary, pd.DataFrame(rows))
+    directory = _write(ns, "bench", summary, rows)
     print(f"record: {directory}")
     return 0
 
@@ -156,6 +170,9 @@ MODEL_INDICES = ("model", "calibrated")
 
 
 def _handle_model(ns) -> int:
+    import torch
+    from tqdm import tqdm
+
     from glmcheck.backends.validation import validate_backends
     from glmcheck.bench.model import bench_prefill, default_rows, parse_rows
     from glmcheck.bench.report import render_model_table
@@ -165,6 +182,7 @@ def _handle_model(ns) -> int:
     from glmcheck.data.model_prompts import model_prompt, prompt_source
     from glmcheck.kernels import legal_groups
     from glmcheck.model.load import ModelSpec, config_of, load_model
+    from glmcheck.records.environment import environment_metadata
 
     indices = ns.indices or "model"
     if indices not in MODEL_INDICES:
@@ -193,9 +211,8 @@ def _handle_model(ns) -> int:
              else "the model's own indexer") + f"; prompts: {prompt_source(spec)}")
     print(table)
     rows_out = [dataclasses.asdict(t) for t in timings]
-    directory = Path(ns.out) if ns.out else default_run_dir("bench-model")
-    write_record(directory, {"command": "bench-model", "environment": environment_metadata(), "rows": rows_out,
-                             "model": spec.describe(), "tp": ns.tp, "indices": indices, "table": table},
-                 pd.DataFrame(rows_out))
+    directory = _write(ns, "bench-model", {"command": "bench-model", "environment": environment_metadata(),
+                                           "rows": rows_out, "model": spec.describe(), "tp": ns.tp,
+                                           "indices": indices, "table": table}, rows_out)
     print(f"record: {directory}")
     return 0 if all(t.passed for t in timings) else 1

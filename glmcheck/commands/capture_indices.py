@@ -5,17 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import torch
-
-from glmcheck.backends import resolve_backend
 from glmcheck.commands.options import check_count, check_experts, check_layers, check_out_file, check_seed
-from glmcheck.data.model_prompts import model_prompt
-from glmcheck.data.traces import capture_indices, write_trace
-from glmcheck.model.load import ModelSpec, config_of, load_model, model_names, resolve_device
-from glmcheck.model.plan import check_fits
+from glmcheck.model.names import model_names
 from glmcheck.model.references import DEFAULT_MODEL
-from glmcheck.model.swap import HF_BACKENDS
-from glmcheck.records.environment import config_hash
 
 
 def add_parser(sub) -> None:
@@ -32,21 +24,38 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--tokens", type=int, required=True, help="tokens per sequence")
     p.add_argument("--batch", type=int, default=1, help="independent sequences (one KV pool)")
-    p.add_argument("--out", required=True, help="trace file (.safetensors)")
+    p.add_argument("--out", required=True, help="trace file (.safetensors); an existing file is refused unless "
+                                                "--overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace the file --out names")
     p.add_argument("--backend", default=None,
                    help="attention backend of the run (absorbed sparse path; default: the kernel under test on a "
                         "GPU, the fp32 reference on the CPU)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
 
 
-def handle(ns: argparse.Namespace) -> int:
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
     check_count(ns.tokens, "--tokens")
     check_count(ns.batch, "--batch")
     if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
         check_layers(ns.layers)
         check_experts(ns.experts)
     check_seed(ns.seed)
-    check_out_file(ns.out, suffix=".safetensors")
+    check_out_file(ns.out, suffix=".safetensors", overwrite=ns.overwrite)
+
+
+def handle(ns: argparse.Namespace) -> int:
+    import torch
+
+    from glmcheck.backends import resolve_backend
+    from glmcheck.data.model_prompts import model_prompt
+    from glmcheck.data.traces import write_trace
+    from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
+    from glmcheck.model.plan import check_fits
+    from glmcheck.model.swap import HF_BACKENDS
+    from glmcheck.records.environment import config_hash
+
+    precheck(ns)
     spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
     device = resolve_device(ns.device)
     backend = ns.backend or ("triton_sparse_mla" if device.type == "cuda" else "reference")
@@ -77,6 +86,14 @@ def handle(ns: argparse.Namespace) -> int:
           f"to {ns.out} (attention: {backend}; load {loaded - start:.1f} s, capture "
           f"{time.perf_counter() - loaded:.1f} s)")
     return 0
+
+
+def capture_indices(model, prompts, backend: str) -> dict:
+    """`glmcheck.data.traces.capture_indices`, imported when a capture runs (this module registers the parser
+    without torch)."""
+    from glmcheck.data.traces import capture_indices as capture
+
+    return capture(model, prompts, backend)
 
 
 class CaptureOutOfMemory(ValueError):

@@ -16,8 +16,9 @@ from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
 from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names, check_gate_ratio, exit_code
+from glmcheck.checks.band import Gate, band_names, check_gate_ratio, exit_code
 from glmcheck.checks.runner import SwapOptions
+from glmcheck.commands.model_options import PRESET_HELP, add_model_options  # noqa: F401  (re-exported)
 from glmcheck.commands.options import (
     check_band,
     check_count,
@@ -29,50 +30,13 @@ from glmcheck.commands.options import (
 )
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.checkpoint import check_tensors
-from glmcheck.model.load import ModelSpec, config_of, load_model, model_names, resolve_device
+from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
 from glmcheck.model.plan import check_fits
-from glmcheck.model.presets import PRESETS
-from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
 from glmcheck.records.environment import code_identity, config_hash, environment_metadata
+from glmcheck.records.layout import clear_record
 from glmcheck.records.progress import ItemStore
 from glmcheck.records.report import render
 from glmcheck.records.store import default_run_dir, write_record
-
-PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in REFERENCE_MODELS.items()]
-                        + [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()])
-
-
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output."""
-    parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                        help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
-    parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
-    parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
-    parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")
-    parser.add_argument("--seed", type=int, default=0, help="weights and prompt seed")
-    parser.add_argument("--init", default="sharp", choices=["hf", "sharp"], help="dummy weight scale (default sharp)")
-    parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
-    parser.add_argument("--backends", default=None,
-                        help="comma-separated backends (default: every backend available here)")
-    parser.add_argument("--exact", default="fp32", choices=["fp32", "fp64"],
-                        help="the exact reference every row is judged against (default fp32)")
-    parser.add_argument("--baseline", default=None,
-                        help="baseline kernel whose distance every row also shows (default flashmla_sparse when "
-                             "present and the model's latent is 512 + 64; 'none' for none)")
-    parser.add_argument("--band", type=int, default=DEFAULT_BAND,
-                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}); each costs one "
-                             "forward per prompt (or length): a run is 2 + band + backends forwards")
-    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
-                        help="emulate an FP8 KV cache feeding the absorbed backends")
-    parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
-    parser.add_argument("--gate-ratio", type=float, default=2.0,
-                        help="PASS when each judged statistic <= ratio x the band's max")
-    parser.add_argument("--max-rel-l2", type=float, default=None,
-                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)")
-    parser.add_argument("--out", default=None, help="record directory (default runs/<command>-<timestamp>)")
-    parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _flashmla_here(device: torch.device, latent_dims: tuple[int, int] | None) -> bool:
@@ -104,7 +68,7 @@ EXACT = {"fp32": "reference", "fp64": "reference:fp64"}
 class Prepared:
     """Resolved options: spec, device, backends, reference, swap options, gate, warnings."""
 
-    def __init__(self, ns: argparse.Namespace, *, layer0_only: bool = False):
+    def __init__(self, ns: argparse.Namespace, *, layer0_only: bool = False, resumable: bool = False):
         from glmcheck.model import distributed
 
         check_seed(ns.seed)
@@ -114,7 +78,7 @@ class Prepared:
         if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
             check_layers(ns.layers)
             check_experts(ns.experts)
-        check_out_dir(ns.out)
+        check_out_dir(ns.out, overwrite=getattr(ns, "overwrite", False), resumable=resumable)
         if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
             raise ValueError(f"--backends names no backend: {ns.backends!r}")
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
@@ -203,17 +167,30 @@ def run_directory(ns: argparse.Namespace, prep: Prepared, command: str) -> Path 
 
 class Resume:
     """The finished items of a resumable run: with --out, read and checked (fingerprint, item files)
-    while the options are checked, before any model is built; without it, a fresh record directory's
-    empty store, bound once the run has one (`bind`)."""
+    while the options are checked, before any model is built; without it, or with --overwrite, a
+    fresh store, bound once the run has its record directory (`bind`: --overwrite removes the record
+    that was there first). `total` items of kind `what` are requested; a resumed run says so."""
 
-    def __init__(self, ns: argparse.Namespace, prep: Prepared, fingerprint: dict):
+    def __init__(self, ns: argparse.Namespace, prep: Prepared, fingerprint: dict, *, total: int | None = None,
+                 what: str = "items"):
         self.fingerprint, self.writable = fingerprint, prep.is_main
-        self.store = ItemStore(Path(ns.out), fingerprint, writable=self.writable) if ns.out else None
+        self.overwrite = bool(getattr(ns, "overwrite", False))
+        self.total, self.what = total, what
+        self.store = None
+        if ns.out and not self.overwrite:
+            self.store = ItemStore(Path(ns.out), fingerprint, writable=self.writable)
         self.done = self.store.load() if self.store is not None else {}
 
     def bind(self, out: Path | None) -> None:
         if self.store is None:
+            if self.overwrite and self.writable and out is not None:
+                clear_record(out)
             self.store = ItemStore(out, self.fingerprint, writable=self.writable)
+        if self.done and self.writable:
+            of, left = ("", "") if self.total is None else (f" of {self.total}",
+                                                            f"; {self.total - len(self.done)} left to compute")
+            print(f"resuming {out}: {len(self.done)}{of} {self.what} finished there earlier are kept{left} "
+                  f"(--overwrite starts afresh)", file=sys.stderr)
 
     def save(self, key: str, payload) -> None:
         self.store.save(key, payload)
@@ -239,7 +216,7 @@ def run_check(ns: argparse.Namespace, command: str,
     built. `resumable` commands get their record directory before the run (their finished items
     live there); the others get it when the record is written. Returns 0 PASS, 1 FAIL, 3 INCONCLUSIVE
     (a band that cannot judge: `glmcheck.checks.band`); bad input raises (exit 2)."""
-    prep = Prepared(ns, layer0_only=layer0_only)
+    prep = Prepared(ns, layer0_only=layer0_only, resumable=resumable)
     run = plan(prep)
     prep.say_warnings()
     model = load_model(prep.spec, prep.device, layer0_only=layer0_only)
@@ -261,6 +238,8 @@ def finish(command: str, ns: argparse.Namespace, prep: Prepared, model, outcome:
                "options": prep.describe(), "warnings": prep.warnings, "facts": outcome.facts, "rows": rows,
                "verdict": outcome.verdict, **(outcome.extra or {})}
     directory = out or run_directory(ns, prep, command)
+    if out is None and getattr(ns, "overwrite", False):  # a resumable run's record was cleared when bound
+        clear_record(directory)
     write_record(directory, summary, pd.DataFrame(rows), outcome.tensors if ns.save_tensors else None)
     print(render(summary, pd.DataFrame(rows)))
     print(f"record: {directory}")

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tqdm import tqdm
-
-from glmcheck.checks.drift import run_drift
-from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
-from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.commands.options import check_count
 
 
 def add_parser(sub) -> None:
@@ -18,10 +15,22 @@ def add_parser(sub) -> None:
                                    "the exact reference beside the band at that layer.")
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
+    check_model_usage(ns)
+    check_count(ns.tokens, "--tokens")
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from glmcheck.checks.drift import run_drift
+    from glmcheck.commands.common import CheckOutcome, run_check
+    from glmcheck.data.model_prompts import model_prompt, prompt_source
+
     def plan(prep):
         tokens = prep.prompt_tokens(ns.tokens)
 

@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from tqdm import tqdm
-
-from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
-from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
+from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.commands.options import check_count, check_forwards, check_number
-from glmcheck.data.model_tokenizer import model_tokenizer
-from glmcheck.data.prompts import PROMPT_SETS, load_prompts
+from glmcheck.data.prompts import PROMPT_SETS
 
 
 def add_parser(sub) -> None:
@@ -26,15 +22,33 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--continue", dest="continue_tokens", type=int, default=0,
                    help="also compare a greedy N-token continuation (first divergence)")
-    p.add_argument("--tie-gap", type=float, default=DEFAULT_TIE_GAP,
-                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats) or "
-                        "<= gate-ratio x the band's largest |dlogprob|")
+    p.add_argument("--tie-gap", type=float, default=None,
+                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats, default "
+                        "0.1) or <= gate-ratio x the band's largest |dlogprob|")
     p.add_argument("--max-dlogprob", type=float, default=None,
                    help="cap on mean |dlogprob| (nats): above it FAILS even within the band (only stricter)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
+    check_model_usage(ns, resumable=True)
+    check_count(ns.continue_tokens, "--continue", minimum=0)
+    check_number(ns.tie_gap, "--tie-gap")
+    check_number(ns.max_dlogprob, "--max-dlogprob", positive=True)
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
+    from glmcheck.commands.common import CheckOutcome, Resume, run_check
+    from glmcheck.data.model_tokenizer import model_tokenizer
+    from glmcheck.data.prompts import load_prompts
+
+    if ns.tie_gap is None:
+        ns.tie_gap = DEFAULT_TIE_GAP
+
     def plan(prep):
         check_count(ns.continue_tokens, "--continue", minimum=0)
         check_number(ns.tie_gap, "--tie-gap")
@@ -53,7 +67,8 @@ def handle(ns: argparse.Namespace) -> int:
 
         resume = Resume(ns, prep, prep.fingerprint("firsttoken", prompts={p.id: p.prompt for p in prompts},
                                                    continue_tokens=ns.continue_tokens, tie_gap=ns.tie_gap,
-                                                   max_dlogprob=ns.max_dlogprob))
+                                                   max_dlogprob=ns.max_dlogprob),
+                        total=len(prompts), what="prompts")
         done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
 
         def run(model, out):

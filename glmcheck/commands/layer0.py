@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-from tqdm import tqdm
-
-from glmcheck.checks.layer0 import run_layer0
-from glmcheck.commands.common import CheckOutcome, add_model_options, run_check
-from glmcheck.data.model_prompts import model_prompt, prompt_source
-from glmcheck.data.model_tokenizer import model_tokenizer
-from glmcheck.data.prompts import text_prompt
+from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.commands.options import check_count
 
 
 def add_parser(sub) -> None:
@@ -22,10 +16,25 @@ def add_parser(sub) -> None:
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
     p.add_argument("--text", default=None, help="use this text (tokenised, repeated up to --tokens) as the prompt")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
+    check_model_usage(ns)
+    check_count(ns.tokens, "--tokens")
 
 
 def handle(ns: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from glmcheck.checks.layer0 import run_layer0
+    from glmcheck.commands.common import CheckOutcome, run_check
+    from glmcheck.data.model_prompts import model_prompt, prompt_source
+    from glmcheck.data.model_tokenizer import model_tokenizer
+    from glmcheck.data.prompts import text_prompt
+
     def plan(prep):
         tokens = prep.prompt_tokens(ns.tokens)
         text_ids = None

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections import Counter
 
-from tqdm import tqdm
-
-from glmcheck.checks.common import ComparisonRow
-from glmcheck.checks.logits import run_logits
-from glmcheck.commands.common import CheckOutcome, Resume, add_model_options, run_check
+from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.commands.options import check_count, check_forwards
-from glmcheck.data.model_prompts import model_prompt, prompt_source
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
+    """The prompt lengths of --tokens (`default` when not given): positive ints, each once."""
+    items = [x.strip() for x in (default if text is None else text).split(",")]
+    shown = repr(text) if text is None or len(text) <= 60 else repr(text[:50] + "...") + f" ({len(items)} items)"
+    if "" in items and items != [""]:
+        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {shown} (an empty item)")
     try:
-        lengths = [int(x) for x in (default if text is None else text).split(",") if x.strip()]
+        lengths = [int(x) for x in items]
     except ValueError:
-        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {text!r}") from None
-    if not lengths or any(n < 1 for n in lengths):
-        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {text!r}")
+        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {shown}") from None
+    if any(n < 1 for n in lengths):
+        raise ValueError(f"--tokens must be a comma-separated list of positive ints, got {shown}")
+    counts = Counter(lengths)
+    twice = [str(n) for n, count in counts.items() if count > 1]
+    if twice:
+        named = ", ".join(twice[:5]) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        raise ValueError(f"--tokens names {named} more than once ({shown}); each length runs once, its rows would be "
+                         f"written twice")
     return lengths
 
 
@@ -33,10 +40,24 @@ def add_parser(sub) -> None:
                                                    "64,128 on the CPU)")
     p.add_argument("--dense-threshold", type=int, default=None,
                    help="layers whose KV length is <= N attend densely, for every absorbed backend")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
+    check_model_usage(ns, resumable=True)
+    if ns.tokens is not None:  # the default depends on the device
+        _lengths(ns.tokens, "")
+    check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from glmcheck.checks.logits import run_logits
+    from glmcheck.commands.common import CheckOutcome, Resume, run_check
+    from glmcheck.data.model_prompts import model_prompt, prompt_source
+
     def plan(prep):
         lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
         check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
@@ -44,7 +65,8 @@ def handle(ns: argparse.Namespace) -> int:
                        f"{len(lengths)} lengths x {prep.forward_count()} forwards each (--tokens, --band, --backends)")
         for tokens in lengths:
             prep.check_prompt(tokens)
-        resume = Resume(ns, prep, prep.fingerprint("logits", lengths=lengths, seed=ns.seed))
+        resume = Resume(ns, prep, prep.fingerprint("logits", lengths=lengths, seed=ns.seed), total=len(lengths),
+                        what="lengths")
         done = {int(key): [_row(r) for r in payload] for key, payload in resume.done.items()}
 
         def run(model, out):
@@ -66,5 +88,7 @@ def handle(ns: argparse.Namespace) -> int:
     return run_check(ns, "logits", plan, resumable=True)
 
 
-def _row(payload: dict) -> ComparisonRow:
+def _row(payload: dict):
+    from glmcheck.checks.common import ComparisonRow
+
     return ComparisonRow(**payload)

@@ -56,9 +56,25 @@ def _existing_parent(path: Path) -> Path:
     return parent
 
 
-def check_out_dir(path: str | None, option: str = "--out") -> None:
-    """`path` can hold a record: a directory (new, or a record to resume) whose place is writable;
-    None checks the default, runs/ under the working directory."""
+def _check_named(path: str, option: str, what: str) -> None:
+    if not path.strip():  # Path("") is the working directory: a run would write its record among its files
+        raise ValueError(f"{option} {path!r} names no {what}" + (f" (leave {option} out for runs/<command>-<timestamp>)"
+                                                                 if what == "directory" else ""))
+
+
+def check_out_dir(path: str | None, option: str = "--out", *, overwrite: bool = False,
+                  resumable: bool = False) -> None:
+    """`path` can hold a record: a new or empty directory, or one to resume, whose place is writable;
+    None checks the default, runs/ under the working directory (a fresh runs/<command>-<timestamp>).
+
+    An existing record of another run (any command) or a non-empty directory that is not a record is
+    refused unless `overwrite` (the run then replaces the record: `glmcheck.records.layout.clear_record`;
+    other files stay). A `resumable` command leaves a directory holding a resumable run's items/ to its
+    `ItemStore`, which resumes the same run and refuses another's."""
+    from glmcheck.records.layout import holds_record, occupant, resumable_items
+
+    if path is not None:
+        _check_named(path, option, "directory")
     target = Path(path) if path is not None else Path("runs")
     if target.exists() and not target.is_dir():
         raise ValueError(f"{option} {target} is a file; expected a record directory (new, or one to resume)")
@@ -67,15 +83,25 @@ def check_out_dir(path: str | None, option: str = "--out") -> None:
     except ValueError as err:
         raise ValueError(f"{option} {target}: {err}") from None
     check_writable_dir(place, f"{option} {target}")
+    if path is None or overwrite or (resumable and resumable_items(target)):
+        return
+    held = occupant(target)
+    if held is not None:
+        allow = "to replace it" if holds_record(target) else "to write the record among them"
+        raise ValueError(f"{option} {target} already holds {held}; use another {option}, or --overwrite {allow}")
 
 
-def check_out_file(path: str, option: str = "--out", suffix: str | None = None) -> None:
-    """`path` can be written as a file: not a directory, with the given suffix, in a writable place."""
+def check_out_file(path: str, option: str = "--out", suffix: str | None = None, *, overwrite: bool = False) -> None:
+    """`path` can be written as a file: not a directory, with the given suffix, in a writable place,
+    and not an existing file unless `overwrite`."""
+    _check_named(path, option, "file")
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"{option} {target} is a directory; expected a file path")
     if suffix and target.suffix != suffix:
         raise ValueError(f"{option} {target} must end in {suffix}")
+    if target.exists() and not overwrite:
+        raise ValueError(f"{option} {target} already exists; use another {option}, or --overwrite to replace it")
     try:
         check_writable_dir(_existing_parent(target), f"{option} {target}")
     except ValueError as err:

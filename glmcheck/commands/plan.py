@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.model.plan import HEADROOM, plan_memory
-from glmcheck.model.presets import PRESETS, make_config
+from glmcheck.commands.options import check_count, check_experts, check_layers, check_number
+from glmcheck.model.presets import PRESETS
 from glmcheck.records.tables import markdown_table
 
 
@@ -19,17 +19,30 @@ def add_parser(sub) -> None:
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--tokens", type=int, default=4096, help="prompt length of the activation estimate")
     p.add_argument("--gpu-gib", type=float, default=141.0, help="memory of one GPU (H200: 141)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """Every option's own check, each naming its flag (`glmcheck.cli` runs it before any heavy import)."""
+    check_layers(ns.layers)
+    check_experts(ns.experts)
+    check_count(ns.tp, "--tp")
+    check_count(ns.tokens, "--tokens")
+    check_number(ns.gpu_gib, "--gpu-gib", positive=True)
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.commands.options import check_experts, check_layers, check_number
+    from glmcheck.model.plan import HEADROOM, plan_memory
+    from glmcheck.model.presets import make_config
 
-    check_layers(ns.layers)
-    check_experts(ns.experts)
-    check_number(ns.gpu_gib, "--gpu-gib", positive=True)
+    precheck(ns)
     config = make_config(ns.model, layers=ns.layers, experts=ns.experts)
-    plan = plan_memory(config, ns.tp, ns.tokens, ns.gpu_gib)
+    try:
+        plan = plan_memory(config, ns.tp, ns.tokens, ns.gpu_gib)
+    except ValueError as err:  # the shard check names the library's argument: "tp 3 must divide ..."
+        if str(err).startswith(f"tp {ns.tp} "):
+            raise ValueError(f"--{err} of {ns.model}") from None
+        raise
     print(markdown_table(
         ["preset", "layers", "tp", "params total", "params / rank", "weights / rank", f"activations @{ns.tokens}",
          "total / rank", f"fits {ns.gpu_gib:g} GiB", "max layers that fit"],

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.records.report import TABLE_COMMANDS, render
-from glmcheck.records.store import read_record
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
@@ -34,6 +31,9 @@ def handle(ns: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
+    from glmcheck.records.report import TABLE_COMMANDS, render
+    from glmcheck.records.store import read_record
+
     record = read_record(ns.directory)
     try:
         text = render(record.summary, record.rows, md=ns.md)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck import __version__
-from glmcheck.model.load import resolve_device
+from glmcheck.commands.options import check_seed
 
 
 def _positive_int(text: str) -> int:
@@ -30,14 +30,17 @@ def add_parser(sub) -> None:
     p.add_argument("--d-tail", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    check_seed(ns.seed)
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.commands.options import check_seed
-
-    check_seed(ns.seed)
+    precheck(ns)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
+    from glmcheck.model.load import resolve_device
     from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
     from glmcheck.selftest import selfcheck
 

@@ -13,6 +13,14 @@ MUTANT_HEADERS = ["mutant", "breaks", "detected", "caught by", "margin"]
 
 RATE_MODELS = ["ref-cpu", "ref-gpu", "ref-gpu-fp8", "tiny"]
 
+# The rates run's own options: (flag, default, help). Given without --model / --checkpoint they would be
+# ignored, so they are refused; the kernel suite's --mutants / --only / --exhaustive likewise with them.
+RATES_OPTIONS = (("--seeds", 20, "seeds 0..N-1 of the rates run"),
+                 ("--tokens", 64, "prompt length of the rates run"),
+                 ("--checks", "layer0,logits,drift",
+                  "checks of the rates run (comma-separated: layer0, logits, drift, firsttoken)"),
+                 ("--band", 4, "band size of the rates run"))
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("selftest", help="prove the accuracy suite catches planted kernel faults",
@@ -31,13 +39,36 @@ def add_parser(sub) -> None:
                         "preset a seed varies weights and prompt, on a trained model the held-out text prompt)")
     p.add_argument("--checkpoint", default=None,
                    help="the rates on a local checkpoint instead (a seed varies the held-out text prompt)")
-    p.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 of the rates run (default 20)")
-    p.add_argument("--tokens", type=int, default=64, help="prompt length of the rates run (default 64)")
-    p.add_argument("--checks", default="layer0,logits,drift",
-                   help="checks of the rates run (comma-separated: layer0, logits, drift, firsttoken)")
-    p.add_argument("--band", type=int, default=4, help="band size of the rates run (default 4)")
+    for flag, default, help_text in RATES_OPTIONS:
+        p.add_argument(flag, type=str if flag == "--checks" else int, default=None,
+                       help=f"{help_text} (default {default}; with --model or --checkpoint only)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """Options that do not apply to the run asked for (`glmcheck.cli` runs it before any heavy import)."""
+    from glmcheck.commands.options import check_seed
+
+    check_seed(ns.seed)
+    rates = ns.model is not None or ns.checkpoint is not None
+    if rates:
+        suite = [flag for flag, given in (("--mutants", ns.mutants), ("--only", ns.only is not None),
+                                          ("--exhaustive", ns.exhaustive)) if given]
+        if suite:
+            raise ValueError(f"{', '.join(suite)} {'applies' if len(suite) == 1 else 'apply'} to the kernel suite; "
+                             f"--model / --checkpoint run the verdict rates instead")
+        return
+    given = [flag for flag, _, _ in RATES_OPTIONS if getattr(ns, flag[2:]) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the verdict-rates run "
+                         f"only: add --model (one of {', '.join(RATE_MODELS)}) or --checkpoint PATH")
+
+
+def _rates_defaults(ns: argparse.Namespace) -> None:
+    for flag, default, _ in RATES_OPTIONS:
+        if getattr(ns, flag[2:]) is None:
+            setattr(ns, flag[2:], default)
 
 
 def fmt_margin(value: float | None) -> str:
@@ -85,11 +116,10 @@ def mutant_table(report, exhaustive: bool) -> str:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.commands.options import check_seed
-
-    check_seed(ns.seed)
+    precheck(ns)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
     if ns.model is not None or ns.checkpoint is not None:
+        _rates_defaults(ns)
         return handle_rates(ns)
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
     from glmcheck.selftest.runner import run_selftest

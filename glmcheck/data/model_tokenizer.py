@@ -10,12 +10,21 @@ class CheckpointTokenizer:
     """A local Hugging Face tokenizer behind the small interface the checks use."""
 
     def __init__(self, path: str):
+        from pathlib import Path
+
         from transformers import AutoTokenizer
 
+        from glmcheck.data.model_prompts import TOKENIZER_FILES
+
+        if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+            raise FileNotFoundError(f"checkpoint {path!r} ships no tokenizer (none of {', '.join(TOKENIZER_FILES)}), "
+                                    f"so text prompts cannot be encoded for it; add its tokenizer files, or use a "
+                                    f"--model preset (the built-in byte tokenizer)")
         try:
             self.inner = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as err:
-            raise FileNotFoundError(f"checkpoint {path!r} has no usable tokenizer: {err}") from None
+        except (OSError, ValueError) as err:  # transformers' own message spans lines: kept whole, on one
+            raise FileNotFoundError(f"checkpoint {path!r} has no usable tokenizer: {' '.join(str(err).split())}") \
+                from None
 
     @property
     def bos_id(self) -> int | None:

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # imported where a prompt becomes a tensor: the command line reads PROMPT_SETS without torch
+    import torch
 
 PROMPT_SETS: tuple[str, ...] = ("natural50", "random50", "heldout50")
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
@@ -171,6 +172,8 @@ def seeded_prompt(vocab_size: int, tokens: int, seed: int, device: torch.device)
     """[1, tokens] int64 ids drawn uniformly from [3, vocab) (ids 0-2 are special) by `seed`."""
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
         raise ValueError(f"tokens must be a positive int, got {tokens!r}")
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, vocab_size, (1, tokens), generator=generator).to(device)
 
@@ -181,5 +184,7 @@ def text_prompt(ids: list[int], tokens: int | None, device: torch.device) -> tor
         raise ValueError("text must not be empty")
     if tokens is not None and tokens > len(ids):
         ids = (ids * (tokens // len(ids) + 1))[:tokens]
+    import torch
+
     return torch.tensor([ids], dtype=torch.long, device=device)
 

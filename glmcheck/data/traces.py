@@ -64,6 +64,9 @@ def write_trace(path: str | os.PathLike, layers: dict[int, torch.Tensor], metada
 def read_trace(path: str | os.PathLike) -> tuple[dict[int, torch.Tensor], dict]:
     """({layer: indices [T, topk] int32}, metadata) of a trace file."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"index trace {str(path)!r} is a directory; expected a trace file (.safetensors, from "
+                         f"glmcheck capture-indices)")
     if not path.is_file():
         raise FileNotFoundError(f"index trace {str(path)!r} does not exist")
     try:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from glmcheck.model.build import build_dummy_model
+from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS, make_config
-from glmcheck.model.references import REFERENCE_MODELS, is_reference, reference_checkpoint
+from glmcheck.model.references import is_reference, reference_checkpoint
 from glmcheck.model.weights import INIT_SCALES
 
 
@@ -35,11 +36,6 @@ class ModelSpec:
         return {"preset": None if self.checkpoint else self.preset, "reference": self.reference,
                 "checkpoint": self.checkpoint, "layers": self.layers, "experts": self.experts, "seed": self.seed,
                 "init": None if self.checkpoint else self.init}
-
-
-def model_names() -> list[str]:
-    """Every name `--model` takes: the trained reference models, then the dummy presets."""
-    return list(REFERENCE_MODELS) + list(PRESETS)
 
 
 def resolve_device(name: str | None) -> torch.device:

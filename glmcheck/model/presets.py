@@ -18,8 +18,10 @@ recomputed for the new depth) and `experts` (routed experts; top-k capped at tha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from transformers import GlmMoeDsaConfig
+if TYPE_CHECKING:  # imported by make_config: the preset names and descriptions are read without transformers
+    from transformers import GlmMoeDsaConfig
 
 _GLM5_BASE = dict(
     vocab_size=154880, hidden_size=6144, intermediate_size=12288, moe_intermediate_size=2048,
@@ -76,6 +78,8 @@ def indexer_schedule(num_layers: int, freq: int, offset: int) -> list[str]:
 
 def make_config(preset: str, *, layers: int | None = None, experts: int | None = None) -> GlmMoeDsaConfig:
     """The transformers config of `preset` with optional depth / expert-count overrides."""
+    from transformers import GlmMoeDsaConfig
+
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     spec = PRESETS[preset]

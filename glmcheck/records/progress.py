@@ -15,10 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from glmcheck.records.layout import FINGERPRINT_FILE, ITEMS_DIR
 from glmcheck.records.store import write_json_atomic
-
-ITEMS_DIR = "items"
-FINGERPRINT_FILE = "fingerprint.json"
 
 
 def _safe_name(key: str) -> str:
@@ -50,7 +48,7 @@ class ItemStore:
                 changed = sorted(k for k in set(previous) | set(self.fingerprint)
                                  if previous.get(k) != self.fingerprint.get(k))
                 raise ValueError(f"--out {Path(directory)} holds a run with other settings ({', '.join(changed)}); "
-                                 f"use another --out or the same settings to resume")
+                                 f"use another --out, the same settings to resume, or --overwrite to replace it")
 
     def load(self) -> dict[str, Any]:
         """{key: payload} of every finished item."""

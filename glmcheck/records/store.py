@@ -20,10 +20,9 @@ import pandas as pd
 import safetensors.torch
 import torch
 
+from glmcheck.records.layout import ROWS_FILE, SUMMARY_FILE, TENSORS_FILE
+
 RECORD_VERSION = 1
-SUMMARY_FILE = "summary.json"
-ROWS_FILE = "rows.parquet"
-TENSORS_FILE = "tensors.safetensors"
 
 PathLike = str | os.PathLike
 

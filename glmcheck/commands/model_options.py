@@ -1,0 +1,69 @@
+"""The options every model check (layer0, logits, firsttoken, drift) takes, and the checks of them that
+need no model: both without importing torch, transformers or triton, so that bad usage is answered
+in well under a second (`glmcheck.cli` runs a command's `precheck` before any heavy import).
+`glmcheck.commands.common.Prepared` checks the rest, and re-checks these for callers of the library."""
+
+from __future__ import annotations
+
+import argparse
+
+from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
+from glmcheck.commands.options import check_experts, check_layers, check_number, check_out_dir, check_seed
+from glmcheck.model.names import model_names
+from glmcheck.model.presets import PRESETS
+from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
+
+PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in REFERENCE_MODELS.items()]
+                        + [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()])
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output."""
+    parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
+                        help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
+    parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
+    parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
+    parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")
+    parser.add_argument("--seed", type=int, default=0, help="weights and prompt seed")
+    parser.add_argument("--init", default="sharp", choices=["hf", "sharp"], help="dummy weight scale (default sharp)")
+    parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated backends (default: every backend available here)")
+    parser.add_argument("--exact", default="fp32", choices=["fp32", "fp64"],
+                        help="the exact reference every row is judged against (default fp32)")
+    parser.add_argument("--baseline", default=None,
+                        help="baseline kernel whose distance every row also shows (default flashmla_sparse when "
+                             "present and the model's latent is 512 + 64; 'none' for none)")
+    parser.add_argument("--band", type=int, default=DEFAULT_BAND,
+                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}); each costs one "
+                             "forward per prompt (or length): a run is 2 + band + backends forwards")
+    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
+                        help="emulate an FP8 KV cache feeding the absorbed backends")
+    parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
+    parser.add_argument("--gate-ratio", type=float, default=2.0,
+                        help="PASS when each judged statistic <= ratio x the band's max")
+    parser.add_argument("--max-rel-l2", type=float, default=None,
+                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)")
+    parser.add_argument("--out", default=None, help="record directory (default runs/<command>-<timestamp>); an "
+                        "existing record of another run or a non-empty directory is refused unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the record in --out (its summary, rows, tensors, plots and finished items; "
+                             "other files stay) instead of refusing it or resuming it")
+    parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:
+    """The shared options' checks that need no model (ValueError naming the option): seed, gate
+    ratio, cap, depth and experts, --out (`check_out_dir`: another run's record is refused unless
+    --overwrite; a `resumable` command resumes its own), an empty --backends."""
+    check_seed(ns.seed)
+    check_gate_ratio(ns.gate_ratio)
+    check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
+    if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
+        check_layers(ns.layers)
+        check_experts(ns.experts)
+    check_out_dir(ns.out, overwrite=getattr(ns, "overwrite", False), resumable=resumable)
+    if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
+        raise ValueError(f"--backends names no backend: {ns.backends!r}")

@@ -1,0 +1,12 @@
+"""The names `--model` takes, without importing torch or transformers (the command line builds its
+parsers from them before any heavy import)."""
+
+from __future__ import annotations
+
+from glmcheck.model.presets import PRESETS
+from glmcheck.model.references import REFERENCE_MODELS
+
+
+def model_names() -> list[str]:
+    """Every name `--model` takes: the trained reference models, then the dummy presets."""
+    return list(REFERENCE_MODELS) + list(PRESETS)
