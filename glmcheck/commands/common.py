@@ -16,18 +16,10 @@ from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
 from glmcheck.backends.registry import backend_identity
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
-from glmcheck.checks.band import Gate, band_names, check_gate_ratio, exit_code
+from glmcheck.checks.band import Gate, band_names, exit_code
 from glmcheck.checks.runner import SwapOptions
-from glmcheck.commands.model_options import PRESET_HELP, add_model_options  # noqa: F401  (re-exported)
-from glmcheck.commands.options import (
-    check_band,
-    check_count,
-    check_experts,
-    check_layers,
-    check_number,
-    check_out_dir,
-    check_seed,
-)
+from glmcheck.commands.model_options import PRESET_HELP, add_model_options, check_model_usage  # noqa: F401
+from glmcheck.commands.options import check_band, check_count
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.checkpoint import check_tensors
 from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
@@ -71,16 +63,8 @@ class Prepared:
     def __init__(self, ns: argparse.Namespace, *, layer0_only: bool = False, resumable: bool = False):
         from glmcheck.model import distributed
 
-        check_seed(ns.seed)
-        check_gate_ratio(ns.gate_ratio)
-        check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
+        check_model_usage(ns, resumable=resumable)
         check_band(ns.band)
-        if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
-            check_layers(ns.layers)
-            check_experts(ns.experts)
-        check_out_dir(ns.out, overwrite=getattr(ns, "overwrite", False), resumable=resumable)
-        if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
-            raise ValueError(f"--backends names no backend: {ns.backends!r}")
         self.spec = ModelSpec(preset=ns.model, checkpoint=ns.checkpoint, layers=ns.layers, experts=ns.experts,
                               seed=ns.seed, init=ns.init)
         self.config = config_of(self.spec, layer0_only=layer0_only)

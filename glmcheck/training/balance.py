@@ -8,28 +8,19 @@ bias is not trained by gradients. After every optimiser step each expert's bias 
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from glmcheck.training.hooks import HookSet
 
-class RouterLoad:
+
+class RouterLoad(HookSet):
     """Forward hooks on every `GlmMoeDsaTopkRouter` (modules with `e_score_correction_bias`)."""
 
     def __init__(self, model: torch.nn.Module):
+        super().__init__()
         self.routers = [m for m in model.modules() if hasattr(m, "e_score_correction_bias") and hasattr(m, "top_k")]
         self.counts = {id(r): torch.zeros(r.num_experts, dtype=torch.float64) for r in self.routers}
         self.handles = [r.register_forward_hook(self._count) for r in self.routers]
-        self.active = True
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Forwards inside are not counted (evaluations)."""
-        self.active = False
-        try:
-            yield
-        finally:
-            self.active = True
 
     def _count(self, module, args, output):
         if not self.active:
@@ -52,6 +43,3 @@ class RouterLoad:
             counts.zero_()
         return worst
 
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()

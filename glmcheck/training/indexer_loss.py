@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glmcheck.model.indexer_scores import index_scores
+from glmcheck.training.hooks import HookSet
 
 DENSE_TOPK = 1 << 30
 
@@ -44,14 +45,15 @@ def _layers(model):
     return model.model.layers
 
 
-class IndexerProbe:
+class IndexerProbe(HookSet):
     """Hooks that capture what the indexer loss and recall need (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module):
         if model.config._attn_implementation != "eager":
             raise ValueError("IndexerProbe needs eager attention (attention probabilities), got "
                              f"{model.config._attn_implementation!r}")
-        self.model, self.groups, self.handles, self.active = model, [], [], True
+        super().__init__()
+        self.model, self.groups = model, []
         owner: dict[int, _Group] = {}
         for index, layer in enumerate(_layers(model)):
             if layer.self_attn.indexer is not None:
@@ -66,20 +68,6 @@ class IndexerProbe:
                 raise ValueError(f"layer {index} is a shared indexer layer with no full layer before it")
             owner[index] = self.groups[-1]
             self.handles.append(layer.self_attn.register_forward_hook(self._attention(owner[index], index)))
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Forwards inside capture nothing (evaluations between training steps)."""
-        self.active = False
-        try:
-            yield
-        finally:
-            self.active = True
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
 
     def clear(self) -> None:
         for group in self.groups:
