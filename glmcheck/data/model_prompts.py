@@ -15,11 +15,9 @@ from pathlib import Path
 import torch
 
 from glmcheck.data.heldout import heldout_stream, natural_prompt
-from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.data.model_tokenizer import TOKENIZER_FILES, model_tokenizer
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model.load import ModelSpec
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 def reads_text(spec: ModelSpec) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from glmcheck.data.tokenizer import ByteTokenizer
 from glmcheck.model.load import ModelSpec
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # any of them: a checkpoint ships one
+
 
 class CheckpointTokenizer:
     """A local Hugging Face tokenizer behind the small interface the checks use."""
@@ -13,8 +15,6 @@ class CheckpointTokenizer:
         from pathlib import Path
 
         from transformers import AutoTokenizer
-
-        from glmcheck.data.model_prompts import TOKENIZER_FILES
 
         if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
             raise FileNotFoundError(f"checkpoint {path!r} ships no tokenizer (none of {', '.join(TOKENIZER_FILES)}), "
