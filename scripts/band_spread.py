@@ -1,10 +1,12 @@
 """How wide legitimate noise bands are, and what a wide one lets through: the measurement behind the
-INCONCLUSIVE rule (`glmcheck.checks.band`: SPREAD_LIMIT, MIN_BAND, GATE_RATIO_BOUNDS; docs/reliability.md, "Gate").
+INCONCLUSIVE rule (`glmcheck.checks.band`: SPREAD_LIMIT, MIN_BAND, GATE_RATIO_BOUNDS; docs/reliability.md, "Gate"):
+the default band's max / median ("wide" past 3), median / smallest variant ("split") and, for the logits, the
+variants' median distance to the reference / their median distance to each other ("apart").
 
 Per seed, one forward per backend captures the layer-0 latent output, every layer's hidden state and the final
 logits: the exact reference twice, all 16 band variants, the kernel under test and the planted faults of
 `glmcheck.selftest.faults`. Printed per check (layer0, logits, drift at each layer, firsttoken over runs of
-FIRSTTOKEN_PROMPTS seeds): the default band's (rerun + band:0..3) max / median, and per seed every fault's margin
+FIRSTTOKEN_PROMPTS seeds): the default band's (rerun + band:0..3) spread ratios, and per seed every fault's margin
 (its distance / (2 x the band max); > 1 is caught) beside the kernel's; then how often a held-out variant (band:8..15)
 FAILS against a band of the rerun and n other variants.
 
@@ -55,13 +57,21 @@ def measure(model: str, tokens: int, seeds: list[int]) -> list[dict]:
                 "dlogprob": abs(float(logprobs[ref_choice.token]) - ref_choice.logprob),
                 **{f"drift{layer}": metrics.rel_l2(run.captured.hidden[layer], ref.captured.hidden[layer])
                    for layer in range(layers)}}
-        records.append({"model": model, "tokens": tokens, "seed": seed, "rows": rows})
+        variants = [runs[backends.index(f"band:{k}")].captured.logits for k in range(4)]
+        apart = statistics.median(metrics.rel_l2(a, b) for i, a in enumerate(variants) for b in variants[i + 1:])
+        records.append({"model": model, "tokens": tokens, "seed": seed, "rows": rows, "logits_apart": apart})
     return records
 
 
 def _spread(values: list[float]) -> float:
     median = statistics.median(values)
     return max(values) / median if median > 0 else float("inf")
+
+
+def _split(values: list[float]) -> float:
+    """median / the smallest ideal variant (values: the rerun first): > 3 is a "split" band."""
+    low = min(values[1:])
+    return statistics.median(values) / low if low > 0 else float("inf")
 
 
 def report(records: list[dict]) -> None:
@@ -73,7 +83,11 @@ def report(records: list[dict]) -> None:
             rows = rec["rows"]
             top = max(rows[k][check] for k in DEFAULT_BAND)
             margins = " ".join(f"{f.split(':')[1]} {rows[f][check] / (2 * top):.2f}" for f in faults)
-            print(f"  {rec['seed']:3d} {_spread([rows[k][check] for k in DEFAULT_BAND]):6.2f}  "
+            values = [rows[k][check] for k in DEFAULT_BAND]
+            apart = ""
+            if check == "logits" and rec.get("logits_apart"):
+                apart = f" apart {statistics.median(values[1:]) / rec['logits_apart']:5.2f}"
+            print(f"  {rec['seed']:3d} {_spread(values):6.2f} split {_split(values):5.2f}{apart}  "
                   f"kernel {rows['triton_sparse_mla'][check] / (2 * top):.2f}  {margins}")
     print(f"\nfirsttoken, runs of {FIRSTTOKEN_PROMPTS} seeds: band max / median of the mean |dlogprob|, margins")
     for start in range(0, len(records) - FIRSTTOKEN_PROMPTS + 1, FIRSTTOKEN_PROMPTS):

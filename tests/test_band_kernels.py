@@ -100,10 +100,30 @@ def test_no_two_band_variants_alike(device, size):
 
 
 def test_the_family_and_its_limit():
-    assert BAND_FAMILY_SIZE == 16 and len(set(BAND_FAMILY)) == 16, "every block x order x normaliser once"
+    assert BAND_FAMILY_SIZE == 16 and len(set(BAND_FAMILY)) == 16, "16 distinct kernels"
+    every = set(itertools.product((16, 32, 64, 128), (False, True), (False, True)))
+    assert {(v.block, v.reverse, v.sum_rounded) for v in BAND_FAMILY} == every, "every block x order x normaliser once"
+    assert {v.splits for v in BAND_FAMILY[:4]} == {1, 2}
     assert {v.block for v in BAND_FAMILY[:4]} == {16, 32, 64} and {v.reverse for v in BAND_FAMILY[:4]} == {False, True}
     assert {v.block for v in BAND_FAMILY[:8]} == {16, 32, 64, 128}
     assert {v.sum_rounded for v in BAND_FAMILY[:4]} == {False, True}
     for bad in (16, -1, True, 2.0):
         with pytest.raises(ValueError, match=r"\[0, 15\].*at most 16"):
             band_variant(bad)
+
+
+def test_short_selections_keep_the_band_distinct(device):
+    """Every token selects 2 to 16 slots (a prompt of a few tokens: each selection fits one KV block of
+    every size), where block size and order cannot matter: the split-KV variants keep the default band
+    of 4 distinct (without them band:0 = band:1 and band:2 = band:3)."""
+    g = torch.Generator().manual_seed(3)
+    q, kv = random_qkv(48, 8, 64, 64, 16, g, "cpu")
+    q = (q.float() * 3).bfloat16()
+    indices = torch.full((48, 32), -1, dtype=torch.int32)
+    for t in range(48):
+        count = 2 + t % 15
+        indices[t, :count] = torch.randperm(64, generator=g)[:count].to(torch.int32)
+    device = torch.device(device)
+    q, kv, indices = q.to(device), kv.to(device), indices.to(device)
+    exact = sparse_mla_reference(q, kv, indices, 0.125, 64)
+    assert_distinct([band_variant(k)(q, kv, indices, 0.125, 64) for k in range(4)], exact)

@@ -14,7 +14,18 @@ import torch
 from glmcheck import cli
 from glmcheck.backends import unregister_backend
 from glmcheck.backends.registry import backend_names
-from glmcheck.checks.band import FAIL, INCONCLUSIVE, MIN_BAND, PASS, SPREAD_LIMIT, BadReference, Band, Gate, exit_code
+from glmcheck.checks.band import (
+    FAIL,
+    INCONCLUSIVE,
+    MIN_BAND,
+    PASS,
+    SPREAD_LIMIT,
+    BadReference,
+    Band,
+    Gate,
+    exit_code,
+    spread_reason,
+)
 from glmcheck.checks.common import overall_of
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.data.prompts import seeded_prompt
@@ -57,22 +68,25 @@ def plugins(tmp_path):
 
 
 def test_a_blown_up_band_passes_no_broken_kernel(plugins, tmp_path, capsys):
-    """Item 2: at 96 tokens on tiny two of the four band variants take a flip (rel-L2 0.27 against 0.04): the
-    gate's 2 x max admitted rope dropped, one token in 64 zeroed and sm_scale x 1.1 (PASS, exit 0)."""
+    """Item 2: at 96 tokens on tiny the band variants take a discrete flip the exact reference does not (rel-L2 ~0.27
+    against ~0.02 between variants; which of them flip depends on the machine's fp32 summation order: two of four
+    when filed, all four here): the gate's 2 x max admitted rope dropped, one token in 64 zeroed and sm_scale x 1.1
+    (PASS, exit 0). Now the band cannot judge (too wide, split, or the reference apart from every variant): a fault
+    beyond even 2 x its max FAILS, one within it is INCONCLUSIVE; none PASSes."""
     spec, names = plugins
     out = tmp_path / "logits"
     code = cli.main(["logits", "--model", "tiny", "--tokens", "96", "--backends", spec, "--quiet", "--out", str(out)])
     printed = capsys.readouterr().out
-    assert code == 3, printed
+    assert code in (1, 3), printed
     rows = {line.split("|")[1].strip(): line for line in printed.splitlines() if line.startswith("| i44_")}
     assert sorted(rows) == sorted(f"{name} vs reference" for name in names)
-    for line in rows.values():
-        assert "| INCONCLUSIVE |" in line and "band too wide to judge: rel-L2 max 2.697e-01 is 6.2 x its median " \
-            "4.345e-02 (limit 3 x); the gate would admit up to 5.394e-01 (the gate alone: PASS)" in line, line
-    assert "verdict: INCONCLUSIVE" in printed
-    assert "INCONCLUSIVE (exit 3) when the band's max > 3 x its median" in printed
-    assert read_record(out).summary["verdict"] == INCONCLUSIVE
-    assert cli.main(["report", str(out)]) == 3
+    assert not [line for line in rows.values() if "| PASS |" in line], printed
+    unjudged = [line for line in rows.values() if "| INCONCLUSIVE |" in line]
+    assert unjudged and all(any(why in line for why in ("band too wide", "band split", "sits apart from every ideal"))
+                            and "(the gate alone: PASS)" in line for line in unjudged), printed
+    assert "its smallest ideal variant < its median / 3 or the variants lie 3 x closer to each other" in printed
+    verdict = read_record(out).summary["verdict"]
+    assert verdict in (FAIL, INCONCLUSIVE) and cli.main(["report", str(out)]) == code
 
 
 def test_a_band_of_one_is_no_judge(tmp_path, capsys):
@@ -154,3 +168,14 @@ def test_rates_count_inconclusive_apart():
     assert "| inconclusive |" in table.splitlines()[0] and "| 2/10 " in table
     assert "detection rate 7/10 = 70.0%; inconclusive (the band could not judge; neither) 2/10 legitimate, " \
         "2/10 faults" in table
+
+
+@pytest.mark.parametrize("values, apart, kind", [
+    ([0.0, 0.040, 0.043, 0.045, 0.041], 0.05, ""),          # rounding noise: variants as far from each other
+    ([0.0, 0.043, 0.268, 0.270, 0.042], None, "wide"),      # two of four flipped: the max stands out
+    ([0.0, 0.0155, 0.158, 0.163, 0.1655], None, "split"),   # three of four: the smallest lies far below the median
+    ([0.0, 0.267, 0.271, 0.270, 0.267], 0.017, "apart"),    # all four: only their distance to each other tells
+])
+def test_the_band_rules(values, apart, kind):
+    assert spread_reason(values, "rel_l2", 4, 2.0, apart)[0] == kind
+    assert spread_reason(values, "rel_l2", 2, 2.0, apart)[0] == "few"

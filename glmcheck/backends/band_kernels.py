@@ -17,12 +17,20 @@ FlashAttention-2/3 sum the row before the cast) or the rounded P fed to the MMA
 legitimate. Output bf16(acc / l). A token with no valid slot gives zeros; a block with no valid
 slot (yet) leaves the state untouched (m stays -inf, exp is taken against 0, so no NaN).
 
+A split-KV variant (`splits=2`, as flash-decoding and FlashMLA's split kernels cut a long KV range
+across programs) cuts each token's valid slots into two halves by count (the first ceil(n/2) valid
+slots, then the rest), runs the block loop over each half with its own running max, and merges the two
+(m, l, acc) states in fp32. Its P is rounded against each half's own max, so it differs from the unsplit
+kernel even when every valid slot of a token fits one block: a prompt of a few tokens (natural50's are
+5-18) gives as many distinct band samples as longer ones. Without it, blocks of 16 slots or more
+cannot tell the variants apart on such short selections and the band collapses to its two normalisers.
+
 `BAND_FAMILY` orders the variants so that any prefix is as diverse as it can be: the default band
-of 4 spans three block sizes, both orders and both normalisers, and its members stay distinct even
-at top-k 32 (the `tiny` preset), where every block of 32 slots or more is a single block and only
-block 16 splits the slots; the first 6 are the six kernels that differ at top-k 32. Band sizes up
-to BAND_FAMILY_SIZE (16: every block size x order x normaliser once) are served; a larger k is a
-ValueError.
+of 4 spans three block sizes, both orders, both normalisers and both split counts, and its members stay
+distinct at top-k 32 (the `tiny` preset), where every block of 32 slots or more is a single block and
+only block 16 splits the slots, and on selections of 2 to 16 slots, where only the normaliser and the
+split differ. Band sizes up to BAND_FAMILY_SIZE (16 kernels: every block size x order x normaliser once,
+two of them split) are served; a larger k is a ValueError.
 """
 
 from __future__ import annotations
@@ -36,23 +44,26 @@ from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
 
 @dataclass(frozen=True)
 class FlashVariant:
-    """One legitimate flash-style kernel: KV block size (index slots), block order, normaliser."""
+    """One legitimate flash-style kernel: KV block size (index slots), block order, normaliser, and how many
+    halves a token's valid slots are split into (1 or 2; split-KV)."""
 
     block: int
     reverse: bool = False
     sum_rounded: bool = False
+    splits: int = 1
 
     def describe(self) -> str:
         return (f"flash-style, blocks of {self.block} slots {'last to first' if self.reverse else 'first to last'}, "
-                f"l sums the {'bf16' if self.sum_rounded else 'fp32'} P")
+                f"l sums the {'bf16' if self.sum_rounded else 'fp32'} P"
+                + (", valid slots split in two halves merged in fp32 (split-KV)" if self.splits == 2 else ""))
 
 
 _F, _R = False, True
 BAND_FAMILY: tuple[FlashVariant, ...] = (
     FlashVariant(16, _F, False),   # band:0
-    FlashVariant(64, _R, False),   # band:1
+    FlashVariant(64, _R, False, 2),  # band:1  (split-KV: distinct from band:0 on selections of 2-16 slots)
     FlashVariant(32, _F, True),    # band:2
-    FlashVariant(16, _R, True),    # band:3   (default band of 4 ends here)
+    FlashVariant(16, _R, True, 2),  # band:3   (default band of 4 ends here)
     FlashVariant(16, _F, True),    # band:4   (held out by `selftest --model`: distinct from 0-3 at top-k 32)
     FlashVariant(16, _R, False),   # band:5
     FlashVariant(128, _F, False),  # band:6
@@ -88,16 +99,30 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     # one token's fp32 working set per block: its rows, scores / probabilities, acc (and temporaries)
     per_token = 4 * (2 * block * d_qk + 4 * num_heads * block + 3 * num_heads * d_v + 8 * num_heads)
     chunk = max(1, budget_bytes // per_token)
+    halves = _split_halves(valid) if variant.splits == 2 else [valid]
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)
-        out[start:stop] = _flash_chunk(args.q[start:stop].float(), args.kv, args.indices[start:stop],
-                                       valid[start:stop], args.sm_scale, d_v, starts, block, variant.sum_rounded)
+        q_chunk, idx = args.q[start:stop].float(), args.indices[start:stop]
+        states = [_flash_state(q_chunk, args.kv, idx, part[start:stop], args.sm_scale, d_v, starts, block,
+                               variant.sum_rounded) for part in halves]
+        out[start:stop] = _finish(_merge(states), valid[start:stop])
     return out
 
 
-def _flash_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
-                 d_v: int, starts: list[int], block: int, sum_rounded: bool) -> torch.Tensor:
-    """One chunk: q [C, H, D] fp32, kv [S, D] bf16, indices / valid [C, K] -> [C, H, d_v] bf16."""
+def _split_halves(valid: torch.Tensor) -> list[torch.Tensor]:
+    """valid [T, K] -> two masks: each token's first ceil(n/2) valid slots (n its valid count), and the rest."""
+    rank = valid.cumsum(dim=1)  # 1-based position of each valid slot among the token's valid slots
+    first = valid & (rank <= (valid.sum(dim=1, keepdim=True) + 1) // 2)
+    return [first, valid & ~first]
+
+
+State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (m [C, H, 1], l [C, H, 1], acc [C, H, d_v]), fp32
+
+
+def _flash_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
+                 d_v: int, starts: list[int], block: int, sum_rounded: bool) -> State:
+    """The online softmax over one chunk's valid slots: q [C, H, D] fp32, kv [S, D] bf16, indices / valid
+    [C, K]; returns the running max, normaliser and unnormalised output."""
     num_tokens, num_heads, _ = q.shape
     m = torch.full((num_tokens, num_heads, 1), float("-inf"), dtype=torch.float32, device=q.device)
     l = torch.zeros((num_tokens, num_heads, 1), dtype=torch.float32, device=q.device)
@@ -116,7 +141,24 @@ def _flash_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
         acc = acc * alpha + torch.einsum("chb,cbd->chd", p16, rows[..., :d_v])
         l = l * alpha + (p16 if sum_rounded else p).sum(dim=-1, keepdim=True)
         m = m_new
-    # Zeros for a token with no valid slot; NaN/Inf from q or a selected row propagates (a NaN is never hidden).
+    return m, l, acc
+
+
+def _merge(states: list[State]) -> State:
+    """Merge the (m, l, acc) of disjoint slot sets in fp32 (split-KV's combine); one state is returned as is."""
+    m, l, acc = states[0]
+    for m2, l2, acc2 in states[1:]:
+        m_new = torch.maximum(m, m2)
+        base = torch.where(m_new == float("-inf"), 0.0, m_new)
+        a, b = torch.exp(m - base), torch.exp(m2 - base)
+        m, l, acc = m_new, l * a + l2 * b, acc * a + acc2 * b
+    return m, l, acc
+
+
+def _finish(state: State, valid: torch.Tensor) -> torch.Tensor:
+    """bf16(acc / l); zeros for a token with no valid slot; NaN/Inf from q or a selected row propagates (a NaN
+    is never hidden)."""
+    _, l, acc = state
     return torch.where(valid.any(dim=1)[:, None, None], acc / l.clamp_min(torch.finfo(torch.float32).tiny),
                        0.0).to(torch.bfloat16)
 

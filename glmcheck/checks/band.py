@@ -39,7 +39,8 @@ DEFAULT_BAND = 4
 # logits) times, against 2 still 4/64 (ref-cpu, last layer's drift), against 3 or more never.
 MIN_BAND = 3
 # Band max / band median beyond which the band cannot judge: legitimate bands reach 2.6 (tiny and ref-cpu, 64 tokens),
-# bands with a flip 4.65 and more; at the limit the gate admits 6 x the median (docs/reliability.md, "Gate").
+# bands with a flip 4.65 and more; at the limit the gate admits 6 x the median (docs/reliability.md, "Gate"). The
+# same limit on median / the smallest ideal variant finds a band where most variants flipped ("split").
 SPREAD_LIMIT = 3.0
 # --gate-ratio: below 1 the band's own max fails; above 4 the weakest planted fault the default gate catches (rope
 # dropped, tiny's last-layer drift, at 4.7 x the band's median) passes.
@@ -75,21 +76,38 @@ LABELS = {"rel_l2": "rel-L2", "token_max_rel_l2": "token max rel-L2", "mean_dlog
           "max_dlogprob": "max |dlogprob|"}
 
 
-def spread_reason(values: list[float], stat: str, variants: int, ratio: float | None = None) -> tuple[str, str]:
-    """(kind, why) a band's samples `values` of `stat` cannot judge: "few" (fewer than MIN_BAND ideal
-    variants beside the rerun), "wide" (max > SPREAD_LIMIT x median; `ratio`, the gate's, to say what it
-    would admit), or ("", "") when they can."""
+def spread_reason(values: list[float], stat: str, variants: int, ratio: float | None = None,
+                  apart: float | None = None) -> tuple[str, str]:
+    """(kind, why) a band's samples `values` of `stat` (the rerun first, then the `variants` ideal variants)
+    cannot judge: "few" (fewer than MIN_BAND ideal variants beside the rerun), "wide" (max > SPREAD_LIMIT x
+    median: a minority of the samples took a discrete flip; `ratio`, the gate's, to say what it would admit),
+    "split" (the smallest ideal variant < median / SPREAD_LIMIT: most of them took a flip the others did not,
+    so the max no longer stands out), "apart" (`apart`, the median distance between two ideal variants, below
+    the variants' median distance to the reference / SPREAD_LIMIT: every variant took a discrete decision the
+    exact reference alone did not, so the band measures that flip, not rounding), or ("", "") when they can."""
     if variants < MIN_BAND:
         return "few", (f"a band of {variants} ideal variant{'s' if variants != 1 else ''} cannot judge: a gate needs "
                        f"at least {MIN_BAND} (--band)")
     if not values:
         return "", ""
     median, high = statistics.median(values), max(values)
+    label = LABELS.get(stat, stat)
+    admits = f"; the gate would admit up to {ratio * high:.3e}" if ratio else ""
     if high > SPREAD_LIMIT * median:
         times = f"{high / median:.1f} x its median" if median > 0 else "while its median is"
-        admits = f"; the gate would admit up to {ratio * high:.3e}" if ratio else ""
-        return "wide", (f"band too wide to judge: {LABELS.get(stat, stat)} max {high:.3e} is {times} {median:.3e} "
+        return "wide", (f"band too wide to judge: {label} max {high:.3e} is {times} {median:.3e} "
                         f"(limit {SPREAD_LIMIT:g} x){admits}")
+    low = min(values[-variants:]) if len(values) > variants else min(values)
+    if low * SPREAD_LIMIT < median:
+        return "split", (f"band split, cannot judge: its smallest ideal variant's {label} {low:.3e} is below 1/"
+                         f"{SPREAD_LIMIT:g} of its median {median:.3e} (most variants took a discrete flip the others "
+                         f"did not){admits}")
+    own = values[-variants:] if len(values) > variants else values
+    if apart is not None and statistics.median(own) > SPREAD_LIMIT * apart:
+        return "apart", (f"the exact reference sits apart from every ideal variant, cannot judge: their {label} to it "
+                         f"(median {statistics.median(own):.3e}) is over {SPREAD_LIMIT:g} x theirs to each other "
+                         f"(median {apart:.3e}): a discrete decision (a top-k or routing flip) the reference alone "
+                         f"took{admits}")
     return "", ""
 
 
@@ -99,6 +117,7 @@ class Band:
 
     samples: dict[str, list[float]]
     names: list[str] = field(default_factory=list)
+    apart: float | None = None  # median rel-L2 between two ideal variants' outputs, when the check measured it
 
     def values(self, stat: str) -> list[float]:
         return [v for v in self.samples.get(stat, []) if v is not None]
@@ -126,7 +145,8 @@ class Band:
         """(kind, why) this band cannot judge the ratio statistics `stats` it holds (`spread_reason`)."""
         for stat in stats:
             if stat in RATIO_STATS and stat in self.samples:
-                kind, why = spread_reason(self.values(stat), stat, self.variants(), ratio)
+                kind, why = spread_reason(self.values(stat), stat, self.variants(), ratio,
+                                          self.apart if stat == "rel_l2" else None)
                 if kind:
                     return kind, why
         return "", ""
@@ -164,11 +184,11 @@ class Gate:
         return PASS, ""
 
     def verdict(self, stats: dict[str, float], band: Band) -> tuple[str, str]:
-        """`judge`, then whether the band can judge (`Band.unfit`): a row within a band too wide to judge is
-        INCONCLUSIVE (beyond it, it still FAILS); with too few variants every finite row is INCONCLUSIVE."""
+        """`judge`, then whether the band can judge (`Band.unfit`): a row within a band too wide or split to judge
+        is INCONCLUSIVE (beyond it, it still FAILS); with too few variants every finite row is INCONCLUSIVE."""
         verdict, why = self.judge(stats, band)
         kind, unfit = band.unfit(tuple(stats), self.ratio)
-        if not kind or "not finite" in why or (kind == "wide" and verdict == FAIL):
+        if not kind or "not finite" in why or (kind != "few" and verdict == FAIL):
             return verdict, why
         return INCONCLUSIVE, unfit + (f" (the gate alone: {verdict}{': ' + why if why else ''})")
 
@@ -211,8 +231,9 @@ class Gate:
 
 def inconclusive_rule() -> str:
     """The INCONCLUSIVE rule in words (gate lines of the tables)."""
-    return (f"INCONCLUSIVE (exit 3) when the band's max > {SPREAD_LIMIT:g} x its median (a row beyond the gate still "
-            f"FAILS) or it has fewer than {MIN_BAND} ideal variants")
+    return (f"INCONCLUSIVE (exit 3) when the band's max > {SPREAD_LIMIT:g} x its median or its smallest ideal variant "
+            f"< its median / {SPREAD_LIMIT:g} or the variants lie {SPREAD_LIMIT:g} x closer to each other than to the "
+            f"reference (a row beyond the gate still FAILS), or it has fewer than {MIN_BAND} ideal variants")
 
 
 def _bias_window(band: Band, se: float) -> tuple[float, float]:
@@ -221,6 +242,16 @@ def _bias_window(band: Band, se: float) -> tuple[float, float]:
     low, _, high = band.summary("scale_bias")
     widen = (high - low) + BIAS_SIGMAS * se
     return low - widen, high + widen
+
+
+def pairwise_median(outputs: list) -> float | None:
+    """The median rel-L2 between two of `outputs` (tensors of one shape: the ideal variants'), None for fewer than 2."""
+    from itertools import combinations
+
+    from glmcheck.checks.metrics import rel_l2
+
+    pairs = [rel_l2(a, b) for a, b in combinations(outputs, 2)]
+    return statistics.median(pairs) if pairs else None
 
 
 def band_from_rows(rows: list, names: list[str]) -> Band:

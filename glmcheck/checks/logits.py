@@ -10,11 +10,12 @@ top-k), which is why the band has several samples.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names, pairwise_median
 from glmcheck.checks.common import (
     ComparisonRow,
     compare,
@@ -56,10 +57,12 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     variants = band_names(band_size)
     samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, band_logits(exact),
                            ref.captured.logits, tokens, dense)]
+    ideal = []
     for name in variants:
+        ideal.append(band_logits(name))
         samples.append(_logits_row(f"noise band: {name} vs {exact} (ideal bf16 kernel)", name, exact,
-                                   band_logits(name), ref.captured.logits, tokens, dense))
-    band = band_from_rows(samples, [exact] + variants)
+                                   ideal[-1], ref.captured.logits, tokens, dense))
+    band = replace(band_from_rows(samples, [exact] + variants), apart=pairwise_median(ideal))
     rows, outputs = list(samples), {}
     for name in dict.fromkeys(b for b in backends if b != exact and b not in variants):
         run = forward_under(model, input_ids, name, options)
