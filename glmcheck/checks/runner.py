@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -75,7 +75,7 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
                      selector=options.selector) as session, \
             capture(model, session, latent_layers=latent_layers, value_layers=value_layers,
                     hidden_layers=hidden_layers, index_layers=index_layers) as got, torch.inference_mode():
-        output = model(input_ids, logits_to_keep=last_logits)
+        output = model(input_ids, logits_to_keep=last_logits, use_cache=False)  # a prefill: no KV cache to keep
         if last_logits:
             got.record_logits(output.logits, last=last_logits)
     if input_ids.device.type == "cuda":

@@ -12,7 +12,9 @@ from glmcheck.records.tables import markdown_table
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="memory per GPU for a preset at a TP degree (printed before loading)",
                        description="Per-rank weights (exact, from the module shapes and the sharding rules) and a "
-                                   "rough activation estimate for one prefill, and the largest --layers that fits.")
+                                   "conservative activation estimate for one prefill, on the absorbed path and on "
+                                   "transformers' dense hf_sdpa / hf_eager paths, with the largest --layers and "
+                                   "--tokens that fit.")
     p.add_argument("--model", default="glm-5.2", choices=list(PRESETS))
     p.add_argument("--tp", type=int, default=8)
     p.add_argument("--layers", type=int, default=None)
@@ -32,23 +34,29 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.model.plan import HEADROOM, plan_memory
+    from glmcheck.model.plan import HEADROOM, PATHS, plan_memory
     from glmcheck.model.presets import make_config
 
     precheck(ns)
     config = make_config(ns.model, layers=ns.layers, experts=ns.experts)
     try:
-        plan = plan_memory(config, ns.tp, ns.tokens, ns.gpu_gib)
+        plans = [plan_memory(config, ns.tp, ns.tokens, ns.gpu_gib, path) for path in PATHS]
     except ValueError as err:  # the shard check names the library's argument: "tp 3 must divide ..."
         if str(err).startswith(f"tp {ns.tp} "):
             raise ValueError(f"--{err} of {ns.model}") from None
         raise
+    labels = {"absorbed": "absorbed (every swapped backend)", "hf_sdpa": "hf_sdpa (dense)",
+              "hf_eager": "hf_eager (dense)"}
     print(markdown_table(
-        ["preset", "layers", "tp", "params total", "params / rank", "weights / rank", f"activations @{ns.tokens}",
-         "total / rank", f"fits {ns.gpu_gib:g} GiB", "max layers that fit"],
-        [[ns.model, plan.layers, plan.tp, f"{plan.params_total / 1e9:.1f} B", f"{plan.params_per_rank / 1e9:.2f} B",
-          f"{plan.weights_gib_per_rank:.1f} GiB", f"{plan.activations_gib:.1f} GiB",
-          f"{plan.total_gib_per_rank:.1f} GiB", "yes" if plan.fits else "no", plan.max_layers]]))
-    print(f"bf16 weights (router fp32); activations are a rough upper estimate of one prefill; "
-          f"'fits' allows {HEADROOM:.0%} of the GPU")
-    return 0 if plan.fits else 1
+        ["preset", "layers", "tp", "attention", "params total", "params / rank", "weights / rank",
+         f"activations @{ns.tokens}", "total / rank", f"fits {ns.gpu_gib:g} GiB", "max layers that fit",
+         "max tokens that fit"],
+        [[ns.model, plan.layers, plan.tp, labels[plan.path], f"{plan.params_total / 1e9:.1f} B",
+          f"{plan.params_per_rank / 1e9:.2f} B", f"{plan.weights_gib_per_rank:.1f} GiB",
+          f"{plan.activations_gib:.1f} GiB", f"{plan.total_gib_per_rank:.1f} GiB", "yes" if plan.fits else "no",
+          plan.max_layers, f"{plan.max_tokens:,}"] for plan in plans]))
+    print(f"bf16 weights (router fp32); activations: a conservative estimate of one prefill's peak, linear in "
+          f"the length on the absorbed path (chunked indexer), quadratic on the dense hf_* paths; 'fits' allows "
+          f"{HEADROOM:.0%} of the GPU; the exit status follows the absorbed row. Per torchrun rank: one process "
+          f"emulating --tp (no torchrun) holds every weight and head, as --tp 1 shows")
+    return 0 if plans[0].fits else 1

@@ -38,7 +38,7 @@ def capture_indices(model: torch.nn.Module, input_ids: torch.Tensor,
             if attn.indexer is not None:
                 handles.append(attn.indexer.register_forward_hook(hook(attn.layer_idx)))
         with use_backend(model, backend), torch.inference_mode():
-            model(input_ids, logits_to_keep=1)
+            model(input_ids, logits_to_keep=1, use_cache=False)
     finally:
         for handle in handles:
             handle.remove()

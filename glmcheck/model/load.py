@@ -77,6 +77,19 @@ def config_of(spec: ModelSpec, *, layer0_only: bool = False):
     return make_config(spec.preset, layers=layers, experts=spec.experts)
 
 
+def resolve_model(spec: ModelSpec, device: str | torch.device | None, *, layer0_only: bool = False
+                  ) -> tuple[object, torch.device]:
+    """(config, device) of the model `spec` describes, checked before anything is built: its config
+    (`config_of`), a checkpoint's tensors against its config.json (one line naming the tensor and both
+    shapes), and the device (`resolve_device`; a torch.device is taken as is)."""
+    config = config_of(spec, layer0_only=layer0_only)
+    if spec.checkpoint:
+        from glmcheck.model.checkpoint import check_tensors
+
+        check_tensors(spec.checkpoint, warn=False)
+    return config, device if isinstance(device, torch.device) else resolve_device(device)
+
+
 def heads_of(spec: ModelSpec) -> int:
     """Attention heads of the model `spec` describes (reads only the config)."""
     return config_of(spec).num_attention_heads

@@ -2,19 +2,23 @@
 
 Weights are counted exactly from the module shapes (the model built on the meta device) with
 the sharding rules of `glmcheck.model.sharding` (attention heads and MLP widths split over tp,
-everything else replicated), in bf16 (fp32 for the router). Activations are a rough upper
-estimate for one prefill of T tokens (logits of the last position only): the indexer's fp32
-score tensor [T, index_heads, T] dominates at long prompts, then the causal and index masks,
-a few hidden-state buffers and the absorbed query / kernel output of H/tp heads.
+everything else replicated), in bf16 (fp32 for the router). Activations are a conservative
+estimate of one prefill's peak (`activation_terms` names each term): on the absorbed path that
+glmcheck's swap runs (reference, band:K, triton_sparse_mla..., flashmla_sparse, torch_bf16,
+plug-ins) every term is linear in T (the indexer runs in query chunks within a fixed budget,
+`glmcheck.model.indexer_chunks`); transformers' dense hf_eager / hf_sdpa paths add [T, T] masks
+and indexer scores, so they are bounded separately (`check_fits(..., backends=...)`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from transformers import GlmMoeDsaConfig
 
+from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, chunk_rows, row_bytes
 from glmcheck.model.sharding import check_divisible, full_shapes, slicer
 
 GIB = 2**30
@@ -32,6 +36,8 @@ class MemoryPlan:
     activations_gib: float
     gpu_gib: float
     max_layers: int  # of this config's layers, the first N that fit (at most its layer count)
+    path: str = "absorbed"  # whose activations: the absorbed swap, or transformers' hf_sdpa / hf_eager
+    max_tokens: int = 0  # the longest prompt whose activations fit beside all of this config's weights
 
     @property
     def total_gib_per_rank(self) -> float:
@@ -65,33 +71,117 @@ def _rank_bytes(config: GlmMoeDsaConfig, tp: int) -> tuple[int, int, list[int], 
     return total, per_rank, layer_bytes, other_bytes
 
 
-def activation_bytes(config: GlmMoeDsaConfig, tp: int, tokens: int) -> int:
-    """Rough upper estimate of one prefill's live activations on one rank (see module docstring)."""
-    t = tokens
-    indexer = t * config.index_n_heads * t * 4 + 2 * t * t * 4           # scores and index scores (fp32)
-    masks = 2 * t * t                                                    # causal + index masks (bool)
-    hidden = 8 * t * config.hidden_size * 2                               # residual stream buffers
-    heads = config.num_attention_heads // tp
-    attention = 3 * t * heads * (config.kv_lora_rank + config.qk_rope_head_dim) * 4
-    moe = t * config.num_experts_per_tok * 2 * (config.moe_intermediate_size // tp) * 2
-    return indexer + masks + hidden + attention + moe
+PATHS = ("absorbed", "hf_sdpa", "hf_eager")  # the absorbed swap (every other backend) and transformers' dense ones
+OUT_BYTES = 8  # the widest kernel output an absorbed backend returns: reference:fp64, [T, H, kv_lora_rank] fp64
+PLAN_COPIES = 8  # union plans held at once: one per emulated TP rank (in-process --tp 8), 5 bytes per top-k slot
+BACKEND_WORKSPACE = 2 * GIB  # a backend's own token chunks (reference: 256 MiB of gathered rows and their copies;
+#                              torch_bf16: 512 tokens x top-k x 576 bf16 rows, their scores and probabilities)
 
 
-def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 141.0) -> MemoryPlan:
-    """Per-rank memory of `config` at TP degree `tp` for a prefill of `tokens` tokens."""
+def activation_terms(config: GlmMoeDsaConfig, tp: int, tokens: int, path: str = "absorbed",
+                     index_budget_bytes: int = INDEX_BUDGET_BYTES) -> dict[str, int]:
+    """Bytes of each term of one prefill's peak activations on one rank (batch 1, T = `tokens`), by name.
+
+    Symbols: d hidden, h = heads / tp, Q q_lora, N/R/V nope/rope/v dims, L kv_lora, Hi/Di index heads/dim,
+    K' = min(index_topk, T), k experts per token, E routed experts, I/Im dense/MoE widths / tp, n layers.
+    Held through the whole forward:
+      hidden      6 T d 2           embeddings, residual stream, normed input, attention / MLP outputs
+      kv_cache    n T (max(2h(N+R+V), 2(L+R)) + 2Di)   transformers' DynamicCache: 5.17 caches the expanded K/V of
+                                    h heads, 5.24 the latent row, plus the indexer keys; glmcheck's forwards pass
+                                    use_cache=False, the term stays for callers that cache (conservative)
+      selection   12 T K'           int32 top-k: the previous full layer's, its kernel indices, the new one
+    Per layer, the largest phase (`attention` or `mlp`):
+      attention   transformers' attention locals 2T(Q + 3h(N+R) + hR + h(N+V) + 2(L+R)) plus, absorbed:
+                  max(indexer: T(6 Hi Di + 4 Hi + 8 Di) + one query chunk (`indexer_chunks.chunk_rows`: rows
+                  of T(4 Hi + 17) bytes, as many as index_budget_bytes holds, at least 32; all T when T <= K),
+                  swap: q_abs 2Th(L+R) + max(its fp32 build 4Th(L+R), kernel indices 36 T K',
+                  kernel output and one rank's copy 1.5 T h L OUT_BYTES + T K' + plans 5 T K' PLAN_COPIES
+                  + BACKEND_WORKSPACE, value expansion T h (L OUT_BYTES + 4L + 6V)));
+                  dense hf paths: their indexer's fp32 scores 8 Hi T^2 (a product and its relu are out of place)
+                  or the masks 4 T^2 (bool) and SDPA's bf16 mask and its aligned copy 4 T^2 (hf_sdpa), or eager's
+                  scores 8 h T^2 (bf16 product, masked sum, fp32 softmax, bf16 copy) and masks 8 T^2 (hf_eager)
+      mlp         dense 2T(4I + d); MoE: router 16 T E + routed experts max(grouped_mm: T k (32 + 12d + 8 Im),
+                  eager: T (8k(E+1) + 12d + 8 Im)) + shared experts 8 T Im n_shared
+    causal_mask  hf paths only: transformers' [T, T] causal mask (bool; bf16 for eager), held through the forward
+    All in bytes. Not counted: dense_threshold's [T, T] selection (only for T <= its threshold). Measured on an
+    H200 (glm-5.2, 4 layers, 16 experts, one process, --tp 8 emulated, triton_sparse_mla): 14.0 / 28.1 / 56.1 /
+    84.1 GiB of activations at 16384 / 32768 / 65536 / 98304 tokens, 0.76 to 0.83 of this estimate (tp 1).
+    """
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
+    c, t = config, tokens
+    h, d, kk = c.num_attention_heads // tp, c.hidden_size, min(c.index_topk, t)
+    lat, rope, nope, v = c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim
+    hi, di = c.index_n_heads, c.index_head_dim
+    terms = {
+        "hidden": 6 * t * d * 2,
+        "kv_cache": c.num_hidden_layers * t * (max(2 * h * (nope + rope + v), 2 * (lat + rope)) + 2 * di),
+        "selection": 12 * t * kk,
+    }
+    inputs = 2 * t * (c.q_lora_rank + 3 * h * (nope + rope) + h * rope + h * (nope + v) + 2 * (lat + rope))
+    if path == "absorbed":
+        chunk = min(t, chunk_rows(1, t, t, hi, di, c.index_topk, index_budget_bytes)) * row_bytes(1, t, hi, di)
+        indexer = t * (6 * hi * di + 4 * hi + 8 * di) + chunk
+        q_abs = 2 * t * h * (lat + rope)
+        swap = q_abs + max(4 * t * h * (lat + rope), 36 * t * kk,
+                           3 * t * h * lat * OUT_BYTES // 2 + t * kk + 5 * t * kk * PLAN_COPIES + BACKEND_WORKSPACE,
+                           t * h * (lat * OUT_BYTES + 4 * lat + 6 * v))
+        attention = inputs + max(indexer, swap)
+    else:
+        terms["causal_mask"] = t * t * (2 if path == "hf_eager" else 1)
+        scores = 8 * hi * t * t + t * (6 * hi * di + 4 * hi + 8 * di)
+        dense = 8 * t * t if path == "hf_sdpa" else 8 * h * t * t + 8 * t * t
+        attention = inputs + max(scores, dense)
+    dense_layers = min(getattr(c, "first_k_dense_replace", 0), c.num_hidden_layers)
+    mlp = 2 * t * (4 * c.intermediate_size // tp + d) if dense_layers else 0
+    if dense_layers < c.num_hidden_layers:  # MoE layers
+        k, experts, im = c.num_experts_per_tok, c.n_routed_experts, c.moe_intermediate_size // tp
+        routed = max(t * k * (32 + 12 * d + 8 * im), t * (8 * k * (experts + 1) + 12 * d + 8 * im))
+        mlp = max(mlp, 16 * t * experts + routed + 8 * t * im * c.n_shared_experts)
+    terms["attention"], terms["mlp"] = attention, mlp
+    return terms
+
+
+def activation_bytes(config: GlmMoeDsaConfig, tp: int, tokens: int, path: str = "absorbed",
+                     index_budget_bytes: int = INDEX_BUDGET_BYTES) -> int:
+    """Conservative peak of one prefill's activations on one rank (`activation_terms`): the held terms plus the
+    larger of a layer's attention and MLP phases. Linear in T on the absorbed path (past the index budget)."""
+    terms = activation_terms(config, tp, tokens, path, index_budget_bytes)
+    layer = max(terms.pop("attention"), terms.pop("mlp"))
+    return sum(terms.values()) + layer
+
+
+def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "absorbed", limit: int = 1 << 24) -> int:
+    """The longest prompt (at most `limit` tokens) whose activations on `path` fit `budget` bytes; 0 if none."""
+    low, high = 0, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        if activation_bytes(config, tp, mid, path) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 141.0,
+                path: str = "absorbed") -> MemoryPlan:
+    """Per-rank memory of `config` at TP degree `tp` for a prefill of `tokens` tokens on `path`
+    (`activation_terms`: "absorbed", "hf_sdpa" or "hf_eager")."""
     if tp < 1 or tokens < 1 or gpu_gib <= 0:
         raise ValueError(f"tp and tokens must be positive and gpu_gib > 0, got {tp}, {tokens}, {gpu_gib}")
     check_divisible(config, tp)
     total, per_rank, layer_bytes, other_bytes = _rank_bytes(config, tp)
-    activations = activation_bytes(config, tp, tokens)
+    activations = activation_bytes(config, tp, tokens, path)
     budget = HEADROOM * gpu_gib * GIB - other_bytes - activations
     max_layers, used = 0, 0
     for size in layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
         if used + size > budget:
             break
         used, max_layers = used + size, max_layers + 1
-    return MemoryPlan(config.num_hidden_layers, tp, tokens, total, per_rank, (sum(layer_bytes) + other_bytes) / GIB,
-                      activations / GIB, gpu_gib, max_layers)
+    weights = sum(layer_bytes) + other_bytes
+    longest = max_tokens(config, tp, HEADROOM * gpu_gib * GIB - weights, path)
+    return MemoryPlan(config.num_hidden_layers, tp, tokens, total, per_rank, weights / GIB, activations / GIB, gpu_gib,
+                      max_layers, path, longest)
 
 
 def device_bytes(device) -> int:
@@ -103,18 +193,28 @@ def device_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--tokens") -> None:
+def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--tokens",
+               backends: Iterable[str] | None = None) -> None:
     """ValueError naming `option` when one process's prefill of `tokens` tokens (all weights, the
-    rough activation estimate) needs more memory than `device` has at all: a run that cannot fit
-    fails here, before anything is allocated. The estimate is an upper bound, so this only refuses
-    what could never run."""
+    conservative activation estimate of the absorbed path) needs more memory than `device` has at all,
+    or, naming the backend and its longest prompt, when one of `backends` is transformers' dense
+    hf_eager / hf_sdpa and its [T, T] masks and scores do not fit: a run that cannot fit fails here,
+    before anything is allocated. Callers that may run hf_* backends must pass them."""
     _, _, layer_bytes, other_bytes = _rank_bytes(config, 1)
-    need = sum(layer_bytes) + other_bytes + activation_bytes(config, 1, tokens)
+    weights = sum(layer_bytes) + other_bytes
+    need = weights + activation_bytes(config, 1, tokens)
     have = device_bytes(device)
     if need > have:
         raise ValueError(f"{option} {tokens}: a prefill of {config.num_hidden_layers} layers needs about "
                          f"{need / GIB:,.0f} GiB (weights and activations, `glmcheck plan`), more than the "
                          f"{have / GIB:,.0f} GiB of {device}")
+    for name in dict.fromkeys(b for b in backends or () if b in PATHS[1:]):
+        need = weights + activation_bytes(config, 1, tokens, name)
+        if need > have:
+            longest = max_tokens(config, 1, have - weights, name)
+            raise ValueError(f"{option} {tokens}: backend {name} (transformers' dense attention, [T, T] masks and "
+                             f"indexer scores) needs about {need / GIB:,.0f} GiB, more than the {have / GIB:,.0f} GiB "
+                             f"of {device}; it fits up to {longest:,} tokens (leave it out of --backends beyond)")
 
 
 def device_memory(device) -> tuple[int, str]:

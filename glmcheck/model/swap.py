@@ -1,11 +1,14 @@
 """The attention swap: run a GLM-MoE-DSA model's DSA prefill attention through any backend.
 
 `use_backend(model, name, tp=...)` is a context manager. For absorbed backends it registers
-glmcheck's attention function with transformers' public `AttentionInterface` (and the sdpa
-mask function under the same name with `AttentionMaskInterface`, since the indexer needs the
-causal mask), switches the model to it with `set_attn_implementation`, and hooks each
-attention module's `kv_a_layernorm` to see the latent rows. Every DSA layer ("full" and
-"shared" indexer layers alike) then computes:
+glmcheck's attention function with transformers' public `AttentionInterface` (and, with
+`AttentionMaskInterface`, `glmcheck.model.indexer_chunks.absorbed_mask`: a causal mask that
+costs no memory per position), switches the model to it with `set_attn_implementation`, makes
+each full layer's indexer compute its top-k in query chunks (`indexer_chunks.chunked_topk`:
+transformers' top-k bit for bit, transient memory within a fixed budget instead of T^2; the
+module's own forward with `chunked_indexer=False`, which also restores the sdpa [T, T] mask),
+and hooks each attention module's `kv_a_layernorm` to see the latent rows. Nothing on this path
+grows with T^2. Every DSA layer ("full" and "shared" indexer layers alike) then computes:
 
     q_abs = (q_nope @ W_UK) ++ q_rope        [T, H, L+R]   (rounded to bf16 once)
     kv    = latent ++ k_rope                 [T, L+R]      (optionally FP8-rounded per row)
@@ -20,16 +23,17 @@ with a planner, its plan per rank slice (`reuse_plans`; `plan_builds` counts bui
 top-k is sorted, masked positions last). `time_attention=True` times each layer's backend calls
 with CUDA events (`attention_ms`). With tp > 1 a hook on each o_proj adds the rank partial sums
 in rank order, as an all-reduce would (for hf backends too).
-`hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path). Everything is
-restored on exit, also after an exception.
+`hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path, [T, T] masks and
+scores: `glmcheck.model.plan` bounds their length). Everything is restored on exit, also after an
+exception.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +42,10 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from glmcheck.backends import Backend, get_backend
 from glmcheck.model.absorbed import absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
+from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, absorbed_mask, install_chunked_indexer
 
-ABSORBED_IMPL = "glmcheck_absorbed"
+ABSORBED_IMPL = "glmcheck_absorbed"  # absorbed attention, chunked indexer, causal stand-in mask
+ABSORBED_HF_INDEXER_IMPL = "glmcheck_absorbed_hf_indexer"  # the same with transformers' indexer and sdpa mask
 HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
 KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")
 
@@ -82,8 +88,11 @@ class SwapSession:
         nope, latent_dim = module.qk_nope_head_dim, module.kv_lora_rank
         w_uk, w_uv = split_kv_b(module.kv_b_proj.weight, heads, nope, module.v_head_dim)
         latent = self._latents.pop(module.layer_idx)
-        q_abs = torch.cat([absorb_query(query[..., :nope], w_uk), query[..., nope:].transpose(1, 2).float()], -1)
-        q_abs = q_abs.reshape(batch * seq, heads, -1).to(torch.bfloat16)
+        # q_abs [B, S, H, L+R] bf16 filled in place: the same bits as rounding the fp32 concatenation, without it
+        q_abs = query.new_empty((batch, seq, heads, latent_dim + query.shape[-1] - nope), dtype=torch.bfloat16)
+        q_abs[..., :latent_dim] = absorb_query(query[..., :nope], w_uk)
+        q_abs[..., latent_dim:] = query[..., nope:].transpose(1, 2).float()
+        q_abs = q_abs.view(batch * seq, heads, -1)
         rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
         if self.kv_cache_dtype == "fp8_e4m3":
             rows = fp8_roundtrip_rows(rows)
@@ -106,10 +115,10 @@ class SwapSession:
 
     def _run_ranks(self, layer: int, q_abs: torch.Tensor, rows: torch.Tensor, indices: torch.Tensor,
                    lengths: torch.Tensor | None, plans: dict, scaling: float, latent_dim: int) -> torch.Tensor:
-        """Call the backend once per TP rank on its H/tp heads; concatenate in head order."""
+        """Call the backend once per TP rank on its H/tp heads; their outputs fill [T, H, d_v] in head order."""
         heads = q_abs.shape[1]
         per_rank = heads // self.tp
-        parts = []
+        out = None
         with self.clock.span(layer, q_abs.device) if self.clock is not None else contextlib.nullcontext():
             for rank in range(self.tp):
                 q_rank = q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
@@ -118,10 +127,17 @@ class SwapSession:
                     plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
                     plans[rank] = plan
                     self.plan_builds[layer] += 1
-                parts.append(self.backend(q_rank, rows, indices, scaling, latent_dim, topk_length=lengths,
-                                          plan=plan))
+                part = self.backend(q_rank, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
                 self.calls[layer] += 1
-        return torch.cat(parts, dim=1)
+                if tuple(part.shape[:2]) != (q_rank.shape[0], per_rank):
+                    raise ValueError(f"backend {self.name} must return [{q_rank.shape[0]}, {per_rank}, d_v], got "
+                                     f"{list(part.shape)}")
+                if self.tp == 1:
+                    return part  # one rank's output is the whole output
+                if out is None:
+                    out = part.new_empty((part.shape[0], heads, *part.shape[2:]))
+                out[:, rank * per_rank:(rank + 1) * per_rank] = part
+        return out
 
 
 _SESSIONS: dict[int, SwapSession] = {}  # id(attention module) -> active session
@@ -139,7 +155,9 @@ def _absorbed_attention(module, query, key, value, attention_mask, scaling=None,
 
 
 AttentionInterface.register(ABSORBED_IMPL, _absorbed_attention)
-AttentionMaskInterface.register(ABSORBED_IMPL, AttentionMaskInterface()["sdpa"])
+AttentionMaskInterface.register(ABSORBED_IMPL, absorbed_mask)
+AttentionInterface.register(ABSORBED_HF_INDEXER_IMPL, _absorbed_attention)
+AttentionMaskInterface.register(ABSORBED_HF_INDEXER_IMPL, AttentionMaskInterface()["sdpa"])
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -208,7 +226,9 @@ def check_tp(model: torch.nn.Module, tp: int) -> int:
 def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
                 deterministic: bool = False, reuse_plans: bool = True, topk_length: bool = False,
-                clock: AttentionClock | None = None, selector: Selector | None = None) -> Iterator[SwapSession]:
+                clock: AttentionClock | None = None, selector: Selector | None = None,
+                chunked_indexer: bool = True, index_rows: int | None = None,
+                index_budget_bytes: int = INDEX_BUDGET_BYTES) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" rounds the KV rows through FP8 (absorbed backends only);
@@ -217,24 +237,33 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     deterministic asks Triton backends for batch-invariant results (union off); reuse_plans
     False builds a plan for every call; topk_length passes each token's valid-slot count; clock
     times each layer's attention; selector replaces every indexer's top-k (e.g. calibrated
-    indices for timing runs; every backend sees them, hf ones included).
+    indices for timing runs; every backend sees them, hf ones included). Absorbed backends only:
+    chunked_indexer (default) computes each full layer's top-k `index_rows` query rows at a time (default:
+    as many as keep one chunk's transient scores within `index_budget_bytes`, `indexer_chunks.chunk_rows`);
+    False runs transformers' own indexer on the [T, T] sdpa mask (the same top-k, T^2 memory).
     """
     check_tp(model, tp)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of bf16, fp8_e4m3, got {kv_cache_dtype!r}")
     if selector is not None and dense_threshold is not None:
         raise ValueError("selector and dense_threshold both replace the indexer's top-k; give one of them")
+    for option, value in (("index_rows", index_rows), ("index_budget_bytes", index_budget_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{option} must be a positive int, got {value!r}")
     name = backend if isinstance(backend, str) else backend.name
     if name in HF_BACKENDS:
         backend_obj = None
     else:
         backend_obj = get_backend(name, deterministic=deterministic) if isinstance(backend, str) else backend
     session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock)
+    chunked = session.absorbed and chunked_indexer
     previous = model.config._attn_implementation
-    handles = []
+    handles, restores = [], []
     try:
-        model.set_attn_implementation(HF_BACKENDS.get(name, ABSORBED_IMPL))
+        model.set_attn_implementation(HF_BACKENDS.get(name, ABSORBED_IMPL if chunked else ABSORBED_HF_INDEXER_IMPL))
         for attn in attention_modules(model):
+            if chunked and attn.indexer is not None:
+                restores.append(install_chunked_indexer(attn.indexer, rows=index_rows, budget_bytes=index_budget_bytes))
             if dense_threshold is not None and attn.indexer is not None:
                 handles.append(attn.indexer.register_forward_hook(_dense_hook(session, attn.layer_idx,
                                                                               dense_threshold)))
@@ -247,6 +276,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 handles.append(attn.o_proj.register_forward_hook(_rank_sum_hook(tp)))
         yield session
     finally:
+        for restore in restores:
+            restore()
         for handle in handles:
             handle.remove()
         for attn in attention_modules(model):

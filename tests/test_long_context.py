@@ -1,0 +1,265 @@
+"""Long prompts (CPU): the chunked DSA indexer is transformers' top-k bit for bit, nothing on the absorbed
+path grows with T^2, and the memory plan is linear in T there and bounds the dense hf_* paths."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import itertools
+import weakref
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import DynamicCache
+
+from glmcheck.backends.reference import sparse_mla_reference
+from glmcheck.backends.registry import Backend
+from glmcheck.model import build_dummy_model, make_config, use_backend
+from glmcheck.model import plan as plan_module
+from glmcheck.model.absorbed import kernel_indices
+from glmcheck.model.checkpoint import load_checkpoint_model
+from glmcheck.model.indexer_chunks import causal_standin, chunk_rows, chunked_topk, row_chunks
+from glmcheck.model.plan import activation_bytes, check_fits, plan_memory
+from glmcheck.model.references import FIXTURES
+from glmcheck.model.swap import ABSORBED_IMPL, attention_modules
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {"tiny": build_dummy_model(make_config("tiny"), seed=3, init="sharp"),
+            "ref-cpu": load_checkpoint_model(FIXTURES / "ref-cpu", device=torch.device("cpu"))}
+
+
+def _prompt(model, tokens: int, batch: int = 1) -> torch.Tensor:
+    return torch.randint(3, model.config.vocab_size, (batch, tokens), generator=torch.Generator().manual_seed(tokens))
+
+
+def _indexer_calls(model, ids: torch.Tensor) -> dict:
+    """layer -> (indexer, args) of each full layer's indexer call in transformers' own forward (no swap)."""
+    calls, handles = {}, []
+    for attn in attention_modules(model):
+        if attn.indexer is not None:
+            def hook(module, args, layer=attn.layer_idx):
+                calls[layer] = (module, args[:4])
+            handles.append(attn.indexer.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            model(ids, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def _transformers_topk(indexer, args, cache=None) -> torch.Tensor:
+    """The module's own (class) forward: transformers' indexer, unchunked."""
+    name = "cache" if "cache" in inspect.signature(type(indexer).forward).parameters else "past_key_values"
+    with torch.no_grad():
+        return type(indexer).forward(indexer, *args, None, **{name: cache})
+
+
+@pytest.mark.parametrize("name", ["tiny", "ref-cpu"])
+@pytest.mark.parametrize("tokens,batch", [(20, 1), (45, 1), (96, 1), (45, 2)])
+def test_chunked_topk_is_transformers_topk_bit_for_bit(models, name, tokens, batch):
+    model = models[name]
+    calls = _indexer_calls(model, _prompt(model, tokens, batch))
+    assert sorted(calls) == [0, 2]  # the full layers (layer 1 is shared)
+    for indexer, args in calls.values():
+        hidden, q_resid, position_embeddings, mask = args
+        expected = _transformers_topk(indexer, args)
+        assert expected.dtype == torch.int32 and expected.shape == (batch, tokens, min(32, tokens))
+        # rows t < index_topk - 1 select masked future positions too (the harness maps them to -1): covered here
+        assert bool((expected.long() > torch.arange(tokens)[:, None]).any())
+        standin = causal_standin(batch, tokens, "cpu")[:, 0]
+        for rows in (1, 7, 32, None):
+            assert torch.equal(chunked_topk(indexer, hidden, q_resid, position_embeddings, mask, rows=rows), expected)
+            assert torch.equal(chunked_topk(indexer, hidden, q_resid, position_embeddings, standin, rows=rows),
+                               expected), (name, tokens, rows)
+
+
+def test_chunked_topk_keeps_transformers_cache_behaviour(models):
+    model = models["ref-cpu"]
+    (indexer, args), _ = _indexer_calls(model, _prompt(model, 40)).values()
+    mine, theirs = DynamicCache(config=model.config), DynamicCache(config=model.config)
+    assert torch.equal(chunked_topk(indexer, *args, cache=mine, rows=9), _transformers_topk(indexer, args, theirs))
+    layer = indexer.layer_idx
+    assert torch.equal(mine.layers[layer].indexer_keys, theirs.layers[layer].indexer_keys)
+    assert mine.layers[layer].indexer_keys.shape[1] == 40
+
+
+def test_row_chunks_cover_the_rows_evenly():
+    assert row_chunks(10, 3) == [slice(0, 2), slice(2, 5), slice(5, 7), slice(7, 10)]
+    assert row_chunks(5, 1) == [slice(i, i + 1) for i in range(5)] and row_chunks(5, 9) == [slice(0, 5)]
+    for tokens, rows in ((65536, 117), (1000, 32), (33, 32)):
+        sizes = [s.stop - s.start for s in row_chunks(tokens, rows)]
+        assert sum(sizes) == tokens and max(sizes) <= rows and min(sizes) >= min(tokens, rows // 2)
+    # GLM-5.2's indexer at 65536 tokens: 145 bytes per key and row -> 112 rows in 1 GiB; a whole prompt of
+    # at most index_topk tokens is one chunk (CUDA sorts such rows whole: its masked ties depend on the shape)
+    assert chunk_rows(1, 65536, 65536, 32, 128, 2048) == 112
+    assert chunk_rows(1, 2000, 2000, 32, 128, 2048) == 2000 and chunk_rows(1, 10**6, 10**6, 32, 128, 2048) == 32
+    with pytest.raises(ValueError, match="rows must be a positive int, got 0"):
+        row_chunks(10, 0)
+
+
+def _run(model, ids, backend="reference", **kw):
+    indices = {}
+    with use_backend(model, backend, **kw) as session, torch.inference_mode():
+        session.listeners.append(lambda layer, what, t: indices.setdefault(layer, t.clone()) if what == "indices"
+                                 else None)
+        logits = model(ids, logits_to_keep=1).logits
+    return logits, indices, session
+
+
+@pytest.mark.parametrize("name", ["tiny", "ref-cpu"])
+def test_logits_are_identical_with_and_without_chunking(models, name):
+    model = models[name]
+    ids = _prompt(model, 70)
+    for backend, tp, chunks in (("reference", 1, (1, 7, None)), ("reference", 2, (7,)), ("band:1", 1, (7,))):
+        logits, indices, _ = _run(model, ids, backend, tp=tp, chunked_indexer=False)
+        for rows in chunks:
+            got, got_indices, session = _run(model, ids, backend, tp=tp, index_rows=rows)
+            assert torch.equal(got, logits), (backend, tp, rows)
+            assert sorted(got_indices) == [0, 1, 2] and all(torch.equal(got_indices[k], indices[k]) for k in indices)
+            assert sum(session.calls.values()) == 3 * tp
+
+
+def test_shared_layers_reuse_their_full_layers_topk_under_chunking(models):
+    model = models["tiny"]
+    ids = _prompt(model, 50)
+    seen, inputs = {}, {}
+    handles = [attn.register_forward_hook(lambda m, a, out, layer=attn.layer_idx: seen.__setitem__(layer, out[2]))
+               for attn in attention_modules(model)]
+    handles += [attn.indexer.register_forward_pre_hook(lambda m, a, layer=attn.layer_idx: inputs.__setitem__(layer, a))
+                for attn in attention_modules(model) if attn.indexer is not None]
+    try:
+        _, indices, _ = _run(model, ids, index_rows=7)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen[1] is seen[0] and seen[2] is not seen[0]  # layer 1 ("shared") reuses layer 0's very tensor
+    assert torch.equal(indices[1], indices[0]) and torch.equal(indices[0], kernel_indices(seen[0]))
+    causal = torch.ones(50, 50, dtype=torch.bool).tril()[None]
+    for layer in (0, 2):  # each full layer's chunked top-k is transformers' on the same inputs and the causal mask
+        indexer = attention_modules(model)[layer].indexer
+        assert torch.equal(seen[layer], _transformers_topk(indexer, (*inputs[layer][:3], causal)))
+
+
+def test_the_swap_restores_the_indexer_and_mask_also_after_an_error(models):
+    model = models["tiny"]
+    indexers = [attn.indexer for attn in attention_modules(model) if attn.indexer is not None]
+    with pytest.raises(RuntimeError, match="planted"), use_backend(model, "reference", index_rows=5):
+        assert all("forward" in vars(ix) for ix in indexers)
+        assert model.config._attn_implementation == ABSORBED_IMPL
+        raise RuntimeError("planted")
+    assert all("forward" not in vars(ix) for ix in indexers) and model.config._attn_implementation == "sdpa"
+    with use_backend(model, "hf_sdpa"):
+        assert all("forward" not in vars(ix) for ix in indexers)  # the dense path stays transformers' own
+    for bad in (0, -3, True, 2.5):
+        with pytest.raises(ValueError, match=f"index_rows must be a positive int, got {bad!r}"), \
+                use_backend(model, "reference", index_rows=bad):
+            pass
+
+
+class _Allocations(TorchDispatchMode):
+    """The largest storage any op allocates and the peak of live op-allocated bytes (CPU), while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.now, self.peak, self.largest = {}, 0, 0, 0
+
+    def _free(self, key):
+        self.now -= self.live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr():
+                storage = t.untyped_storage()
+                key = (storage.data_ptr(), id(storage))
+                if key not in self.live:
+                    self.live[key] = size = storage.nbytes()
+                    self.now += size
+                    weakref.finalize(storage, self._free, key)
+                    self.peak, self.largest = max(self.peak, self.now), max(self.largest, size)
+        return out
+
+
+def _measure(model, tokens: int, **kw) -> _Allocations:
+    """Allocations of one forward under the fp32 reference with token chunks of 64 KiB (its own budget)."""
+    ids = _prompt(model, tokens)
+    backend = Backend("reference", functools.partial(sparse_mla_reference, dtype=torch.float32, budget_bytes=2**16),
+                      "fp32 reference, small token chunks")
+    with use_backend(model, backend, **kw), torch.inference_mode(), _Allocations() as seen:
+        model(ids, logits_to_keep=1)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def chunked_allocations(models):
+    """tokens -> allocations of tiny's forward with 32-row indexer chunks (a 64 KiB budget at these lengths)."""
+    return {tokens: _measure(models["tiny"], tokens, index_budget_bytes=2**16) for tokens in (128, 512)}
+
+
+def test_no_allocation_grows_with_t_squared_on_the_absorbed_path(models, chunked_allocations):
+    short, long = chunked_allocations[128], chunked_allocations[512]
+    assert long.largest <= 4.2 * short.largest and long.peak <= 4.2 * short.peak  # 4x the tokens: linear
+    # the plan's estimate grows at least as fast as the measured peak (weights and constants cancel)
+    plan = [activation_bytes(models["tiny"].config, 1, t, index_budget_bytes=2**16) for t in (128, 512)]
+    assert long.peak - short.peak <= plan[1] - plan[0]
+
+
+def test_the_measurement_sees_transformers_t_squared_indexer(models, chunked_allocations):
+    dense = _measure(models["tiny"], 512, chunked_indexer=False)
+    index_heads = models["tiny"].config.index_n_heads
+    assert dense.largest >= 4 * index_heads * 512 ** 2 >= 4 * chunked_allocations[512].largest  # [T, Hi, T] fp32
+
+
+def test_plan_is_linear_in_t_on_the_absorbed_path_and_fits_glm52_at_65536():
+    config = make_config("glm-5.2", layers=4, experts=16)
+    for tp in (1, 8):
+        sizes = [activation_bytes(config, tp, t) for t in (16384, 32768, 65536, 131072)]
+        assert all(b / a <= 2.01 for a, b in itertools.pairwise(sizes))  # linear (the 1 GiB indexer chunk is fixed)
+        dense = [activation_bytes(config, tp, t, "hf_sdpa") for t in (16384, 32768)]
+        assert dense[1] / dense[0] > 3.5  # [T, T] masks and indexer scores: quadratic
+    plan = plan_memory(config, 8, 65536)
+    assert plan.fits and plan.path == "absorbed" and plan.max_tokens >= 65536 and plan.activations_gib < 60
+    assert not plan_memory(config, 8, 65536, path="hf_sdpa").fits
+    # measured on an H200 (one process, --tp 8 emulated, triton_sparse_mla): 56.1 GiB of activations at 65536
+    # and 84.1 GiB at 98304; the plan must not be below them
+    assert 56.1 * GIB <= activation_bytes(config, 1, 65536) <= 1.4 * 56.1 * GIB
+    assert 84.1 * GIB <= activation_bytes(config, 1, 98304)
+
+
+def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):
+    config = make_config("glm-5.2", layers=4, experts=16)
+    monkeypatch.setattr(plan_module, "device_bytes", lambda device: 141 * 10**9)
+    gpu = torch.device("cuda", 0)
+    check_fits(config, 65536, gpu, backends=["reference", "triton_sparse_mla", "band:0"])
+    check_fits(config, 16384, gpu, backends=["hf_sdpa"])
+    with pytest.raises(ValueError) as err:
+        check_fits(config, 65536, gpu, backends=["reference", "hf_sdpa"])
+    message = str(err.value)
+    assert message.startswith("--tokens 65536: backend hf_sdpa (transformers' dense attention") and "\n" not in message
+    limit = int(message.split("fits up to ")[1].split(" tokens")[0].replace(",", ""))
+    assert 16384 <= limit < 32768
+    check_fits(config, limit, gpu, backends=["hf_sdpa"])
+    with pytest.raises(ValueError, match=f"--tokens {limit + 1}: backend hf_sdpa"):
+        check_fits(config, limit + 1, gpu, backends=["hf_sdpa"])
+    with pytest.raises(ValueError, match="--tokens 40000: backend hf_eager .* fits up to"):
+        check_fits(config, 40000, gpu, backends=["hf_eager"])
+    with pytest.raises(ValueError, match="--tokens 262144: a prefill of 4 layers needs about"):
+        check_fits(config, 262144, gpu)
+
+
+def test_plan_command_prints_every_path(capsys):
+    from glmcheck.commands.plan import handle
+
+    ns = argparse.Namespace(model="glm-5.2", layers=4, experts=16, tp=8, tokens=65536, gpu_gib=141.0)
+    assert handle(ns) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| glm-5.2")]
+    assert len(rows) == 3 and "absorbed" in rows[0] and "| yes " in rows[0]
+    assert "hf_sdpa" in rows[1] and "| no " in rows[1] and "hf_eager" in rows[2]
