@@ -28,12 +28,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logits": ("logits", "final-position logits per backend and prompt length"),
     "firsttoken": ("firsttoken", "greedy first token per prompt: argmax agreement and dlogprob"),
     "drift": ("drift", "per-layer hidden-state drift against the reference"),
+    "sweep": ("sweep", "where along the prompt length does a backend leave the band?"),
     "report": ("report", "print the tables of a run record again"),
     "capture-indices": ("capture_indices", "record every full indexer layer's top-k from a model run"),
     "union-stats": ("union_stats", "valid rows/token and union-of-2/4 ratios of index sets"),
     "plan": ("plan", "memory per GPU for a preset at a TP degree (printed before loading)"),
     "bench": ("bench", "kernel timings on the GPU, each point correctness-gated first"),
     "backends": ("backends", "list every backend found, where it came from and whether it runs here"),
+    "serve": ("serve", "an OpenAI-compatible completions server over the harness, one backend"),
 }
 
 

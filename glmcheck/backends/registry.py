@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
 
 import torch
 
@@ -169,12 +170,12 @@ def backend_identity(name: str) -> dict[str, str]:
     source = backend_source(name)
     if source == "built in":
         return {"source": source}
-    fn = _REGISTRY[name][0]
-    module = inspect.getmodule(getattr(fn, "func", fn))
-    try:
-        text = inspect.getsource(module) if module is not None else repr(fn)
+    fn = getattr(_REGISTRY[name][0], "func", _REGISTRY[name][0])
+    module = inspect.getmodule(fn)
+    try:  # a FILE:fn plug-in has no module: its file's source (a repr would hold the process's address)
+        text = inspect.getsource(module) if module is not None else Path(inspect.getsourcefile(fn)).read_text()
     except (OSError, TypeError):
-        text = repr(fn)
+        text = getattr(fn, "__qualname__", type(fn).__name__)
     return {"source": source, "module": getattr(module, "__name__", "?"),
             "source_hash": hashlib.sha256(text.encode()).hexdigest()[:16]}
 

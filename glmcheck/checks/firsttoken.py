@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -116,11 +117,14 @@ def _first_divergence(a: list[int], b: list[int]) -> int | None:
 
 def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice: Choice,
                  ref_logprobs: torch.Tensor) -> PromptOutcome:
-    """Compare one backend's final logits with the reference's choice."""
+    """Compare one backend's final logits with the reference's choice. It agrees when the reference's token is
+    among its most likely (an exact tie at the top, common in bf16 logits, agrees whichever token a tie-break
+    would pick, so in-process and server rows agree alike)."""
     choice, logprobs = choose(logits)
-    dlogprob = abs(float(logprobs[ref_choice.token]) - ref_choice.logprob)
+    mine = float(logprobs[ref_choice.token])
+    dlogprob = abs(mine - ref_choice.logprob)
     return PromptOutcome(prompt_id, backend, choice.token, choice.logprob, ref_choice.token, ref_choice.logprob,
-                         ref_choice.gap, choice.token == ref_choice.token, dlogprob)
+                         ref_choice.gap, choice.token == ref_choice.token or mine == choice.logprob, dlogprob)
 
 
 def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends: list[str],

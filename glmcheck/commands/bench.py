@@ -177,9 +177,9 @@ def _handle_model(ns) -> int:
     from glmcheck.bench.model import bench_prefill, default_rows, parse_rows
     from glmcheck.bench.report import render_model_table
     from glmcheck.checks.runner import SwapOptions
-    from glmcheck.commands.common import default_backends
     from glmcheck.data.indices import calibrated_selector
     from glmcheck.data.model_prompts import model_prompt, prompt_source
+    from glmcheck.evaluate.backend_choice import default_backends
     from glmcheck.kernels import legal_groups
     from glmcheck.model.load import ModelSpec, config_of, load_model
     from glmcheck.records.environment import environment_metadata

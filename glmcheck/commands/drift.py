@@ -25,22 +25,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from glmcheck.commands.common import run_report
+    from glmcheck.evaluate import CheckOptions, drift
 
-    from glmcheck.checks.drift import run_drift
-    from glmcheck.commands.common import CheckOutcome, run_check
-    from glmcheck.data.model_prompts import model_prompt, prompt_source
-
-    def plan(prep):
-        tokens = prep.prompt_tokens(ns.tokens)
-
-        def run(model, out):
-            ids = model_prompt(prep.spec, model.config.vocab_size, tokens, ns.seed, prep.device)
-            with tqdm(total=prep.forward_count(), desc="drift backends", disable=prep.quiet, leave=False) as bar:
-                result = run_drift(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
-                                   band_size=prep.band_size, progress=bar)
-            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
-                                {**result.facts, "prompt_source": prompt_source(prep.spec)})
-        return run
-
-    return run_check(ns, "drift", plan)
+    return run_report(ns, "drift", lambda _: drift(CheckOptions.from_namespace(ns), tokens=ns.tokens))

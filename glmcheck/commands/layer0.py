@@ -26,34 +26,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    import torch
-    from tqdm import tqdm
+    from glmcheck.commands.common import run_report
+    from glmcheck.evaluate import CheckOptions, layer0
 
-    from glmcheck.checks.layer0 import run_layer0
-    from glmcheck.commands.common import CheckOutcome, run_check
-    from glmcheck.data.model_prompts import model_prompt, prompt_source
-    from glmcheck.data.model_tokenizer import model_tokenizer
-    from glmcheck.data.prompts import text_prompt
-
-    def plan(prep):
-        tokens = prep.prompt_tokens(ns.tokens)
-        text_ids = None
-        if ns.text is not None:
-            text_ids = model_tokenizer(prep.spec, prep.config.vocab_size).encode(ns.text)
-            prep.check_prompt(max(len(text_ids), tokens), "--text (tokens)")
-
-        def run(model, out):
-            if text_ids is not None:
-                ids = text_prompt(text_ids, ns.tokens, prep.device)
-            else:
-                ids = model_prompt(prep.spec, model.config.vocab_size, tokens, ns.seed, prep.device)
-            with tqdm(total=prep.forward_count(), desc="layer0 backends", disable=prep.quiet, leave=False) as bar, \
-                    torch.inference_mode():
-                result = run_layer0(model, ids, prep.backends, prep.exact, prep.options, prep.gate,
-                                    band_size=prep.band_size, baseline=prep.baseline, progress=bar)
-            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
-                                {**result.facts, "prompt_source": prompt_source(prep.spec)},
-                                tensors=result.tensors)
-        return run
-
-    return run_check(ns, "layer0", plan, layer0_only=True)
+    return run_report(ns, "layer0", lambda _: layer0(CheckOptions.from_namespace(ns), tokens=ns.tokens, text=ns.text))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections import Counter
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
-from glmcheck.commands.options import check_count, check_forwards
+from glmcheck.commands.options import check_count
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -52,43 +51,11 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from glmcheck.commands.common import run_report
+    from glmcheck.evaluate import CheckOptions, logits
 
-    from glmcheck.checks.logits import run_logits
-    from glmcheck.commands.common import CheckOutcome, Resume, run_check
-    from glmcheck.data.model_prompts import model_prompt, prompt_source
+    lengths = _lengths(ns.tokens, "") if ns.tokens is not None else None  # None: the device's default lengths
+    return run_report(ns, "logits", lambda record_dir: logits(CheckOptions.from_namespace(ns), tokens=lengths,
+                                                              record_dir=record_dir, overwrite=ns.overwrite),
+                      resumable=True)
 
-    def plan(prep):
-        lengths = _lengths(ns.tokens, "2048,4096,8192" if prep.device.type == "cuda" else "64,128")
-        check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
-        check_forwards(len(lengths) * prep.forward_count(),
-                       f"{len(lengths)} lengths x {prep.forward_count()} forwards each (--tokens, --band, --backends)")
-        for tokens in lengths:
-            prep.check_prompt(tokens)
-        resume = Resume(ns, prep, prep.fingerprint("logits", lengths=lengths, seed=ns.seed), total=len(lengths),
-                        what="lengths")
-        done = {int(key): [_row(r) for r in payload] for key, payload in resume.done.items()}
-
-        def run(model, out):
-            resume.bind(out)
-            prompts = [model_prompt(prep.spec, model.config.vocab_size, n, ns.seed + n, prep.device) for n in lengths]
-
-            def finished(tokens, rows):
-                resume.save(str(tokens), [dataclasses.asdict(r) for r in rows])
-                bar.update(1)
-
-            with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=prep.quiet,
-                      leave=False) as bar:
-                result = run_logits(model, prompts, prep.backends, prep.exact, prep.options, prep.gate,
-                                    band_size=prep.band_size, baseline=prep.baseline, on_length=finished, done=done)
-            return CheckOutcome([r.as_dict() for r in result.rows], result.verdict,
-                                {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(prep.spec)}, tensors=result.tensors)
-        return run
-
-    return run_check(ns, "logits", plan, resumable=True)
-
-
-def _row(payload: dict):
-    from glmcheck.checks.common import ComparisonRow
-
-    return ComparisonRow(**payload)

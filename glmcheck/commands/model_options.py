@@ -1,14 +1,14 @@
 """The options every model check (layer0, logits, firsttoken, drift) takes, and the checks of them that
 need no model: both without importing torch, transformers or triton, so that bad usage is answered
 in well under a second (`glmcheck.cli` runs a command's `precheck` before any heavy import).
-`glmcheck.commands.common.Prepared` checks the rest, and re-checks these for callers of the library."""
+`glmcheck.evaluate.setup.Setup` checks the rest (and `CheckOptions.check` these again, for callers of the library)."""
 
 from __future__ import annotations
 
 import argparse
 
-from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
-from glmcheck.commands.options import check_experts, check_layers, check_number, check_out_dir, check_seed
+from glmcheck.checks.band import DEFAULT_BAND
+from glmcheck.commands.options import check_out_dir
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
 from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
@@ -55,15 +55,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:
-    """The shared options' checks that need no model (ValueError naming the option): seed, gate
-    ratio, cap, depth and experts, --out (`check_out_dir`: another run's record is refused unless
-    --overwrite; a `resumable` command resumes its own), an empty --backends."""
-    check_seed(ns.seed)
-    check_gate_ratio(ns.gate_ratio)
-    check_number(ns.max_rel_l2, "--max-rel-l2", positive=True)
-    if not ns.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
-        check_layers(ns.layers)
-        check_experts(ns.experts)
+    """The shared options' checks that need no model (ValueError naming the option): those of
+    `CheckOptions.check` (seed, gate ratio, cap, depth and experts, an empty --backends) and --out
+    (`check_out_dir`: another run's record is refused unless --overwrite; a `resumable` command resumes its own)."""
+    from glmcheck.evaluate.options import CheckOptions
+
+    CheckOptions.from_namespace(ns).check()
     check_out_dir(ns.out, overwrite=getattr(ns, "overwrite", False), resumable=resumable)
-    if ns.backends is not None and not [b for b in ns.backends.split(",") if b.strip()]:
-        raise ValueError(f"--backends names no backend: {ns.backends!r}")

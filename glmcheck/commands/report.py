@@ -8,7 +8,7 @@ import argparse
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
                        description="Re-read a record directory written by layer0, logits, firsttoken, drift, "
-                                   "union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
+                                   "sweep, union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
                                    "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise.")
     p.add_argument("directory", help="record directory (holds summary.json)")
     p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata")
@@ -27,7 +27,7 @@ def handle(ns: argparse.Namespace) -> int:
             check_writable_dir(record_dir, "--plots")
         written = write_plots(ns.directory)
         if not written:
-            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats) under {ns.directory}")
+            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep) under {ns.directory}")
         for path in written:
             print(f"wrote {path}")
         return 0

@@ -6,6 +6,8 @@ by notebooks/drift.ipynb, so both show the same pictures.
 - `plot_firsttoken`: |Δ logprob| histogram per backend, and agreement vs the reference's
   top-1/top-2 gap (near ties).
 - `plot_union`: union-of-G ratio vs sequence length.
+- `plot_sweep`: each row's distance from the reference against the prompt length, the gate over the
+  band shaded, each onset marked.
 """
 
 from __future__ import annotations
@@ -116,7 +118,39 @@ def plot_union(record: Record):
     return fig
 
 
-PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_firsttoken, "union-stats": plot_union}
+def plot_sweep(record: Record):
+    """Distance (mean |dlogprob| over the reference's top-k) vs prompt length per judged row (log-log),
+    the gate (gate_ratio x the band's max at each length) shaded, and a dashed line at each onset."""
+    rows = record.rows
+    facts = record.summary.get("facts", {})
+    ratio = facts.get("gate_ratio", 2.0)
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    judged = rows[rows["role"] == "judged"]
+    limits = rows.groupby("tokens")["limit"].first().sort_index()
+    positive = pd.concat([judged["distance"], limits])
+    bottom = max(positive[positive > 0].min() / 10, 1e-9) if (positive > 0).any() else 1e-9
+    ax.fill_between(limits.index, bottom, limits.clip(lower=bottom), color="tab:green", alpha=0.15,
+                    label=f"{ratio:g} x the band's max")
+    onsets = record.summary.get("onsets", {})
+    for backend, group in judged.groupby("backend", sort=False):
+        group = group.sort_values("tokens")
+        line, = ax.plot(group["tokens"], group["distance"].clip(lower=bottom), marker="o", label=backend)
+        onset = (onsets.get(backend) or {}).get("onset")
+        if onset:
+            ax.axvline(onset, color=line.get_color(), linestyle="--", alpha=0.7)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=bottom)
+    ax.set_xlabel("prompt length (tokens, log scale)")
+    ax.set_ylabel(f"mean |dlogprob| over the reference's top-{facts.get('k', 5)} (nats, log)")
+    ax.set_title("length sweep: distance from the reference (dashed: onset)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_firsttoken, "union-stats": plot_union,
+            "sweep": plot_sweep}
 
 
 def write_plots(directory: str | Path) -> list[Path]:

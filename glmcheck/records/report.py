@@ -10,6 +10,7 @@ import statistics
 
 import pandas as pd
 
+from glmcheck.checks.band import INCONCLUSIVE
 from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
 
 MISSING = "-"  # a cell that does not apply (or was not measured); a measured NaN prints `nan`
@@ -147,8 +148,33 @@ def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
             markdown_table(headers, table)]
 
 
+def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
+    """Distance per length and row (`!` out of the band, `?` a band that could not judge), then each
+    judged row's onset."""
+    facts = summary.get("facts", {})
+    names = list(dict.fromkeys(rows["backend"]))
+    marks = {True: " !", False: ""}
+    table = []
+    for tokens, group in rows.groupby("tokens", sort=True):
+        cells = {r["backend"]: _fmt(r["distance"], "sci") + ("?" if r["verdict"] == INCONCLUSIVE else
+                                                             marks.get(r["out"], "")) for _, r in group.iterrows()}
+        first = group.iloc[0]
+        table.append([str(tokens), _fmt(first["band_max"], "sci"), _fmt(first["limit"], "sci")]
+                     + [cells.get(name, MISSING) for name in names])
+    onsets = summary.get("onsets", {})
+    verdicts = [[name, str(o["onset"]) if o.get("onset") else MISSING, "yes" if o.get("stays_out") else
+                 ("no" if o.get("onset") else MISSING), _fmt(o.get("max_distance"), "sci"), o["verdict"]]
+                for name, o in onsets.items()]
+    source = facts.get("source", "in process")
+    title = (f"length sweep, {source}: mean |dlogprob| over the reference's top-{facts.get('k')} tokens, median over the "
+             f"last {facts.get('window', 1)} positions of each prompt length (! out of the band, ? the band could not judge)")
+    return [title,
+            markdown_table(["tokens", "band max", "limit", *names], table),
+            markdown_table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
+
+
 RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _render_firsttoken,
-             "drift": _render_drift}
+             "drift": _render_drift, "sweep": _render_sweep}
 
 
 TABLE_COMMANDS = ("union-stats", "bench", "bench-model")  # records that carry their printed table

@@ -1,0 +1,60 @@
+"""The options of checks that can read rows from running servers (`--endpoint NAME=URL`): the servers,
+the band servers and how to talk to them; and the in-process options they exclude. Light module: no
+torch, no HTTP library (parsing the endpoints imports neither)."""
+
+from __future__ import annotations
+
+import argparse
+
+from glmcheck.checks.band import DEFAULT_BAND
+from glmcheck.commands.options import check_count, check_number
+
+# In-process options and their defaults: given with --endpoint they would be ignored, so they are refused.
+IN_PROCESS_DEFAULTS = {"checkpoint": None, "layers": None, "experts": None, "init": "sharp", "device": None, "tp": 1,
+                       "backends": None, "exact": "fp32", "baseline": None, "band": DEFAULT_BAND,
+                       "kv_cache_dtype": None, "deterministic": False, "max_rel_l2": None, "save_tensors": False,
+                       "dense_threshold": None}
+ENDPOINT_ONLY = ("band_endpoint", "concurrency", "timeout", "retries")
+
+
+def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("running servers (instead of an in-process model)")
+    group.add_argument("--endpoint", action="append", default=None, metavar="NAME=URL",
+                       help="a server to read rows from, repeatable: the first is the reference, the others candidates. "
+                            "URL: http(s)://host:port of an OpenAI-compatible server (vLLM, SGLang, glmcheck serve), "
+                            "sglang+http://... for SGLang's native /generate; #MODEL picks one of several models")
+    group.add_argument("--band-endpoint", action="append", default=None, metavar="NAME=URL",
+                       help="a legitimate alternative (another instance of the reference, the engine's default kernel), "
+                            "repeatable: a band sample beside the reference's rerun; 3 or more let the band judge")
+    group.add_argument("--concurrency", type=int, default=None, help="requests in flight at once (default 4)")
+    group.add_argument("--timeout", type=float, default=None, help="seconds to wait for an answer (default 120)")
+    group.add_argument("--retries", type=int, default=None,
+                       help="retries of a refused connection or a 429/502/503/504, with backoff (default 3)")
+
+
+def check_endpoint_usage(ns: argparse.Namespace) -> None:
+    """With --endpoint the in-process options are refused; without it the server options are."""
+    if ns.endpoint:
+        given = [f"--{name.replace('_', '-')}" for name, default in IN_PROCESS_DEFAULTS.items()
+                 if hasattr(ns, name) and getattr(ns, name) != default]
+        if given:
+            raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to an in-process model; "
+                             f"with --endpoint the servers run the model (drop {'it' if len(given) == 1 else 'them'}, "
+                             f"or drop --endpoint)")
+        check_count(ns.concurrency, "--concurrency")
+        check_number(ns.timeout, "--timeout", positive=True)
+        check_count(ns.retries, "--retries", minimum=0)
+        return
+    given = [f"--{name.replace('_', '-')}" for name in ENDPOINT_ONLY if getattr(ns, name, None) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to running servers: add "
+                         f"--endpoint NAME=URL (the reference first)")
+
+
+def http_options(ns: argparse.Namespace):
+    """The HttpOptions of --timeout / --retries (defaults where not given)."""
+    from glmcheck.sources.transport import HttpOptions
+
+    defaults = HttpOptions()
+    return HttpOptions(timeout=ns.timeout if ns.timeout is not None else defaults.timeout,
+                       retries=ns.retries if ns.retries is not None else defaults.retries)

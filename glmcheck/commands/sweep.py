@@ -1,0 +1,60 @@
+"""`glmcheck sweep`: at which prompt length does a backend leave the band?"""
+
+from __future__ import annotations
+
+import argparse
+
+from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
+from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.commands.options import check_count
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="where along the prompt length does a backend leave the band?",
+                       description="At each length of a geometric grid, every backend's next-token distribution at the "
+                                   "end of one long natural prompt against the exact reference, beside the band at "
+                                   "that length; reports each backend's onset (the first length out of the band), "
+                                   "whether it stays out, and a plot (report --plots).")
+    add_model_options(p)
+    p.add_argument("--tokens", default=None,
+                   help="A..B: the grid runs from A to B tokens, doubling (default 1024..32768 on a GPU or against "
+                        "servers, 32..256 on the CPU); with --endpoint, --model / --checkpoint name the tokenizer the "
+                        "prompt is built with (the servers' model's)")
+    p.add_argument("--per-octave", type=int, default=1, help="grid points per doubling of the length (default 1)")
+    p.add_argument("--logprobs", type=int, default=5,
+                   help="the distance is the mean |dlogprob| over the reference's top-K tokens (default 5, at most 20)")
+    p.add_argument("--window", type=int, default=16,
+                   help="positions at the end of each length whose distributions are compared, averaged (default 16)")
+    add_endpoint_options(p)
+    p.set_defaults(handler=handle, precheck=precheck)
+
+
+def precheck(ns: argparse.Namespace) -> None:
+    """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
+    from glmcheck.checks.sweep import geometric_lengths, parse_token_range
+
+    check_model_usage(ns, resumable=True)
+    check_endpoint_usage(ns)
+    if ns.tokens is not None:
+        geometric_lengths(*parse_token_range(ns.tokens), ns.per_octave)
+    check_count(ns.logprobs, "--logprobs")
+    check_count(ns.window, "--window")
+
+
+def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.checks.sweep import parse_token_range
+    from glmcheck.commands.common import run_report
+    from glmcheck.evaluate import CheckOptions, sweep
+
+    tokens = parse_token_range(ns.tokens) if ns.tokens is not None else None
+    if ns.endpoint:
+        from glmcheck.evaluate import sweep_endpoints
+
+        return run_report(ns, "sweep", lambda record_dir: sweep_endpoints(
+            ns.endpoint, ns.band_endpoint or [], tokenizer=CheckOptions.from_namespace(ns),
+            tokens=tokens or (1024, 32768), per_octave=ns.per_octave, logprobs=ns.logprobs, window=ns.window,
+            gate_ratio=ns.gate_ratio, concurrency=ns.concurrency or 4, http=http_options(ns), record_dir=record_dir,
+            overwrite=ns.overwrite, quiet=ns.quiet), resumable=True)
+    return run_report(ns, "sweep", lambda record_dir: sweep(
+        CheckOptions.from_namespace(ns), tokens=tokens, per_octave=ns.per_octave, logprobs=ns.logprobs,
+        window=ns.window, record_dir=record_dir, overwrite=ns.overwrite), resumable=True)

@@ -1,0 +1,26 @@
+"""One library call per check, as lm-evaluation-harness's `simple_evaluate` is one call: each takes a
+model (`CheckOptions`) or endpoints plus the check's own options and returns a `Report` (rows,
+verdict, facts) that the CLI prints and writes; notebooks and tests call the same functions.
+
+    from glmcheck.evaluate import CheckOptions, layer0
+    report = layer0(CheckOptions(model="ref-cpu"), tokens=128)
+
+Names are imported on first use, so `import glmcheck.evaluate` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {"CheckOptions": "options", "Report": "report", "Setup": "setup", "layer0": "model_checks",
+          "logits": "model_checks", "firsttoken": "model_checks", "drift": "model_checks", "sweep": "length_sweep",
+          "firsttoken_endpoints": "endpoint_checks",
+          "sweep_endpoints": "endpoint_sweep"}
+
+__all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "sweep"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'glmcheck.evaluate' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"glmcheck.evaluate.{_WHERE[name]}"), name)

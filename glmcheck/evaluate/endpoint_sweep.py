@@ -1,0 +1,80 @@
+"""`sweep_endpoints`: the length sweep against running servers (`glmcheck sweep --endpoint ...`).
+
+The prompt is built here, as token ids, by the tokenizer of `--model` / `--checkpoint` (the servers must
+serve a model with that tokenizer; ids are sent as they are, so each length is exact): held-out text of
+a checkpoint with a tokenizer, seeded ids otherwise. At each length every server is asked for the
+distributions at the last W positions (`glmcheck.sources.window`: echo / input logprobs), the reference
+twice, and judged as in process (`glmcheck.checks.sweep`) against the reference's rerun and the
+`--band-endpoint` servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tqdm import tqdm
+
+from glmcheck import __version__
+from glmcheck.checks.sweep import geometric_lengths, rerun_name, run_sweep
+from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
+from glmcheck.evaluate.length_sweep import check_logprobs, check_window
+from glmcheck.evaluate.options import CheckOptions
+from glmcheck.evaluate.report import Report
+from glmcheck.evaluate.setup import ResumeStore
+from glmcheck.model.load import ModelSpec, config_of
+from glmcheck.records.environment import code_identity
+from glmcheck.sources.endpoint import Endpoint
+from glmcheck.sources.transport import HttpOptions
+
+
+def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequence[str | Endpoint] = (), *,
+                    tokenizer: CheckOptions | None = None, tokens: tuple[int, int] = (1024, 32768),
+                    per_octave: int = 1, logprobs: int = 5, window: int = 16, gate_ratio: float = 2.0,
+                    concurrency: int = 4, http: HttpOptions | None = None, record_dir: RecordDir = None,
+                    overwrite: bool = False, quiet: bool = False) -> Report:
+    """Sweep `tokens` = (first, last) against the servers: the first of `endpoints` is the reference, the
+    others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. Resumable per length."""
+    from glmcheck.checks.band import check_gate_ratio
+
+    lengths = geometric_lengths(*tokens, per_octave)
+    check_logprobs(logprobs)
+    check_window(window, lengths[0])
+    check_gate_ratio(gate_ratio)
+    options = tokenizer or CheckOptions()
+    options.check()
+    spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, seed=options.seed)
+    config = config_of(spec)
+    ids = model_prompt(spec, config.vocab_size, lengths[-1], options.seed)[0].tolist()
+    servers = Servers(endpoints, band_endpoints, http or HttpOptions(), concurrency)
+    for name, info in servers.infos.items():
+        if info.max_model_len is not None and info.max_model_len < lengths[-1]:
+            raise ValueError(f"--tokens {lengths[0]}..{lengths[-1]}: server {name} serves at most {info.max_model_len} "
+                             f"tokens")
+    reference = servers.reference.name
+    rerun = rerun_name(reference)
+    fingerprint = {"command": "sweep", "servers": servers.identity(), "lengths": lengths, "logprobs": logprobs,
+                   "window": window, "gate_ratio": gate_ratio, "tokenizer": spec.describe(), "code": code_identity()}
+    resume = ResumeStore(record_dir, fingerprint, overwrite=overwrite, total=len(lengths), what="lengths")
+    done = {int(key): payload for key, payload in resume.done.items()}
+    directory = resume.start()
+    jobs = [(reference, servers.reference), (rerun, servers.reference)] + \
+        [(e.name, e) for e in servers.band + servers.candidates]
+    band, judged = [e.name for e in servers.band], [e.name for e in servers.candidates]
+    try:
+        with tqdm(total=len(lengths), initial=len(done), desc="sweep lengths", disable=quiet, leave=False) as bar:
+            def finished(length, rows):
+                resume.save(str(length), rows)
+                bar.update(1)
+
+            result = run_sweep(lambda length: servers.windows(jobs, ids[:length], window, logprobs), reference, band,
+                               judged, lengths, k=logprobs, gate_ratio=gate_ratio, window=window, on_length=finished,
+                               done=done)
+    finally:
+        servers.close()
+    facts = {**result.facts, "source": "endpoints", "prompt_source": prompt_source(spec), "resumed_items": len(done)}
+    return Report("sweep", result.verdict, result.rows, facts, {"endpoints": servers.record(), "glmcheck": __version__,
+                                                                 "tokenizer": spec.describe()},
+                  {"endpoints": [servers.reference.spec()] + [e.spec() for e in servers.candidates],
+                   "band_endpoints": [e.spec() for e in servers.band], "concurrency": concurrency},
+                  extra={"onsets": result.onsets}, record_dir=directory)

@@ -1,0 +1,169 @@
+"""One library call per in-process model check: `layer0`, `logits`, `firsttoken`, `drift`.
+
+Each takes the shared `CheckOptions` plus its own options, checks them all before any model is
+built (ValueError naming the flag), builds the model, runs the check and returns a `Report`
+(rows, verdict, facts). The CLI parses, calls one of these and prints / writes the report;
+notebooks and tests call the same functions:
+
+    from glmcheck.evaluate import CheckOptions, layer0
+    report = layer0(CheckOptions(model="ref-cpu", backends=["triton_sparse_mla"]), tokens=128)
+    report.verdict, report.rows
+
+`logits` and `firsttoken` are resumable: given `record_dir`, finished items (lengths, prompts) are
+kept there as they finish and a rerun with the same settings computes only the rest (`record_dir` may
+be a callable that makes a fresh directory once the model is built; the report's `record_dir` is the one
+used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from glmcheck.checks.common import ComparisonRow
+from glmcheck.commands.options import check_count, check_forwards, check_number
+from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.evaluate.options import CheckOptions
+from glmcheck.evaluate.report import Report
+from glmcheck.evaluate.setup import ResumeStore, Setup
+from glmcheck.model.load import load_model
+from glmcheck.records.environment import config_hash
+
+RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its items (`ResumeStore`)
+
+
+def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], facts: dict, **kw) -> Report:
+    return Report(command, verdict, rows, facts,
+                  {**setup.spec.describe(), "config_hash": config_hash(model.config),
+                   "layers_built": model.config.num_hidden_layers},
+                  setup.describe(), setup.warnings, is_main=setup.is_main, **kw)
+
+
+def _build(setup: Setup, *, layer0_only: bool = False):
+    setup.say_warnings()
+    return load_model(setup.spec, setup.device, layer0_only=layer0_only)
+
+
+def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None) -> Report:
+    """The layer-0 attention output of every backend against the exact reference, beside the band
+    (`glmcheck.checks.layer0`). The prompt: `text` tokenised and repeated up to `tokens`, else held-out
+    text of a checkpoint that has a tokenizer, else seeded ids; `tokens` defaults to 4096 on a GPU, 128
+    on the CPU."""
+    import torch
+
+    from glmcheck.checks.layer0 import run_layer0
+    from glmcheck.data.prompts import text_prompt
+
+    setup = Setup(options, layer0_only=True, one_prompt=True, tokens=tokens)
+    length = setup.tokens
+    text_ids = None
+    if text is not None:
+        text_ids = model_tokenizer(setup.spec, setup.config.vocab_size).encode(text)
+        setup.check_prompt(max(len(text_ids), length), "--text (tokens)")
+    model = _build(setup, layer0_only=True)
+    ids = text_prompt(text_ids, tokens, setup.device) if text_ids is not None else \
+        model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
+    with tqdm(total=setup.forwards, desc="layer0 backends", disable=setup.quiet, leave=False) as bar, \
+            torch.inference_mode():
+        result = run_layer0(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
+                            band_size=setup.band_size, baseline=setup.baseline, progress=bar)
+    return _report("layer0", setup, model, result.verdict, [r.as_dict() for r in result.rows],
+                   {**result.facts, "prompt_source": prompt_source(setup.spec)}, tensors=result.tensors)
+
+
+def drift(options: CheckOptions, *, tokens: int | None = None) -> Report:
+    """Every layer's hidden state per backend against the exact reference, beside the per-layer band
+    (`glmcheck.checks.drift`); `tokens` as in `layer0`."""
+    from glmcheck.checks.drift import run_drift
+
+    setup = Setup(options, one_prompt=True, tokens=tokens)
+    length = setup.tokens
+    model = _build(setup)
+    ids = model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
+    with tqdm(total=setup.forwards, desc="drift backends", disable=setup.quiet, leave=False) as bar:
+        result = run_drift(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
+                           band_size=setup.band_size, progress=bar)
+    return _report("drift", setup, model, result.verdict, [r.as_dict() for r in result.rows],
+                   {**result.facts, "prompt_source": prompt_source(setup.spec)})
+
+
+def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir: RecordDir = None,
+           overwrite: bool = False) -> Report:
+    """Final-position logits over the full vocabulary per backend and prompt length (`glmcheck.checks.logits`);
+    `tokens` defaults to 2048, 4096, 8192 on a GPU and 64, 128 on the CPU. Resumable in `record_dir`."""
+    from glmcheck.checks.logits import run_logits
+
+    setup = Setup(options)
+    lengths = list(tokens) if tokens is not None else ([2048, 4096, 8192] if setup.device.type == "cuda" else [64, 128])
+    check_count(options.dense_threshold, "--dense-threshold", minimum=0)
+    check_forwards(len(lengths) * setup.forwards,
+                   f"{len(lengths)} lengths x {setup.forwards} forwards each (--tokens, --band, --backends)")
+    for length in lengths:
+        setup.check_prompt(length)
+    resume = ResumeStore(record_dir, setup.fingerprint("logits", lengths=lengths, seed=options.seed),
+                         overwrite=overwrite, writable=setup.is_main, total=len(lengths), what="lengths")
+    done = {int(key): [ComparisonRow(**r) for r in payload] for key, payload in resume.done.items()}
+    model = _build(setup)
+    directory = resume.start()
+    prompts = [model_prompt(setup.spec, model.config.vocab_size, n, options.seed + n, setup.device) for n in lengths]
+    with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=setup.quiet, leave=False) as bar:
+        def finished(length, rows):
+            resume.save(str(length), [dataclasses.asdict(r) for r in rows])
+            bar.update(1)
+
+        result = run_logits(model, prompts, setup.backends, setup.exact, setup.options, setup.gate,
+                            band_size=setup.band_size, baseline=setup.baseline, on_length=finished, done=done)
+    return _report("logits", setup, model, result.verdict, [r.as_dict() for r in result.rows],
+                   {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(setup.spec)},
+                   tensors=result.tensors, record_dir=directory)
+
+
+def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int | None = None,
+               continue_tokens: int = 0, tie_gap: float | None = None, max_dlogprob: float | None = None,
+               record_dir: RecordDir = None, overwrite: bool = False) -> Report:
+    """The greedy first token of each prompt per backend (`glmcheck.checks.firsttoken`): `prompts` a set
+    name or a JSONL path (default heldout50 on a reference model, natural50 otherwise), the first `limit`
+    of them; `continue_tokens` > 0 also compares greedy continuations. Resumable in `record_dir`."""
+    from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
+    from glmcheck.data.prompts import load_prompts
+
+    setup = Setup(options)
+    tie_gap = DEFAULT_TIE_GAP if tie_gap is None else tie_gap
+    check_count(continue_tokens, "--continue", minimum=0)
+    check_number(tie_gap, "--tie-gap")
+    check_number(max_dlogprob, "--max-dlogprob", positive=True)
+    prompt_set = prompts or ("heldout50" if setup.spec.reference else "natural50")
+    chosen = load_prompts(prompt_set, limit)
+    steps = 1 + continue_tokens  # a continuation re-runs the prefill for every step
+    check_forwards(len(chosen) * setup.forwards * steps,
+                   f"{len(chosen)} prompts x {setup.forwards} forwards x {steps} steps (--prompts, --limit, "
+                   f"--band, --backends, --continue)")
+    tokenizer = model_tokenizer(setup.spec, setup.config.vocab_size)
+    for prompt in chosen:
+        setup.check_prompt(len(tokenizer.encode(prompt.prompt)) + continue_tokens,
+                           f"--prompts {prompt_set}: prompt {prompt.id!r} of tokens")
+    resume = ResumeStore(record_dir, setup.fingerprint("firsttoken", prompts={p.id: p.prompt for p in chosen},
+                                                       continue_tokens=continue_tokens, tie_gap=tie_gap,
+                                                       max_dlogprob=max_dlogprob),
+                         overwrite=overwrite, writable=setup.is_main, total=len(chosen), what="prompts")
+    done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
+    model = _build(setup)
+    directory = resume.start()
+    with tqdm(total=len(chosen), initial=len(done), desc="firsttoken prompts", disable=setup.quiet,
+              leave=False) as bar:
+        def finished(prompt, outcomes):
+            resume.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
+            bar.update(1)
+
+        result = run_firsttoken(model, tokenizer, chosen, setup.backends, setup.exact, setup.options,
+                                gate_ratio=options.gate_ratio, max_dlogprob=max_dlogprob, band_size=setup.band_size,
+                                tie_gap=tie_gap, continue_tokens=continue_tokens, device=setup.device,
+                                on_prompt=finished, done=done)
+    facts = {**result.facts, "prompt_set": prompt_set, "prompts": len(chosen), "resumed_items": len(done)}
+    return _report("firsttoken", setup, model, result.verdict, [dataclasses.asdict(o) for o in result.outcomes], facts,
+                   extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements},
+                   record_dir=directory)

@@ -1,0 +1,65 @@
+"""The options every in-process model check takes (the CLI's shared flags, by the same names), as one
+value a library caller builds directly: `CheckOptions(model="ref-gpu", backends=["mykernel"], tp=8)`.
+
+Light module (no torch, transformers or triton): the CLI builds it before any heavy import.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
+from glmcheck.commands.options import check_experts, check_layers, check_number, check_seed
+from glmcheck.model.references import DEFAULT_MODEL
+
+
+@dataclass
+class CheckOptions:
+    """Which model, which backends, which reference and gate (README, "The checks": each field is the
+    flag of the same name). `backends` None is every backend available here; `baseline` None is the
+    default baseline (FlashMLA where it runs), "none" no baseline; `kv_cache_dtype` None or "bf16" is
+    the bf16 KV cache, "fp8_e4m3" an emulated FP8 one."""
+
+    model: str = DEFAULT_MODEL
+    checkpoint: str | None = None
+    layers: int | None = None
+    experts: int | None = None
+    seed: int = 0
+    init: str = "sharp"
+    device: str | None = None
+    tp: int = 1
+    backends: list[str] | str | None = None
+    exact: str = "fp32"
+    baseline: str | None = None
+    band: int = DEFAULT_BAND
+    kv_cache_dtype: str | None = None
+    deterministic: bool = False
+    gate_ratio: float = 2.0
+    max_rel_l2: float | None = None
+    dense_threshold: int | None = None
+    quiet: bool = False
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
+        """The options a parsed command line holds (fields it lacks keep their defaults)."""
+        return cls(**{f.name: getattr(ns, f.name) for f in fields(cls) if hasattr(ns, f.name)})
+
+    def backend_list(self) -> list[str] | None:
+        """`backends` as a list of names (a comma-separated string is split), None for the default set."""
+        if self.backends is None:
+            return None
+        names = self.backends.split(",") if isinstance(self.backends, str) else list(self.backends)
+        return [b.strip() for b in names if b.strip()]
+
+    def check(self) -> None:
+        """What needs no model (ValueError naming the flag): seed, gate ratio, cap, depth, experts and a
+        --backends that names nothing."""
+        check_seed(self.seed)
+        check_gate_ratio(self.gate_ratio)
+        check_number(self.max_rel_l2, "--max-rel-l2", positive=True)
+        if not self.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
+            check_layers(self.layers)
+            check_experts(self.experts)
+        if self.backends is not None and not self.backend_list():
+            raise ValueError(f"--backends names no backend: {self.backends!r}")

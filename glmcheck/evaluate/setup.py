@@ -1,0 +1,132 @@
+"""A model check's resolved setup: the model spec and its config, the device, the backends (the
+default set, the exact reference, the baseline), the swap options and the gate, checked before any
+model is built; and the finished items of a resumable run (`ResumeStore`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from glmcheck.backends.registry import backend_identity
+from glmcheck.checks.band import Gate, band_names
+from glmcheck.checks.runner import SwapOptions
+from glmcheck.commands.options import check_band, check_count
+from glmcheck.evaluate.backend_choice import choose_backends
+from glmcheck.evaluate.options import CheckOptions
+from glmcheck.model.load import ModelSpec, resolve_model
+from glmcheck.model.plan import check_fits
+from glmcheck.records.environment import code_identity, config_hash
+from glmcheck.records.layout import clear_record
+from glmcheck.records.progress import ItemStore
+
+EXACT = {"fp32": "reference", "fp64": "reference:fp64"}
+
+
+class Setup:
+    """Resolved options of one model check: spec, config, device, backends, exact reference, band,
+    baseline, swap options, gate and the warnings to print. Raises ValueError (naming the flag) for
+    options that cannot run here."""
+
+    def __init__(self, options: CheckOptions, *, layer0_only: bool = False, one_prompt: bool = False,
+                 tokens: int | None = None):
+        """A check of `one_prompt` (layer0, drift) has its length resolved here: `tokens`, or 4096 on a GPU and
+        128 on the CPU, checked against the model's positions and the device's memory (`self.tokens`)."""
+        from glmcheck.model import distributed
+
+        options.check()
+        check_band(options.band)
+        self.spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, layers=options.layers,
+                              experts=options.experts, seed=options.seed, init=options.init)
+        self.dist = distributed.current()
+        self.config, self.device = resolve_model(self.spec, self.dist.device if self.dist else options.device,
+                                                 layer0_only=layer0_only)
+        heads, tp = self.config.num_attention_heads, options.tp
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
+            raise ValueError(f"--tp must divide the {heads} attention heads, got {tp}")
+        if options.exact not in EXACT:
+            raise ValueError(f"--exact must be one of {', '.join(EXACT)}, got {options.exact!r}")
+        self.exact, self.band_size, self.band = EXACT[options.exact], options.band, band_names(options.band)
+        choice = choose_backends(options.backend_list(), device=self.device, heads=heads, tp=tp,
+                                 latent_dims=(self.config.kv_lora_rank, self.config.qk_rope_head_dim),
+                                 band_size=self.band_size, exact=self.exact, baseline=options.baseline,
+                                 deterministic=options.deterministic)
+        self.backends, self.baseline, self.warnings = choice.backends, choice.baseline, choice.warnings
+        # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
+        self.options = SwapOptions(tp=1 if self.dist else tp,
+                                   kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype,
+                                   dense_threshold=options.dense_threshold, deterministic=options.deterministic)
+        self.gate = Gate(ratio=options.gate_ratio, cap=options.max_rel_l2)
+        self.tp = tp
+        self.is_main = self.dist is None or self.dist.is_main
+        self.quiet = options.quiet or not self.is_main
+        # Forwards of one prompt: the exact reference twice, the band, every other backend once.
+        self.forwards = 2 + self.band_size + len([b for b in dict.fromkeys(self.backends)
+                                                  if b != self.exact and b not in self.band])
+        self.tokens = None
+        if one_prompt:
+            self.tokens = tokens if tokens is not None else (4096 if self.device.type == "cuda" else 128)
+            self.check_prompt(self.tokens)
+
+    def describe(self) -> dict:
+        return {"tp": self.tp, "torchrun_ranks": self.dist.world_size if self.dist else None,
+                "backends": self.backends, "exact": self.exact, "baseline": self.baseline, "band": self.band_size,
+                "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
+                "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
+                "max_rel_l2": self.gate.cap, "device": str(self.device)}
+
+    def fingerprint(self, command: str, **items) -> dict:
+        """Everything that decides a resumable run's results: command, model and its config hash,
+        options, the items requested and the code (glmcheck's sources, each backend's module)."""
+        return {"command": command, "model": self.spec.describe(), "config_hash": config_hash(self.config),
+                "options": self.describe(), "code": {**code_identity(), "backends": {
+                    name: backend_identity(name) for name in [self.exact] + self.backends}}, **items}
+
+    def check_prompt(self, tokens: int, option: str = "--tokens") -> None:
+        """ValueError naming `option` unless a prompt of `tokens` tokens fits the model and device."""
+        check_count(tokens, option)
+        limit = getattr(self.config, "max_position_embeddings", None)
+        if limit is not None and tokens > limit:
+            raise ValueError(f"{option} {tokens}: more than the model's {limit} positions")
+        check_fits(self.config, tokens, self.device, option, backends=[self.exact] + self.backends)
+
+    def say_warnings(self) -> None:
+        if not self.is_main:
+            return
+        for warning in self.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+
+
+class ResumeStore:
+    """The finished items of a resumable run in `directory`: read and checked against `fingerprint`
+    when made, before any model is built. `directory` may be a zero-argument callable that creates a
+    fresh one (the CLI's runs/<command>-<timestamp>): it is called at `start`, once the model is built, so
+    a run refused earlier leaves nothing behind; None keeps nothing. With `overwrite` the record that was
+    there is cleared at `start`. `total` items of kind `what` are requested; a resumed run says so."""
+
+    def __init__(self, directory: Path | Callable[[], Path] | None, fingerprint: dict, *, overwrite: bool = False,
+                 writable: bool = True, total: int | None = None, what: str = "items"):
+        self.directory, self.fingerprint, self.writable = directory, fingerprint, writable
+        self.overwrite, self.total, self.what = overwrite, total, what
+        self.store = None
+        if not overwrite and not callable(directory):
+            self.store = ItemStore(directory, fingerprint, writable=writable)
+        self.done = self.store.load() if self.store is not None else {}
+
+    def start(self) -> Path | None:
+        """Ready to save items; returns the record directory (made now when it was a callable)."""
+        if callable(self.directory):
+            self.directory = self.directory() if self.writable else None
+        if self.store is None:
+            if self.overwrite and self.writable and self.directory is not None:
+                clear_record(self.directory)
+            self.store = ItemStore(self.directory, self.fingerprint, writable=self.writable)
+        if self.done and self.writable:
+            of, left = ("", "") if self.total is None else (f" of {self.total}",
+                                                            f"; {self.total - len(self.done)} left to compute")
+            print(f"resuming {self.directory}: {len(self.done)}{of} {self.what} finished there earlier are kept{left} "
+                  f"(--overwrite starts afresh)", file=sys.stderr)
+        return self.directory
+
+    def save(self, key: str, payload) -> None:
+        self.store.save(key, payload)

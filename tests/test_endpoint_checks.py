@@ -1,0 +1,161 @@
+"""Checks against running servers (issue 41): `glmcheck serve` processes of the trained CPU model (the
+reference, a second reference instance, the kernel, planted faults, three band variants) on localhost
+ports; firsttoken and the sweep against them give the in-process verdicts; a wrong port, an HTTP 500 and a
+server killed mid-run are one line and exit 2 with nothing half-written; SIGINT mid-run and a rerun resume
+without asking the servers again for finished prompts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from glmcheck import cli
+from glmcheck.evaluate import CheckOptions, firsttoken, firsttoken_endpoints, sweep, sweep_endpoints
+from glmcheck.records.layout import FINGERPRINT_FILE, ITEMS_DIR
+from tests.support.servers import Servers
+
+FAULT = "fault=glmcheck.selftest.faults:rope_tail_dropped"
+LATE = "late=tests/support/late_fault.py:late_fault"
+FAULTY = "faulty=tests/support/server_faults.py:faulty"
+BAND = ("b0", "b1", "b2")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    running = Servers()
+    try:
+        running.start({"ref": "reference", "ref2": "reference", "kernel": "triton_sparse_mla", "fault": FAULT,
+                       "late": LATE, "b0": "band:0", "b1": "band:1", "b2": "band:2"})
+        yield running
+    finally:
+        running.stop_all()
+
+
+def _band(servers) -> list[str]:
+    return [servers.spec(name) for name in BAND]
+
+
+def _forwards(servers, name: str) -> int:
+    return httpx.get(f"{servers.urls[name]}/glmcheck/info", timeout=30).json()["forwards"]
+
+
+def _items(directory: Path) -> list[Path]:
+    return [p for p in (directory / ITEMS_DIR).glob("*.json") if p.name != FINGERPRINT_FILE] \
+        if (directory / ITEMS_DIR).exists() else []
+
+
+def test_firsttoken_against_servers_gives_the_in_process_verdicts(servers, tmp_path):
+    remote = firsttoken_endpoints([servers.spec("ref"), servers.spec("kernel"), servers.spec("fault")],
+                                  _band(servers), prompts="natural50", limit=3, record_dir=tmp_path / "r",
+                                  quiet=True)
+    local = firsttoken(CheckOptions(model="ref-cpu", backends=["triton_sparse_mla", FAULT], band=3, quiet=True),
+                       prompts="natural50", limit=3)
+    assert remote.verdict == local.verdict == "FAIL"
+    pairs = list(zip(remote.extra["summary_rows"], local.extra["summary_rows"], strict=True))
+    for mine, theirs in pairs:
+        assert (mine["verdict"], mine["agree"], mine["wide_flips"]) == \
+            (theirs["verdict"], theirs["agree"], theirs["wide_flips"]), (mine, theirs)
+    kernel = [(m, t) for m, t in pairs if m["backend"] == "kernel"][0]
+    assert kernel[0]["verdict"] == "PASS" and kernel[0]["mean_dlogprob"] == pytest.approx(kernel[1]["mean_dlogprob"],
+                                                                                           rel=1e-9, abs=1e-12)
+    assert [m["verdict"] for m, _ in pairs if m["backend"] == "fault"] == ["FAIL"]
+    servers_seen = remote.model["endpoints"]["servers"]
+    assert servers_seen["kernel"]["glmcheck"]["backend"] == "triton_sparse_mla" and servers_seen["ref"]["model"] == "ref-cpu"
+
+
+def test_a_band_of_reruns_cannot_judge(servers):
+    """The reference reruns bit for bit and its second instance too: a band of zero width, never judged against."""
+    report = firsttoken_endpoints([servers.spec("ref"), servers.spec("kernel")], [servers.spec("ref2")],
+                                  prompts="natural50", limit=2, quiet=True)
+    assert report.verdict == "INCONCLUSIVE"
+    assert "bit for bit" in report.facts["rerun"]
+    kernel = [r for r in report.extra["summary_rows"] if r["backend"] == "kernel"][0]
+    assert kernel["verdict"] == "INCONCLUSIVE" and "--band-endpoint" in kernel["note"]
+
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    code = cli.main(args)
+    return code, capsys.readouterr().err
+
+
+def test_wrong_port_and_http_500_are_one_line_and_nothing_written(servers, tmp_path, capsys):
+    free = httpx.URL(servers.urls["ref"]).copy_with(port=1)
+    code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", f"x={free}", "--retries", "0",
+                      "--limit", "1", "--quiet", "--out", str(tmp_path / "w")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "unreachable" in err, err
+    assert not (tmp_path / "w").exists()
+    nan = Servers()
+    try:
+        nan.start({"faulty": FAULTY}, env={"GLMCHECK_TEST_FAULT": "nan@1"})
+        code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", nan.spec("faulty"),
+                          *sum((["--band-endpoint", b] for b in _band(servers)), []), "--limit", "2", "--quiet",
+                          "--out", str(tmp_path / "n")], capsys)
+    finally:
+        nan.stop_all()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "HTTP 500" in err, err
+    assert not _items(tmp_path / "n") and not (tmp_path / "n" / "summary.json").exists()
+
+
+def test_a_server_killed_mid_run_then_resumed(servers, tmp_path, capsys):
+    """The candidate dies in the 3rd prompt's forward (3 kernel calls a forward): exit 2, the two finished
+    prompts kept, no record; against a restarted server the rerun asks the servers for the other two only."""
+    out = tmp_path / "k"
+    dying = Servers()
+    args = ["firsttoken", "--prompts", "natural50", "--limit", "4", "--quiet", "--retries", "1", "--out", str(out),
+            "--endpoint", servers.spec("ref"), *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+    try:
+        dying.start({"faulty": FAULTY}, env={"GLMCHECK_TEST_FAULT": "die@7"})
+        code, err = _cli([*args, "--endpoint", dying.spec("faulty")], capsys)
+    finally:
+        dying.stop_all()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "endpoint faulty" in err, err
+    assert len(_items(out)) == 2 and not (out / "summary.json").exists()
+    before = _forwards(servers, "ref")
+    restarted = Servers()
+    try:
+        restarted.start({"faulty": FAULTY})
+        code, err = _cli([*args, "--endpoint", restarted.spec("faulty")], capsys)
+    finally:
+        restarted.stop_all()
+    assert code in (0, 3) and "2 of 4 prompts finished there earlier are kept" in err, err
+    assert _forwards(servers, "ref") - before == 2 * 2, "the reference asked again (and rerun) for 2 prompts only"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["facts"]["resumed_items"] == 2 and len({r["prompt_id"] for r in summary["rows"]}) == 4
+
+
+def test_sigint_mid_run_then_a_rerun_resumes(servers, tmp_path, capsys):
+    out = tmp_path / "s"
+    args = ["firsttoken", "--prompts", "natural50", "--limit", "5", "--quiet", "--out", str(out),
+            "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
+            *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+    process = subprocess.Popen([sys.executable, "-m", "glmcheck", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not _items(out) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    done = len(_items(out))
+    assert 1 <= done < 5 and not (out / "summary.json").exists()
+    before = _forwards(servers, "ref")
+    code, err = _cli(args, capsys)
+    assert code in (0, 3) and f"{done} of 5 prompts finished there earlier are kept" in err, err
+    assert _forwards(servers, "ref") - before == 2 * (5 - done)
+
+
+def test_sweep_through_servers_finds_the_onset(servers, tmp_path):
+    """The fault firing from token 100 on, served: out from 128 tokens, as in process."""
+    remote = sweep_endpoints([servers.spec("ref"), servers.spec("late")], _band(servers),
+                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 256), window=16, quiet=True,
+                             record_dir=tmp_path / "w")
+    local = sweep(CheckOptions(model="ref-cpu", backends=[LATE], band=3, quiet=True), tokens=(32, 256), window=16)
+    assert remote.extra["onsets"]["late"]["onset"] == local.extra["onsets"]["late"]["onset"] == 128
+    assert remote.extra["onsets"]["late"]["stays_out"]
