@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench", "kernel timings on the GPU, each point correctness-gated first"),
     "backends": ("backends", "list every backend found, where it came from and whether it runs here"),
     "serve": ("serve", "an OpenAI-compatible completions server over the harness, one backend"),
+    "tasks": ("tasks", "task accuracy of servers, judged question by question (lm-evaluation-harness)"),
 }
 
 

@@ -27,7 +27,7 @@ def handle(ns: argparse.Namespace) -> int:
             check_writable_dir(record_dir, "--plots")
         written = write_plots(ns.directory)
         if not written:
-            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep) under {ns.directory}")
+            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep, tasks) under {ns.directory}")
         for path in written:
             print(f"wrote {path}")
         return 0

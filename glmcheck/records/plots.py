@@ -8,6 +8,8 @@ by notebooks/drift.ipynb, so both show the same pictures.
 - `plot_union`: union-of-G ratio vs sequence length.
 - `plot_sweep`: each row's distance from the reference against the prompt length, the gate over the
   band shaded, each onset marked.
+- `plot_tasks`: each candidate's accuracy difference per task with its paired bootstrap interval, the
+  control's difference, and the largest acceptable drop.
 """
 
 from __future__ import annotations
@@ -149,8 +151,35 @@ def plot_sweep(record: Record):
     return fig
 
 
+def plot_tasks(record: Record):
+    """Accuracy difference (candidate - reference, points) per task and candidate with its 95 % paired
+    bootstrap interval; the control pair's difference as a grey tick; the largest acceptable drop dashed."""
+    rows = record.rows
+    max_drop = record.summary.get("options", {}).get("max_drop", 0.01)
+    labels = [f"{r['task']}\n{r['candidate']}" for _, r in rows.iterrows()]
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0], max(2.5, 0.7 * len(rows) + 1.5)))
+    y = np.arange(len(rows))
+    diff = 100 * rows["difference"].to_numpy(dtype=float)
+    low = diff - 100 * rows["interval_low"].to_numpy(dtype=float)
+    high = 100 * rows["interval_high"].to_numpy(dtype=float) - diff
+    colors = {"PASS": "tab:green", "FAIL": "tab:red"}
+    for i, (_, r) in enumerate(rows.iterrows()):
+        ax.errorbar(diff[i], y[i], xerr=[[low[i]], [high[i]]], fmt="o", capsize=4,
+                    color=colors.get(r["verdict"], "tab:orange"))
+        if r.get("control_difference") is not None and not pd.isna(r.get("control_difference")):
+            ax.plot(100 * r["control_difference"], y[i], "|", color="gray", markersize=14)
+    ax.axvline(-100 * max_drop, color="tab:red", linestyle="--", label=f"largest acceptable drop ({100 * max_drop:g})")
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y, labels)
+    ax.set_xlabel("accuracy difference, candidate - reference (points; bar: 95 % paired bootstrap; |: control)")
+    ax.set_title("task accuracy, paired question by question (green PASS, red FAIL, orange INCONCLUSIVE)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_firsttoken, "union-stats": plot_union,
-            "sweep": plot_sweep}
+            "sweep": plot_sweep, "tasks": plot_tasks}
 
 
 def write_plots(directory: str | Path) -> list[Path]:

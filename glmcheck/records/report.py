@@ -173,8 +173,34 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
             markdown_table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
 
 
+def _render_tasks(summary: dict, rows: pd.DataFrame) -> list[str]:
+    """Per task and candidate: the accuracies, the paired table, McNemar's p, the bootstrap interval, the
+    control's difference, the detectable drop and the verdict (accuracies and differences in points)."""
+    facts = summary.get("facts", {})
+
+    def pts(value) -> str:
+        return MISSING if _missing(value) else f"{100 * value:+.2f}" if value < 0 or value > 0 else "0.00"
+
+    table = []
+    for _, r in rows.iterrows():
+        needed = r.get("needed_questions")
+        table.append([r["task"], r["candidate"], str(int(r["n"])), f"{100 * r['reference_accuracy']:.2f}",
+                      f"{100 * r['candidate_accuracy']:.2f}", pts(r["difference"]),
+                      f"[{pts(r['interval_low'])}, {pts(r['interval_high'])}]",
+                      f"{int(r['table_only_reference'])} / {int(r['table_only_candidate'])}",
+                      f"{r['p_one_sided_drop']:.3g}", pts(r.get("control_difference")),
+                      MISSING if math.isinf(r["detectable_drop"]) else f"{100 * r['detectable_drop']:.2f}",
+                      MISSING if _missing(needed) else str(int(needed)), r["verdict"], r.get("reason") or ""])
+    headers = ["task", "candidate", "questions", "ref acc %", "cand acc %", "difference (points)", "95% interval",
+               "only ref / only cand right", "McNemar p (drop)", "control difference", "detectable drop",
+               "questions needed", "verdict", "reason"]
+    title = (f"task accuracy, paired question by question ({facts.get('source', 'endpoints')}; control: "
+             f"{facts.get('control') or 'none'})")
+    return [title, markdown_table(headers, table)] + [f"warning: {w}" for w in summary.get("warnings", [])]
+
+
 RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _render_firsttoken,
-             "drift": _render_drift, "sweep": _render_sweep}
+             "drift": _render_drift, "sweep": _render_sweep, "tasks": _render_tasks}
 
 
 TABLE_COMMANDS = ("union-stats", "bench", "bench-model")  # records that carry their printed table

@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd

@@ -25,3 +25,17 @@ def faulty(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
         if mode == "nan":
             return torch.full((q.shape[0], q.shape[1], d_v), float("nan"), dtype=torch.bfloat16, device=q.device)
     return _correct(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+
+
+def rope_dropped(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    """The dropped rope tail (`glmcheck.selftest.faults.rope_tail_dropped`) on band:5, a torch kernel, so a task
+    run of hundreds of forwards stays fast on the CPU (the Triton kernel runs in the interpreter there)."""
+    q = q.clone()
+    q[..., d_v:] = 0
+    return _correct(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+
+
+def shifted_rows(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    """Every token reads the row before each one it selected (an index off by one), on band:5."""
+    shifted = torch.where(indices > 0, indices - 1, indices)
+    return _correct(q, kv, shifted, sm_scale, d_v, topk_length=topk_length)

@@ -1,0 +1,118 @@
+"""lm-eval kept quiet and quick while `glmcheck.tasks.harness.run_tasks` runs it.
+
+- `lm_eval_logging`: lm-eval's WARNING+ messages captured (it logs the server's error body there); while
+  `quiet`, its logging and every progress bar silenced (stderr is redirected for the call: not thread-safe).
+- `light_env_info`: one deviation from a plain simple_evaluate: the results' `pretty_env_info` is not
+  collected (torch's collect_env takes 5-10 s a call); `asked["server"]` says what served the run.
+- `lm_eval_failure`: what lm-eval raised, as one line with the server's own error message when it gave one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+
+from glmcheck.sources.transport import one_line
+
+
+class _Captured(logging.Handler):
+    """Keeps lm-eval's WARNING+ messages of a run (the server's error body is logged there)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:  # noqa: BLE001, S110 - a message that cannot be formatted is not worth failing over
+            pass
+
+
+@contextlib.contextmanager
+def lm_eval_logging(quiet: bool):
+    """lm-eval's logger for the call: WARNING+ captured; quiet: nothing printed (lm-eval's messages and
+    every progress bar, which write to stderr), else lm-eval's INFO logging on stderr."""
+    logger = logging.getLogger("lm_eval")
+    saved = (logger.level, logger.propagate, list(logger.handlers))
+    captured = _Captured()
+    if not quiet:
+        from lm_eval.utils import setup_logging
+
+        setup_logging(logging.INFO)
+        logger.addHandler(captured)
+        try:
+            yield captured
+        finally:
+            logger.removeHandler(captured)
+        return
+    for name in ("transformers", "datasets"):  # their handlers bind stderr when first set up: before the redirect
+        with contextlib.suppress(Exception):
+            __import__(f"{name}.utils.logging", fromlist=["get_logger"]).get_logger(name)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    logger.handlers = [captured]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield captured
+    finally:
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        logger.handlers = saved[2]
+
+
+ENV_NOT_COLLECTED = "not collected by glmcheck (torch's collect_env takes seconds); see asked.server for the server"
+
+
+@contextlib.contextmanager
+def light_env_info(lm_eval):
+    """simple_evaluate without torch's collect_env (`add_env_info`: 5-10 s a call, for a text that says
+    nothing about a server): the same keys, with lm-eval's and transformers' versions. Restored after."""
+    evaluator = lm_eval.evaluator
+    original = getattr(evaluator, "add_env_info", None)
+    if original is None:  # another lm-eval layout: leave it as it is
+        yield
+        return
+
+    def light(storage: dict) -> None:
+        try:
+            import transformers
+
+            transformers_version = transformers.__version__
+        except ImportError:
+            transformers_version = "N/A"
+        storage.update({"pretty_env_info": ENV_NOT_COLLECTED, "transformers_version": transformers_version,
+                        "lm_eval_version": lm_eval.__version__, "upper_git_hash": None})
+
+    evaluator.add_env_info = light
+    try:
+        yield
+    finally:
+        evaluator.add_env_info = original
+
+
+def lm_eval_failure(err: BaseException, captured: _Captured, where: str) -> ValueError:
+    """One line: what lm-eval raised, with the server's own message when it logged one."""
+    text = f"{type(err).__name__}: {one_line(err, 200) or 'no message'}"
+    said = [m for m in captured.messages if "Response text" in m or "error message" in m]
+    if said:
+        text += f"; the server said: {_server_said(said[-1])}"
+    return ValueError(f"{where}: lm-eval failed: {text}")
+
+
+def _server_said(message: str) -> str:
+    """The server's error message in lm-eval's warning about a failed request (its OpenAI-style error
+    body's `error.message` when the body is one), on one line."""
+    for marker in ("Response text: ", "error message: "):
+        if marker in message:
+            body = message.split(marker, 1)[1].removesuffix(". Retrying...")
+            try:
+                error = json.loads(body).get("error")
+                if isinstance(error, dict) and isinstance(error.get("message"), str):
+                    return one_line(error["message"], 200)
+            except (ValueError, AttributeError):
+                pass
+            return one_line(body, 200)
+    return one_line(message, 200)
