@@ -5,27 +5,39 @@
 # and datasets (with dill, multiprocess): carry their py312 wheels in .whl (see the device README). lm-eval's wheel
 # is 9 MB, almost all of it its own task definitions, which glmcheck_heldout_mc does not use; with the tracked tree
 # that exceeds a device call's 64 MiB, so carry lm-eval repacked without the folders under lm_eval/tasks/ (its
-# RECORD pruned to match; ~0.3 MB). Tables go to $OUT/tasks.log.
+# RECORD pruned to match; ~0.3 MB). The tracked tree alone is ~59 MiB on disk, so even then the wheels do not fit:
+# carry them installed for py312 and packed with xz instead, as .gpu-carry/site.tar.xz (2.9 MB: pip install --no-deps
+# --target DIR --platform manylinux2014_x86_64 --python-version 3.12 --only-binary=:all: .whl/*.whl; tar -cJf), and
+# FlashMLA's library as .gpu-carry/flashmla.tar.xz (0.9 MB). Tables go to $OUT/tasks.log.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-if [ -d .whl ]; then
+if [ -f .gpu-carry/site.tar.xz ]; then
+  mkdir -p /tmp/site && tar -xJf .gpu-carry/site.tar.xz -C /tmp/site || exit
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
+elif [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
   export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+[ -f .gpu-carry/flashmla.tar.xz ] && mkdir -p .flashmla && tar -xJf .gpu-carry/flashmla.tar.xz -C .flashmla
 [ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 declare -A BACKENDS=([ref]=reference [token]=triton_sparse_mla [u2]=triton_sparse_mla:union2 [u4]=triton_sparse_mla:union4
                      [u8]=triton_sparse_mla:union8 [flashmla]=flashmla_sparse)
+declare -A PIDS
 for name in "${!BACKENDS[@]}"; do
   python3 -m glmcheck serve --model ref-gpu --backend "${BACKENDS[$name]}" --port 0 > /tmp/serve-$name.out 2>&1 &
+  PIDS[$name]=$!
 done
-for name in "${!BACKENDS[@]}"; do
-  for _ in $(seq 300); do grep -q "http://" /tmp/serve-$name.out && break; sleep 1; done
+for name in "${!BACKENDS[@]}"; do  # each server's URL, or its log and exit 1 as soon as one dies
+  until grep -q "http://" /tmp/serve-$name.out; do
+    kill -0 ${PIDS[$name]} 2>/dev/null || { echo "server $name died:"; tail -5 /tmp/serve-$name.out; pkill -f "glmcheck serve"; exit 1; }
+    sleep 1
+  done
 done
 url() { grep -o 'http://[0-9.:]*' /tmp/serve-$1.out | head -1; }
 args=(--endpoint ref=$(url ref))
 for name in token u2 u4 u8 flashmla; do args+=(--endpoint $name=$(url $name)); done
-python3 -m glmcheck tasks "${args[@]}" --tasks glmcheck_heldout_mc --model ref-gpu --out /tmp/rec/tasks 2>&1 | tee $OUT/tasks.log
+timeout ${TASKS_TIMEOUT:-480} python3 -m glmcheck tasks "${args[@]}" --tasks glmcheck_heldout_mc --model ref-gpu --out /tmp/rec/tasks 2>&1 | tee $OUT/tasks.log
 python3 -m glmcheck report /tmp/rec/tasks --plots > /dev/null 2>&1 && cp /tmp/rec/tasks/plot-tasks.png $OUT/
 pkill -f "glmcheck serve" || true
 mkdir -p $OUT/record && cp /tmp/rec/tasks/*.json /tmp/rec/tasks/*.parquet $OUT/record/ 2>/dev/null

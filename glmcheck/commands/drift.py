@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
-from glmcheck.commands.options import check_count
+from glmcheck.arguments import check_count
 
 
 def add_parser(sub) -> None:

@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
-from glmcheck.commands.options import check_count
+from glmcheck.arguments import check_count
 
 
 def _lengths(text: str | None, default: str) -> list[int]:

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 def precheck(ns: argparse.Namespace) -> None:
     """Options that do not apply to the run asked for (`glmcheck.cli` runs it before any heavy import)."""
-    from glmcheck.commands.options import check_seed
+    from glmcheck.arguments import check_seed
 
     check_seed(ns.seed)
     rates = ns.model is not None or ns.checkpoint is not None
@@ -143,7 +143,7 @@ def handle(ns: argparse.Namespace) -> int:
 def handle_rates(ns: argparse.Namespace) -> int:
     """`--model`: false-alarm and detection rates; exit 1 when layer0 misses a planted fault or its
     false-alarm rate exceeds 5 %."""
-    from glmcheck.commands.options import check_band, check_count, check_forwards
+    from glmcheck.arguments import check_band, check_count, check_forwards
     from glmcheck.model.load import ModelSpec, config_of, resolve_device
     from glmcheck.model.plan import check_fits
     from glmcheck.selftest.faults import FAULTS

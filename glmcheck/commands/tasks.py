@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.commands.options import check_count, check_number, check_out_dir
+from glmcheck.arguments import check_count, check_number, check_out_dir
 
 
 def add_parser(sub) -> None:

@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from glmcheck.commands.options import check_count, check_out_dir, check_seed
+from glmcheck.arguments import check_count, check_out_dir, check_seed
 from glmcheck.records.tables import markdown_table
 
 CURVE_LENGTHS = (1024, 2048, 3072, 4096, 6144, 8192)

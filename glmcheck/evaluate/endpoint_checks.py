@@ -21,7 +21,7 @@ from glmcheck import __version__
 from glmcheck.checks.band import FAIL
 from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, summarize
-from glmcheck.commands.options import check_count, check_number
+from glmcheck.arguments import check_count, check_number
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
 from glmcheck.records.environment import code_identity

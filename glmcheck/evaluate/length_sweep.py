@@ -15,7 +15,7 @@ from glmcheck.checks.common import require_finite
 from glmcheck.checks.distributions import FullDistribution
 from glmcheck.checks.runner import forward_under
 from glmcheck.checks.sweep import geometric_lengths, rerun_name, run_sweep
-from glmcheck.commands.options import check_count, check_forwards
+from glmcheck.arguments import check_count, check_forwards
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
-from glmcheck.commands.options import check_experts, check_layers, check_number, check_seed
+from glmcheck.arguments import check_experts, check_layers, check_number, check_seed
 from glmcheck.model.references import DEFAULT_MODEL
 
 

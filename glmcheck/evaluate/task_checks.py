@@ -14,7 +14,7 @@ from pathlib import Path
 
 from glmcheck import __version__
 from glmcheck.checks.common import overall_of
-from glmcheck.commands.options import check_count
+from glmcheck.arguments import check_count
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report

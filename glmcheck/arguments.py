@@ -1,4 +1,5 @@
-"""Checks of command-line values and paths, run before any model is built or any file written.
+"""Checks of argument values and paths (the CLI's options and the library's arguments alike), run before any model
+is built or any file written.
 
 Each raises ValueError naming the option and what it expected, which the CLI prints as one line
 with exit 2.
