@@ -2,10 +2,10 @@
 text (`glmcheck_heldout_mc`) against `glmcheck serve` processes of the trained CPU model: the reference (asked
 again as its control), a legitimate kernel, a planted fault. A legitimate kernel PASSes, the fault FAILs, a run
 cut to 20 questions is INCONCLUSIVE and says how many questions it would need (80 questions and a 10-point
---max-drop keep the run to about a minute here; 1 point, the default, takes about 700 identical answers); `tasks compare` judges the sample
-logs the run kept, alike. The kernel under test itself (`triton_sparse_mla`) takes 6-7 s a forward in Triton's
-CPU interpreter, so here the legitimate kernel is the held-out band variant band:5; on a GPU
-`docs/gpu-runs/2026-12-02-run26/tasks.sh` serves every built-in backend."""
+--max-drop keep the run to a few minutes here; 1 point, the default, takes about 700 identical answers);
+`tasks compare` judges the sample logs the run kept, alike. The kernel under test itself (`triton_sparse_mla`)
+takes 6-7 s a forward in Triton's CPU interpreter, so here the legitimate kernel is the held-out band variant
+band:5; on a GPU `scripts/gpu_tasks.sh` serves every built-in backend."""
 
 from __future__ import annotations
 
