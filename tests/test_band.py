@@ -15,7 +15,7 @@ from glmcheck.backends import register_backend, unregister_backend
 from glmcheck.backends.reference import band_variant
 from glmcheck.backends.registry import backend_names
 from glmcheck.checks import metrics
-from glmcheck.checks.band import FAIL, PASS, Band, Gate
+from glmcheck.checks.band import FAIL, PASS, Band, Gate, band_from_rows
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model import build_dummy_model, make_config
@@ -74,12 +74,35 @@ def test_layer0_catches_small_scale_faults_that_rel_l2_alone_passed(layer0):
     assert layer0.verdict == FAIL
 
 
+def test_temperature_bias_measures_a_softmax_scale_error(layer0):
+    """The difference projected on the tempered reference's direction recovers the planted 0.1 % scale error,
+    while rounding (the band, the held-out variants) and an output scale leave it near zero or far from it."""
+    rows = {r.backend: r.extra for r in layer0.rows if r.backend != "reference"}
+    assert rows["t:sm1.001"]["temperature_bias"] == pytest.approx(1e-3, rel=0.05)
+    for name in ("band:0", "band:1", "band:2", "band:3", "band:4", "band:5"):
+        assert abs(rows[name]["temperature_bias"]) < 1e-4, (name, rows[name]["temperature_bias"])
+    assert "temperature-bias" in layer0.facts["gate"]
+    # judged alone (scale_bias and the ratios within the band), it fails the scale fault and passes the variants
+    band = band_from_rows([r for r in layer0.rows if r.comparison.startswith("noise band:")],
+                          ["reference"] + [f"band:{k}" for k in range(4)])
+    only = {k: rows["t:sm1.001"][k] for k in ("temperature_bias", "temperature_bias_se")}
+    verdict, why = Gate().judge({"rel_l2": 0.0, **only}, band)
+    assert verdict == FAIL and why.startswith("temperature_bias"), why
+    held_out = {k: rows["band:4"][k] for k in ("temperature_bias", "temperature_bias_se")}
+    assert Gate().judge({"rel_l2": 0.0, **held_out}, band)[0] == PASS
+
+
 def test_gate_rules():
     band = Band({"rel_l2": [0.0, 1e-3, 2e-3], "scale_bias": [0.0, 1e-5, 2e-5]})
     gate = Gate(ratio=2.0)
     assert gate.judge({"rel_l2": 4e-3}, band)[0] == PASS and gate.judge({"rel_l2": 4.1e-3}, band)[0] == FAIL
     assert gate.judge({"rel_l2": 1e-3, "scale_bias": 3e-5, "scale_bias_se": 1e-6}, band)[0] == PASS
     assert gate.judge({"rel_l2": 1e-3, "scale_bias": 6e-5, "scale_bias_se": 1e-6}, band)[0] == FAIL
+    tempered = Band({"rel_l2": [0.0, 1e-3, 2e-3], "temperature_bias": [0.0, -2e-5, -3e-5]})
+    assert gate.judge({"rel_l2": 1e-3, "temperature_bias": -5e-5, "temperature_bias_se": 1e-6}, tempered)[0] == PASS
+    verdict, why = gate.judge({"rel_l2": 1e-3, "temperature_bias": 1e-4, "temperature_bias_se": 1e-6}, tempered)
+    assert verdict == FAIL and "temperature_bias" in why
+    assert gate.margin({"rel_l2": 1e-3, "temperature_bias": 1e-4, "temperature_bias_se": 0.0}, tempered) > 1
     assert Gate(cap=1e-3).judge({"rel_l2": 2e-3}, band)[0] == FAIL, "a cap only makes the gate stricter"
     assert Gate(cap=1.0).judge({"rel_l2": 5e-3}, band)[0] == FAIL, "a loose cap never passes a row outside the band"
     assert gate.judge({"rel_l2": math.nan}, band)[0] == FAIL
@@ -92,6 +115,13 @@ def test_metrics_of_the_band():
     e = torch.randn(64, 4, 8, dtype=torch.float64)
     bias, se = metrics.scale_bias(e * 1.01, e)
     assert bias == pytest.approx(0.01) and se > 0
+    assert metrics.direction_bias(e * 1.01, e, e) == (bias, se), "scale_bias is the bias along the output itself"
+    u = torch.randn(64, 4, 8, dtype=torch.float64)
+    noise = 1e-4 * torch.randn(64, 4, 8, dtype=torch.float64)
+    bias, se = metrics.direction_bias(e + 2e-3 * u + noise, e, u)
+    assert bias == pytest.approx(2e-3, abs=6 * se) and 0 < se < 2e-4
+    assert metrics.direction_bias(e + noise, e, torch.zeros_like(u)) == (0.0, 0.0)
+    assert math.isnan(metrics.direction_bias(e, e, u * math.nan)[0])
     a = e.clone()
     a[7] *= 2
     assert metrics.token_max_rel_l2(a, e) == pytest.approx(1.0) and metrics.rel_l2(a, e) < 0.3

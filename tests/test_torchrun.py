@@ -32,10 +32,10 @@ def compare_with_single_process(tmp_path, model_args: list[str], device_args: li
     # --baseline none: with FlashMLA present (GPU hosts) the default baseline is flashmla_sparse
     common = ["--tp", "2", "--quiet", "--save-tensors", "--baseline", "none",
               "--backends", "triton_sparse_mla,hf_sdpa"] + model_args
-    ranks = torchrun(["layer0", *common, "--tokens", "64", "--out", str(tmp_path / "tp")] + device_args)
+    ranks = torchrun(["layer0", *common, "--tokens", "32", "--out", str(tmp_path / "tp")] + device_args)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     assert ranks.stdout.count("verdict:") == 1, "only rank 0 prints"
-    alone = single(["layer0", *common, "--tokens", "64", "--out", str(tmp_path / "one")] + device_args)
+    alone = single(["layer0", *common, "--tokens", "32", "--out", str(tmp_path / "one")] + device_args)
     assert alone.returncode == 0, alone.stderr[-3000:]
     a, b = read_record(tmp_path / "tp"), read_record(tmp_path / "one")
     assert a.summary["options"]["torchrun_ranks"] == 2 and b.summary["options"]["torchrun_ranks"] is None
@@ -44,7 +44,7 @@ def compare_with_single_process(tmp_path, model_args: list[str], device_args: li
     if not logits:
         return
     logit_args = ["--tp", "2", "--quiet", "--save-tensors", "--baseline", "none", "--backends",
-                  "triton_sparse_mla", "--tokens", "48"]
+                  "triton_sparse_mla", "--tokens", "32"]
     ranks = torchrun(["logits", *logit_args, *model_args, "--out", str(tmp_path / "tpl")] + device_args)
     alone = single(["logits", *logit_args, *model_args, "--out", str(tmp_path / "onel")] + device_args)
     # exit 1 is a FAIL verdict, not an error: on the dummy glm-5.2 geometry one bf16 MoE routing flip
@@ -52,7 +52,7 @@ def compare_with_single_process(tmp_path, model_args: list[str], device_args: li
     assert ranks.returncode in (0, 1) and alone.returncode in (0, 1), ranks.stderr[-2000:] + alone.stderr[-2000:]
     a, b = read_record(tmp_path / "tpl"), read_record(tmp_path / "onel")
     floor = max(r.rows[r.rows["comparison"].str.startswith("noise band: band:")]["rel_l2"].max() for r in (a, b))
-    diff = metrics.rel_l2(a.tensors["logits/reference@48"], b.tensors["logits/reference@48"])
+    diff = metrics.rel_l2(a.tensors["logits/reference@32"], b.tensors["logits/reference@32"])
     assert diff <= 2 * floor, f"torchrun vs single-process logits {diff:.3e} outside 2 x the band's max {floor:.3e}"
     print(f"layer0 latents bitwise equal; reference logits torchrun vs single-process rel-L2 {diff:.3e}, "
           f"floor {floor:.3e}")

@@ -13,7 +13,10 @@ statistic it is judged on lies within the band's largest value times the gate ra
 - `token_max_rel_l2` (layer0): the largest per-token rel-L2, so a fault in one token of many shows;
 - `scale_bias` (layer0): the least-squares scale of actual on exact, minus 1, so an output scaled
   by 1.003 shows although its rel-L2 is within the band; it must lie within the band's range
-  widened by that range and by 6 standard errors of the row's own estimate.
+  widened by that range and by 6 standard errors of the row's own estimate;
+- `temperature_bias` (layer0): the least-squares coefficient of actual - exact on the exact output's
+  derivative in the softmax scale's relative change (`glmcheck.checks.layer0`), so a softmax scale
+  off by 0.1 % shows although its rel-L2 is within the band; judged as scale_bias is.
 
 An absolute `cap` on rel-L2 can only fail a row. NaN/Inf fails. See docs/reliability.md, "Gate".
 
@@ -46,6 +49,7 @@ SPREAD_LIMIT = 3.0
 # dropped, tiny's last-layer drift, at 4.7 x the band's median) passes.
 GATE_RATIO_BOUNDS = (1.0, 4.0)
 BIAS_SIGMAS = 6.0  # standard errors of a row's own scale estimate allowed beyond the band's range
+BIAS_STATS = ("scale_bias", "temperature_bias")  # judged by a window around the band's range, not a ratio
 RATIO_STATS = ("rel_l2", "token_max_rel_l2")
 
 
@@ -175,10 +179,11 @@ class Gate:
                 return FAIL, f"{stat} not finite"
             if value > limit:
                 return FAIL, f"{stat} {value:.3e} > {limit:.3e}"
-        if "scale_bias" in stats and "scale_bias" in band.samples:
-            reason = self._bias_reason(stats["scale_bias"], stats.get("scale_bias_se", 0.0), band)
-            if reason:
-                return FAIL, reason
+        for stat in BIAS_STATS:
+            if stat in stats and stat in band.samples:
+                reason = self._bias_reason(stat, stats[stat], stats.get(f"{stat}_se", 0.0), band)
+                if reason:
+                    return FAIL, reason
         if self.cap is not None and not stats["rel_l2"] <= self.cap:
             return FAIL, f"rel_l2 {stats['rel_l2']:.3e} > cap {self.cap:g}"
         return PASS, ""
@@ -194,35 +199,37 @@ class Gate:
 
     def margin(self, stats: dict[str, float], band: Band) -> float:
         """How close a row is to failing: the largest of value / limit over its judged statistics
-        (for scale_bias the distance from the band's centre over the allowed half-width); > 1 fails."""
+        (for the biases the distance from the band's centre over the allowed half-width); > 1 fails."""
         ratios = []
         for stat in RATIO_STATS:
             if stat in stats and stat in band.samples:
                 limit = self.ratio * band.summary(stat)[2]
                 ratios.append(stats[stat] / limit if limit > 0 else (math.inf if stats[stat] > 0 else 0.0))
-        if "scale_bias" in stats and "scale_bias" in band.samples:
-            low, high = _bias_window(band, stats.get("scale_bias_se", 0.0))
-            half, offset = (high - low) / 2, abs(stats["scale_bias"] - (low + high) / 2)
-            ratios.append(offset / half if half > 0 else (math.inf if offset > 0 else 0.0))
+        for stat in BIAS_STATS:
+            if stat in stats and stat in band.samples:
+                low, high = _bias_window(band, stats.get(f"{stat}_se", 0.0), stat)
+                half, offset = (high - low) / 2, abs(stats[stat] - (low + high) / 2)
+                ratios.append(offset / half if half > 0 else (math.inf if offset > 0 else 0.0))
         if self.cap is not None:
             ratios.append(stats["rel_l2"] / self.cap)
         values = [r if math.isfinite(r) else math.inf for r in ratios]
         return max(values) if values else math.nan
 
     @staticmethod
-    def _bias_reason(bias: float, se: float, band: Band) -> str:
-        low, high = _bias_window(band, se)
+    def _bias_reason(stat: str, bias: float, se: float, band: Band) -> str:
+        low, high = _bias_window(band, se, stat)
         if not (math.isfinite(bias) and math.isfinite(low)):
-            return "scale_bias not finite"
+            return f"{stat} not finite"
         if low <= bias <= high:
             return ""
-        return f"scale_bias {bias:+.2e} outside [{low:+.2e}, {high:+.2e}]"
+        return f"{stat} {bias:+.2e} outside [{low:+.2e}, {high:+.2e}]"
 
     def describe(self, stats: tuple[str, ...] = ("rel_l2",)) -> str:
         ratio_stats = " and ".join(s.replace("_", "-") for s in stats if s in RATIO_STATS)
         text = f"PASS when {ratio_stats} to the exact reference <= {self.ratio:g} x the band's max"
-        if "scale_bias" in stats:
-            text += (f", and scale-bias within the band's range widened by that range and {BIAS_SIGMAS:g} "
+        biases = " and ".join(s.replace("_", "-") for s in BIAS_STATS if s in stats)
+        if biases:
+            text += (f", and {biases} within the band's range widened by that range and {BIAS_SIGMAS:g} "
                      f"standard errors")
         if self.cap is not None:
             text += f", and rel-L2 <= {self.cap:g}"
@@ -236,10 +243,10 @@ def inconclusive_rule() -> str:
             f"reference (a row beyond the gate still FAILS), or it has fewer than {MIN_BAND} ideal variants")
 
 
-def _bias_window(band: Band, se: float) -> tuple[float, float]:
-    """The scale biases a row may have: the band's range widened on each side by that range and by
+def _bias_window(band: Band, se: float, stat: str = "scale_bias") -> tuple[float, float]:
+    """The biases `stat` a row may have: the band's range widened on each side by that range and by
     BIAS_SIGMAS standard errors `se` of the row's own estimate."""
-    low, _, high = band.summary("scale_bias")
+    low, _, high = band.summary(stat)
     widen = (high - low) + BIAS_SIGMAS * se
     return low - widen, high + widen
 

@@ -21,14 +21,16 @@ from glmcheck.checks.band import (  # the verdict words, one place
     Gate,
 )
 
-GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se")
+GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se", "temperature_bias",
+               "temperature_bias_se")
 
 
 @dataclass
 class ComparisonRow:
     """One row of a comparison table (all metrics in float64 on the CPU). `rel_l2` is the distance
     the gate judges (to the exact reference); `extra` holds the further statistics (layer0's
-    token_max_rel_l2 and scale_bias), the distance to the baseline kernel and check-specific fields.
+    token_max_rel_l2, scale_bias and temperature_bias), the distance to the baseline kernel and
+    check-specific fields.
     `measured` is False for a row with nothing to compare (a backend never called): its numbers are
     missing, not a NaN the backend produced."""
 
@@ -62,15 +64,21 @@ class ComparisonRow:
 
 
 def compare(comparison: str, backend: str, against: str, compared_on: str,
-            actual: torch.Tensor, expected: torch.Tensor, *, per_token: bool = False, **kw) -> ComparisonRow:
+            actual: torch.Tensor, expected: torch.Tensor, *, per_token: bool = False,
+            temperature: torch.Tensor | None = None, **kw) -> ComparisonRow:
     """A row with cosine, rel-L2 and max-abs of actual vs expected (verdict set later); with
-    `per_token` (tensors [T, ...]) also token_max_rel_l2 and scale_bias (+ its standard error)."""
+    `per_token` (tensors [T, ...]) also token_max_rel_l2 and scale_bias (+ its standard error), and
+    with `temperature` (expected's derivative in the softmax scale's relative change, same shape)
+    temperature_bias (+ its standard error): the relative softmax-scale error the difference shows."""
     row = ComparisonRow(comparison, backend, against, compared_on, metrics.cosine(actual, expected),
                         metrics.rel_l2(actual, expected), metrics.max_abs(actual, expected), **kw)
     if per_token:
         bias, se = metrics.scale_bias(actual, expected)
         row.extra |= {"token_max_rel_l2": metrics.token_max_rel_l2(actual, expected), "scale_bias": bias,
                       "scale_bias_se": se}
+        if temperature is not None:
+            bias, se = metrics.direction_bias(actual, expected, temperature)
+            row.extra |= {"temperature_bias": bias, "temperature_bias_se": se}
     return row
 
 

@@ -4,16 +4,24 @@ Absorbed backends are compared on the latent output [T, H, kv_lora]; an hf backe
 own attention, no latent) on the per-head value output [T, H, v_head_dim], as a cross-check of the
 reference that is not gated (bf16 end to end; under an FP8 KV cache it never sees the FP8 rows).
 The band (`glmcheck.checks.band`): the exact reference rerun and N ideal bf16 kernels. Each row
-is judged on its rel-L2, its largest per-token rel-L2 and its scale bias; with a baseline kernel
-(FlashMLA when present) every row also gives its distance to the baseline.
+is judged on its rel-L2, its largest per-token rel-L2, its scale bias and its temperature bias;
+with a baseline kernel (FlashMLA when present) every row also gives its distance to the baseline.
+
+The temperature bias projects a row's difference from the exact output on that output's derivative
+in the softmax scale's relative change, taken as a finite difference: the exact reference run once
+more at softmax scale x (1 + TEMPER_STEP). bf16 rounding is spread over every direction, a scale
+error lies along that one, so the projection finds a scale off by 0.1 % that rel-L2 cannot tell
+from rounding (docs/reliability.md, "Temperature bias").
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
+from glmcheck.backends.registry import get_backend, register_backend, unregister_backend
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
 from glmcheck.checks.common import (
     ComparisonRow,
@@ -26,7 +34,9 @@ from glmcheck.checks.common import (
 )
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
 
-LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias")
+LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "temperature_bias")
+TEMPER_STEP = 1e-3  # relative softmax-scale step of the finite difference (fp32: ~1e-4 relative error in it)
+TEMPERED_SUFFIX = "@tempered"
 
 
 @dataclass
@@ -43,11 +53,28 @@ def _per_token_name(name: str) -> str | None:
     return name.split(":")[0] if ":union" in name else None
 
 
+@contextmanager
+def tempered(exact: str):
+    """The backend `exact` at softmax scale x (1 + TEMPER_STEP), registered as `exact@tempered` while in use."""
+    name = exact + TEMPERED_SUFFIX
+    base = get_backend(exact).fn
+
+    def run_tempered(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+        return base(q, kv, indices, sm_scale * (1 + TEMPER_STEP), d_v, topk_length=topk_length)
+
+    register_backend(name, run_tempered, f"{exact} at softmax scale x (1 + {TEMPER_STEP:g}): layer0's temperature "
+                                         f"direction", source="glmcheck.checks.layer0")
+    try:
+        yield name
+    finally:
+        unregister_backend(name)
+
+
 def _compare_runs(label: str, run: BackendRun, ref: BackendRun, ref_name: str, tokens: int,
-                  per_token: bool = True) -> ComparisonRow:
+                  per_token: bool = True, temperature: torch.Tensor | None = None) -> ComparisonRow:
     if run.absorbed and ref.absorbed:
         return compare(label, run.name, ref_name, "latent", run.captured.latent[0], ref.captured.latent[0],
-                       tokens=tokens, per_token=per_token)
+                       tokens=tokens, per_token=per_token, temperature=temperature)
     return compare(f"{label} (per-head value output)", run.name, ref_name, "value",
                    run.captured.value[0], ref.captured.value[0], tokens=tokens, per_token=per_token)
 
@@ -55,8 +82,9 @@ def _compare_runs(label: str, run: BackendRun, ref: BackendRun, ref_name: str, t
 def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[str], exact: str = "reference",
                options: SwapOptions = SwapOptions(), gate: Gate = Gate(), *, band_size: int = DEFAULT_BAND,
                baseline: str | None = None, progress=None) -> CheckResult:
-    """Run the exact reference twice, the band's variants and every backend once; judge each row.
-    `baseline` (one of `backends`) adds every row's distance to that backend's output."""
+    """Run the exact reference twice (and once tempered: the temperature direction), the band's variants and
+    every backend once; judge each row. `baseline` (one of `backends`) adds every row's distance to that
+    backend's output. `progress` is updated once a forward (3 + band_size + the other backends)."""
     tokens = input_ids.shape[1]
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
@@ -70,9 +98,11 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
         if progress is not None:
             progress.update(1)
     ref, by_name = runs[0], {r.name: r for r in runs[2 + band_size:]}
-    samples = [_compare_runs(f"noise band: {exact} vs itself (rerun)", runs[1], ref, exact, tokens)]
-    samples += [_compare_runs(f"noise band: {r.name} vs {exact} (ideal bf16 kernel)", r, ref, exact, tokens)
-                for r in runs[2:2 + band_size]]
+    direction = _temperature_direction(model, input_ids, exact, options, ref, tokens, progress)
+    samples = [_compare_runs(f"noise band: {exact} vs itself (rerun)", runs[1], ref, exact, tokens,
+                             temperature=direction)]
+    samples += [_compare_runs(f"noise band: {r.name} vs {exact} (ideal bf16 kernel)", r, ref, exact, tokens,
+                              temperature=direction) for r in runs[2:2 + band_size]]
     band = band_from_rows(samples, [exact] + variants)
     rows = list(samples)
     num_layers = model.config.num_hidden_layers
@@ -82,7 +112,7 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
         if expected:
             rows.append(not_called_row(name, exact, "latent", expected, seen, tokens=tokens))
             continue
-        row = _compare_runs(f"{name} vs {exact}", run, ref, exact, tokens)
+        row = _compare_runs(f"{name} vs {exact}", run, ref, exact, tokens, temperature=direction)
         if base is not None and run is not base and run.absorbed == base.absorbed:
             row.extra[f"rel_l2_vs_{baseline}"] = _compare_runs("", run, base, baseline, tokens, False).rel_l2
         if not run.absorbed:
@@ -101,6 +131,20 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
              "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs},
              "plan_builds": {r.name: dict(r.plan_builds) for r in runs}}
     return CheckResult(rows, overall(rows), facts, _tensors([ref, *by_name.values()]))
+
+
+def _temperature_direction(model: torch.nn.Module, input_ids: torch.Tensor, exact: str, options: SwapOptions,
+                           ref: BackendRun, tokens: int, progress) -> torch.Tensor | None:
+    """d(exact latent output) / d(relative softmax scale), fp64 [T, H, kv_lora] (None: no latent output)."""
+    if not ref.absorbed:
+        return None
+    with tempered(exact) as name:
+        run = forward_under(model, input_ids, name, options, latent_layers=[0])
+    if progress is not None:
+        progress.update(1)
+    output = run.captured.latent[0]
+    require_finite(model, output, f"layer-0 output at a tempered softmax scale ({tokens} tokens)", exact, exact)
+    return (output.double() - ref.captured.latent[0].double()) / TEMPER_STEP
 
 
 def _tensors(runs: list[BackendRun]) -> dict[str, torch.Tensor]:

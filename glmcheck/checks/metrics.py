@@ -76,11 +76,21 @@ def scale_bias(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, flo
     """(b, se): b = <actual - expected, expected> / <expected, expected>, the least-squares scale
     of actual on expected minus 1, and its standard error sqrt(sum (d e)^2) / sum e^2 taking the
     elementwise differences d as independent. (0, 0) when expected is zero; NaN if non-finite."""
+    return direction_bias(actual, expected, expected)
+
+
+def direction_bias(actual: torch.Tensor, expected: torch.Tensor, direction: torch.Tensor) -> tuple[float, float]:
+    """(b, se): b = <actual - expected, u> / <u, u>, the least-squares coefficient of the difference
+    on the direction u (all three of one shape), and its standard error sqrt(sum (d u)^2) / sum u^2
+    taking the elementwise differences d as independent. With u = expected it is `scale_bias`; with u
+    the derivative of the output in the softmax scale's relative change, b estimates a relative error
+    of that scale. (0, 0) when u is zero; NaN if non-finite."""
     a, e = _pair(actual, expected)
-    if not _finite(a, e):
+    u = _pair(direction, expected)[0]
+    if not _finite(a, e, u):
         return math.nan, math.nan
-    energy = (e * e).sum().item()
+    energy = (u * u).sum().item()
     if energy == 0.0:
         return 0.0, 0.0
     d = a - e
-    return (d * e).sum().item() / energy, (d * e).norm().item() / energy
+    return (d * u).sum().item() / energy, (d * u).norm().item() / energy

@@ -67,7 +67,7 @@ def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None
     model = _build(setup, layer0_only=True)
     ids = text_prompt(text_ids, tokens, setup.device) if text_ids is not None else \
         model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
-    with tqdm(total=setup.forwards, desc="layer0 backends", disable=setup.quiet, leave=False) as bar, \
+    with tqdm(total=setup.forwards + 1, desc="layer0 backends", disable=setup.quiet, leave=False) as bar, \
             torch.inference_mode():
         result = run_layer0(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
                             band_size=setup.band_size, baseline=setup.baseline, progress=bar)

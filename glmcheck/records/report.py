@@ -70,8 +70,10 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
                       per_token: bool = False) -> str:
     """One line per row: distances to the exact reference (and the baseline), verdict, note."""
     vs_baseline = f"rel_l2_vs_{baseline}" if baseline and f"rel_l2_vs_{baseline}" in rows else None
+    temperature = per_token and "temperature_bias" in rows  # records before it was measured lack the column
     headers = ["comparison", "cosine", "rel L2 (exact)"] + ([f"rel L2 ({baseline})"] if vs_baseline else []) \
-        + (["token max rel L2", "scale bias"] if per_token else []) + ["max abs"] \
+        + (["token max rel L2", "scale bias"] if per_token else []) \
+        + (["temperature bias"] if temperature else []) + ["max abs"] \
         + (["argmax"] if with_argmax else []) + ["verdict", "note"]
     table = []
     for _, r in rows.iterrows():
@@ -80,6 +82,8 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
             line.append(_cell(r, vs_baseline, "sci") if r["backend"] != baseline else MISSING)
         if per_token:
             line += [_cell(r, "token_max_rel_l2", "sci"), _cell(r, "scale_bias", "bias")]
+        if temperature:
+            line.append(_cell(r, "temperature_bias", "bias"))
         line.append(_cell(r, "max_abs", "sci"))
         if with_argmax:
             same = r.get("argmax_same")

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# GPU run 28 (issue 40, "layer0 still 100 %"): layer0's verdict rates over 20 seeds on the trained reference models
+# with the temperature-bias statistic (docs/reliability.md, "Temperature bias"); run 26 call 1 measured them without
+# it. As run 26's rates.sh: the seeds split over parallel processes on the one GPU, their tallies merged.
+# Carry: .gpu-carry (FlashMLA is not used here). Tables go to $OUT/rates.log.
+set -uo pipefail
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > $OUT/versions.txt 2>&1
+SEEDS=${SEEDS:-20}; SPLIT=${SPLIT:-4}
+slice() {  # model tokens first last
+  timeout $(( deadline - $(date +%s) - 15 )) python3 - "$@" <<'PY'
+import dataclasses, json, sys, glmcheck.kernels
+from glmcheck.model.load import ModelSpec
+from glmcheck.selftest.rates import measure_rates
+model, tokens, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+tallies = measure_rates(ModelSpec(preset=model), range(first, last), tokens, ["layer0"], device="cuda",
+                        progress=lambda line: print(model, line, flush=True))
+json.dump([dataclasses.asdict(t) for t in tallies], open(f"/tmp/tallies-{model}-{first}.json", "w"))
+PY
+}
+pids=()
+for model_tokens in "ref-gpu 4096" "ref-cpu 128"; do
+  set -- $model_tokens
+  for (( first=0; first<SEEDS; first+=SPLIT )); do
+    slice $1 $2 $first $(( first + SPLIT < SEEDS ? first + SPLIT : SEEDS )) > /tmp/rates-$1-$first.log 2>&1 &
+    pids+=($!)
+  done
+done
+wait "${pids[@]}"
+echo "=== rates slices done after $(( $(date +%s) - start )) s" >> $OUT/rates.log
+python3 - >> $OUT/rates.log 2>&1 <<'PY'
+import glob, json
+from glmcheck.selftest.rates import Tally, rates_table
+for model, tokens in (("ref-gpu", 4096), ("ref-cpu", 128)):
+    merged = {}
+    files = sorted(glob.glob(f"/tmp/tallies-{model}-*.json"))
+    for path in files:
+        for t in json.load(open(path)):
+            key = (t["check"], t["backend"])
+            m = merged.setdefault(key, Tally(t["check"], t["backend"], t["legitimate"]))
+            m.fails += t["fails"]; m.runs += t["runs"]; m.inconclusive += t["inconclusive"]; m.margins += t["margins"]
+    print(f"\nlayer0 verdict rates on {model}, {tokens} tokens, {len(files)} slices of seeds")
+    print(rates_table(list(merged.values())))
+    for (check, backend), t in sorted(merged.items()):
+        print(f"{backend}: margins min {min(t.margins):.3g} max {max(t.margins):.3g}")
+PY
+cat /tmp/rates-*.log | grep -v "Loading weights" | tail -40 > $OUT/rates-progress.log
+cat $OUT/rates.log
