@@ -195,6 +195,7 @@ def test_wilson_interval():
     assert wilson(20, 20)[0] > 0.8
 
 
+@pytest.mark.slow  # ~2 minutes in the interpreter; the 20-seed figures it stands for are measured on the GPU
 def test_verdict_rates_on_tiny():
     """A CI-sized rates run: layer0 over 3 seeds, no false alarm and every fault caught; logits and
     drift run once (their rates are reported, not barred). The 20-seed figures: docs/reliability.md."""

@@ -70,6 +70,7 @@ def test_default_model_and_firsttoken_prompts(tmp_path, capsys):
     assert "reference distributions: median top-1 probability" in printed
 
 
+@pytest.mark.slow  # ~1 minute in the interpreter; the 20-seed figures on the checkpoints are measured on the GPU
 def test_rates_on_a_checkpoint_vary_the_prompt_not_the_weights(monkeypatch):
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
     from glmcheck.selftest import rates

@@ -1,20 +1,24 @@
 """`glmcheck tasks` (issue 42): lm-evaluation-harness's multiple-choice task over the reference corpus's held-out
 text (`glmcheck_heldout_mc`) against `glmcheck serve` processes of the trained CPU model: the reference (asked
-again as its control), a legitimate kernel, a planted fault. A legitimate kernel PASSes, the fault FAILs, a run
-cut to 20 questions is INCONCLUSIVE and says how many questions it would need (80 questions and a 10-point
---max-drop keep the run to a few minutes here; 1 point, the default, takes about 700 identical answers);
-`tasks compare` judges the sample logs the run kept, alike. The kernel under test itself (`triton_sparse_mla`)
-takes 6-7 s a forward in Triton's CPU interpreter, so here the legitimate kernel is the held-out band variant
-band:5; on a GPU `scripts/gpu_tasks.sh` serves every built-in backend."""
+again as its control), a legitimate kernel, a planted fault. A legitimate kernel PASSes, the fault FAILs, and 20
+questions are INCONCLUSIVE with the questions it would need (the 80-question run's sample logs cut to their first
+20: the answers a 20-question run gives, without a second lm-eval run). 80 questions and a 10-point --max-drop
+keep the run to a few minutes here; 1 point, the default, takes about 700 identical answers. `tasks compare`
+judges the sample logs the run kept, alike. The kernel under test itself (`triton_sparse_mla`) takes 6-7 s a
+forward in Triton's CPU interpreter, so here the legitimate kernel is the held-out band variant band:5; on a GPU
+`scripts/gpu_tasks.sh` serves every built-in backend."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from glmcheck import cli
-from glmcheck.evaluate import CheckOptions, tasks
+from glmcheck.evaluate import tasks_compare
 from glmcheck.records.plots import write_plots
 from tests.support.servers import Servers
 
@@ -32,12 +36,21 @@ def servers():
         running.stop_all()
 
 
-def test_kernel_passes_fault_fails_and_compare_agrees(servers, tmp_path, capsys):
-    out = tmp_path / "t"
-    code = cli.main(["tasks", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
-                     "--endpoint", servers.spec("fault"), "--tasks", TASK, "--limit", "80", "--max-drop", "10",
-                     "--quiet", "--out", str(out)])
-    printed = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def eighty(servers, tmp_path_factory):
+    """One CLI run over 80 questions: (exit code, printed, record directory)."""
+    out = tmp_path_factory.mktemp("tasks") / "t"
+    with pytest.MonkeyPatch.context() as patch:
+        printed = io.StringIO()
+        patch.setattr(sys, "stdout", printed)
+        code = cli.main(["tasks", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
+                         "--endpoint", servers.spec("fault"), "--tasks", TASK, "--limit", "80", "--max-drop", "10",
+                         "--quiet", "--out", str(out)])
+    return code, printed.getvalue(), out
+
+
+def test_kernel_passes_fault_fails_and_compare_agrees(eighty, tmp_path):
+    code, printed, out = eighty
     assert code == 1, printed
     summary = json.loads((out / "summary.json").read_text())
     verdicts = {r["candidate"]: r for r in summary["rows"]}
@@ -58,9 +71,22 @@ def test_kernel_passes_fault_fails_and_compare_agrees(servers, tmp_path, capsys)
     assert cli.main(["report", str(out)]) == 1
 
 
-def test_twenty_questions_are_inconclusive_with_the_questions_needed(servers):
-    report = tasks([servers.spec("ref"), servers.spec("kernel")], [TASK], tokenizer=CheckOptions(model="ref-cpu"),
-                   limit=20, quiet=True)
+def _first_questions(log: Path, into: Path, count: int) -> Path:
+    """A copy of the sample-log folder `log` cut to its first `count` questions."""
+    into.mkdir(parents=True)
+    for file in log.iterdir():
+        text = file.read_text()
+        if file.suffix == ".jsonl":
+            text = "".join(text.splitlines(keepends=True)[:count])
+        (into / file.name).write_text(text)
+    return into
+
+
+def test_twenty_questions_are_inconclusive_with_the_questions_needed(eighty, tmp_path):
+    """The 80-question run cut to its first 20 questions (no new lm-eval run: CI time)."""
+    logs = eighty[2] / "samples"
+    ref, kernel = (_first_questions(logs / name, tmp_path / name, 20) for name in ("ref", "kernel"))
+    report = tasks_compare(ref, [kernel])
     row = report.rows[0]
     assert report.verdict == "INCONCLUSIVE" and row["verdict"] == "INCONCLUSIVE", row
     assert row["n"] == 20 and row["needed_questions"] > 20 and str(row["needed_questions"]) in row["reason"], row
