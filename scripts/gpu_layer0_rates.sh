@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU run 28 (issue 40, "layer0 still 100 %"): layer0's verdict rates over 20 seeds on the trained reference models
+# Issue 40 ("layer0 still 100 %") on the H200: layer0's verdict rates over 20 seeds on the trained reference models
 # with the temperature-bias statistic (docs/reliability.md, "Temperature bias"); run 26 call 1 measured them without
 # it. As run 26's rates.sh: the seeds split over parallel processes on the one GPU, their tallies merged.
-# Carry: .gpu-carry (FlashMLA is not used here). Tables go to $OUT/rates.log.
+# Carry nothing (FlashMLA is not used here). Tables go to $OUT/rates.log. Not run yet (device time, 2026-12-02).
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
