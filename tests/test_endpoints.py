@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +23,8 @@ from glmcheck.sources.completions import Completion, complete, complete_many
 from glmcheck.sources.endpoint import Endpoint, ServerInfo, check_same_model, describe, parse_endpoint, parse_endpoints
 from glmcheck.sources.transport import EndpointError, HttpOptions, run_bounded
 from glmcheck.sources.window import prompt_window, prompt_windows
+from tests.support.servers import MODEL as SERVE_MODEL
+from tests.support.servers import Servers
 
 MODEL = "glm-test"
 URL = "http://mock.test"
@@ -794,48 +794,23 @@ def test_live_server_dies_mid_run(pauses):
 
 # ---- a real `glmcheck serve` process against the in-process harness --------------------------------------
 
-SERVE_MODEL = "ref-cpu"
-
-
 @pytest.fixture(scope="module")
 def glmcheck_serve():
-    """(URL, model, tokenizer): a `glmcheck serve --model ref-cpu --backend reference --port 0` process,
-    and the same model built here (while the server builds its own) with its tokenizer. SIGTERM at the end."""
-    import importlib.util
-
-    missing = [name for name in ("glmcheck.serve", "glmcheck.commands.serve") if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.skip(f"`glmcheck serve` is not available yet ({', '.join(missing)} missing)")
+    """(URL, model, tokenizer): a `glmcheck serve --model ref-cpu --backend reference --device cpu --port 0`
+    process, and the same model built here with its tokenizer. SIGTERM at the end."""
     import torch
 
     from glmcheck.data.model_tokenizer import model_tokenizer
     from glmcheck.model.load import ModelSpec, load_model
 
-    process = subprocess.Popen([sys.executable, "-m", "glmcheck", "serve", "--model", SERVE_MODEL, "--backend",
-                                "reference", "--device", "cpu", "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers = Servers()
     try:
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
+        servers.start({"server": "reference"}, timeout=120, args=("--device", "cpu"))
         spec = ModelSpec(preset=SERVE_MODEL)
         model = load_model(spec, torch.device("cpu")).eval()
-        tokenizer = model_tokenizer(spec, model.config.vocab_size)
-        try:
-            line = lines.get(timeout=120)
-        except queue.Empty:
-            line = ""
-        if " on http://" not in line:
-            process.kill()
-            pytest.fail(f"glmcheck serve gave no ready line ({line!r}); stderr: {process.communicate()[1][-2000:]}")
-        yield line.split(" on ")[1].strip(), model, tokenizer
+        yield servers.urls["server"], model, model_tokenizer(spec, model.config.vocab_size)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        servers.stop_all()
 
 
 def test_glmcheck_serve_window_equals_the_harness(glmcheck_serve):

@@ -36,12 +36,15 @@ class Servers:
         self.processes: dict[str, subprocess.Popen] = {}
         self.urls: dict[str, str] = {}
 
-    def start(self, backends: dict[str, str], *, env: dict[str, str] | None = None, timeout: float = 240) -> None:
-        """Start one process per {name: backend} (all at once), then wait for each ready line."""
+    def start(self, backends: dict[str, str], *, env: dict[str, str] | None = None, timeout: float = 240,
+              args: tuple[str, ...] = ()) -> None:
+        """Start one process per {name: backend} (all at once; `args` added to each command line), then wait
+        for each ready line."""
         started = {}
         for name, backend in backends.items():
             started[name] = subprocess.Popen(
-                [sys.executable, "-m", "glmcheck", "serve", "--model", MODEL, "--backend", backend, "--port", "0"],
+                [sys.executable, "-m", "glmcheck", "serve", "--model", MODEL, "--backend", backend, "--port", "0",
+                 *args],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         self.processes.update(started)
         for name, process in started.items():

@@ -1,5 +1,5 @@
 """layer0 on a reference model on the CPU, with the two scale faults planted on a torch band variant (band:5):
-python scripts/layer0_faults_on_band.py MODEL TOKENS SEEDS. Prints, per seed (a held-out window), the band's
+python docs/cpu-runs/2026-12-02-temperature-bias-ref-gpu.py MODEL TOKENS SEEDS. Prints, per seed (a held-out window), the band's
 temperature biases and each row's verdict, temperature bias (+ its standard error), scale bias and rel-L2.
 The faults wrap band:5 rather than the Triton kernel so that the GPU model's geometry runs in torch on a CPU
 (docs/reliability.md, "Temperature bias"); the H200's 20-seed rates: scripts/gpu_layer0_rates.sh."""
