@@ -12,7 +12,7 @@ unset TRITON_INTERPRET
 GLMCHECK_MATRIX_LOG=$out/matrix-memcheck.md \
 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 86 --log-file "$out/memcheck.log" \
   python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" tests/test_contract_matrix.py tests/test_per_token.py \
-  tests/test_union.py tests/test_gluon.py tests/test_bad_input_matrix.py \
+  tests/test_union.py tests/test_union_marks.py tests/test_gluon.py tests/test_bad_input_matrix.py \
   -k "not real_shape and not int64_addressing and not graph_capture and not past_int32" \
   2>&1 | tee "$out/memcheck-pytest.txt" | tail -n 5
 status=${PIPESTATUS[0]}

@@ -35,7 +35,7 @@ case $step in
   tests)    shift 2
             python3 -m pytest -q -rfE -p no:cacheprovider -m "gpu or not gpu" "$@" 2>&1 | tee "$out/pytest.txt" | tail -n 15 ;;
   contract) GLMCHECK_MATRIX_LOG=$out/matrix.md python3 -m pytest -q -p no:cacheprovider -m "gpu or not gpu" \
-              tests/test_contract_matrix.py tests/test_per_token.py tests/test_union.py tests/test_gluon.py \
+              tests/test_contract_matrix.py tests/test_per_token.py tests/test_union.py tests/test_union_marks.py tests/test_gluon.py \
               tests/test_tiles.py tests/test_token_rows.py 2>&1 | tee "$out/pytest-contract.txt" | tail -n 15
             tail -n 3 "$out/matrix.md" 2>/dev/null ;;
   memcheck) bash scripts/gpu_memcheck.sh "$out" ;;

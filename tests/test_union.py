@@ -14,7 +14,7 @@ from glmcheck.selftest.suite import python_union
 from tests.support.checks import assert_close_to_reference
 from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, spy_union_launches
 
-BUILDS_BY_GROUP = [(m, G) for m in ("merge", "tree", "search") for G in (2, 4, 8)]
+BUILDS_BY_GROUP = [(m, G) for m in ("marks", "merge", "tree", "search") for G in (2, 4, 8)]
 BUILDS_BY_GROUP.append(("anchor", 2))  # the anchor build exists for pairs only
 
 
@@ -129,8 +129,10 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import choose_build
-    assert [choose_build(g, 2048, True) for g in (2, 4, 8)] == ["anchor", "tree", "tree"]
-    assert [choose_build(g, 2048, False) for g in (2, 4)] == ["anchor", "search"]
+    from glmcheck.kernels.union import MARKS_AUTO_MAX_ROWS
+    assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS) for g in (2, 4, 8)] == ["marks"] * 3
+    assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS + 1) for g in (2, 4, 8)] == ["anchor", "tree", "tree"]
+    assert [choose_build(g, 2048, None) for g in (2, 4)] == ["anchor", "search"]
     sets = union_dedup(indices, 4, num_kv_rows=2**30)  # auto falls back to the search build
     assert sets.lengths.tolist() == [4] and sets.bits[:, :4].eq(15).all()
     sets = union_dedup(indices, 2, num_kv_rows=2**30)  # auto: the anchor build, int32 keys

@@ -3,8 +3,9 @@
 Each point (batch x length, heads) builds fresh N(0, 1) bf16 q/kv and prefill indices: by
 default calibrated synthetic ones (`glmcheck.indices.calibrated_indices`: token t < topk selects
 its causal prefix, later tokens a drifting top-k set whose union-of-2/4 ratios match captured
-GLM-5.1 traces; batches are independent sequences in one KV pool), or "drift10" (10 % of rows
-swapped per token), "uniform", or a captured trace. Union paths are also timed with a plan built
+GLM-5.1 traces; batches are independent sequences in one KV pool), or a random walk of another
+generator, "drift10" / "drift2" (10 % / 2 % of the rows swapped per token), "uniform", or a
+captured trace. Union paths are also timed with a plan built
 before the timed calls ("+plan": a shared layer's call). Every backend's output is first compared with
 the fp32 reference (rel-L2 gate); only a backend that passes is timed
 (`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
@@ -97,8 +98,8 @@ def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> t
     """Prefill indices [sum(seq_lens), topk] int32 (CPU) of one of INDEX_MODES."""
     if mode == "calibrated":
         return calibrated_indices(seq_lens, topk, seed=seed)
-    if mode == "drift10":
-        return drifting_indices(seq_lens, topk, 0.10, seed=seed)
+    if mode in ("drift10", "drift2"):  # a random walk: 10 % or 2 % of the rows swapped per token
+        return drifting_indices(seq_lens, topk, int(mode[5:]) / 100, seed=seed)
     if mode == "uniform":
         return uniform_indices(seq_lens, topk, seed=seed)
     raise ValueError(f"index mode must be one of {', '.join(INDEX_MODES)}, got {mode!r}")

@@ -8,5 +8,5 @@ REFERENCE_POINTS: list[tuple[int, int]] = [(1, 2048), (1, 4096), (1, 8192), (2, 
 # change at, and 1 x 2048 where the 64-head tile is shortest.
 DEFAULT_POINTS = ",".join([f"{b}x{n}:8" for b, n in REFERENCE_POINTS] + [f"1x8192:{h}" for h in (16, 32, 64, 96, 128)]
                           + ["1x2048:64", "1x2048:128"])
-INDEX_MODES = ("calibrated", "drift10", "uniform")
+INDEX_MODES = ("calibrated", "drift10", "drift2", "uniform")
 TIMINGS = ("eager", "graph")

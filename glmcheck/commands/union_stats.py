@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from glmcheck.arguments import check_count, check_out_dir, check_seed
+from glmcheck.bench.names import INDEX_MODES
 from glmcheck.records.tables import markdown_table
 
 CURVE_LENGTHS = (1024, 2048, 3072, 4096, 6144, 8192)
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
     source = p.add_mutually_exclusive_group()
     source.add_argument("--indices", default=None, help="index trace from glmcheck capture-indices")
     source.add_argument("--synthetic", action="store_true", help="calibrated synthetic indices (default)")
-    p.add_argument("--mode", default=None, choices=["calibrated", "uniform", "drift10"],
+    p.add_argument("--mode", default=None, choices=list(INDEX_MODES),
                    help=f"synthetic index model (default {DEFAULT_MODE}; not with --indices)")
     p.add_argument("--topk", type=int, default=None,
                    help=f"synthetic top-k (default {DEFAULT_TOPK}; not with --indices: a trace has its own)")

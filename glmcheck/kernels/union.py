@@ -17,6 +17,7 @@ import triton
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
+from glmcheck.kernels.union_marks import union_marks_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
 from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
 from glmcheck.kernels.union_search import INT32_MAX, union_build_kernel
@@ -36,12 +37,16 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "merge", "tree", "anchor", "search")
+BUILD_METHODS = ("auto", "marks", "merge", "tree", "anchor", "search")
 KEYS_BLOCK = 1024  # slots per program of the key pass
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
+MARKS_BLOCK = 1024  # slots or table bytes per step of the marks build
+MARKS_PROGRAMS = 1056  # most programs of the marks build (8 per H200 SM); each builds every programs-th group
+MARKS_SCRATCH_BYTES = 64 * 2**20  # the marks table's cap: fewer programs (each one row of num_kv_rows bytes) above it
+MARKS_AUTO_MAX_ROWS = MARKS_SCRATCH_BYTES // 256  # "auto" takes marks while >= 256 programs fit under the cap
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,13 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     indices [T, topk] (or [T, 1, topk]) int32; empty slots are negative values, values >= num_kv_rows when given,
     and slots at or past topk_length[t]. A token never selects a row twice (`check_inputs=True` verifies it with a
     host sync). `method` (all give the same rows and bits): "search" (per-token sorts, binary searches; any S),
-    "merge" (one sort of the group's keys row*G + token, copies are neighbours; int16 keys while
+    "marks" (no sort, one launch: each token ORs its bit into a byte table of num_kv_rows rows, one scan compacts
+    it; groups whose tokens select exactly their prefix are written directly; needs num_kv_rows), "merge" (one sort
+    of the group's keys row*G + token, copies are neighbours; int16 keys while
     num_kv_rows*G <= 32767; needs a power-of-two G and num_kv_rows*G <= 2**31 - 1), "tree" (G = 4, 8: merge at
     G = 2, then pairwise merges by binary-search ranks), "anchor" (G = 2: only the first token sorted, the second's
-    rows searched in it); "auto" takes anchor, tree, else search (the fastest per G: docs/performance.md,
-    "Union builds").
+    rows searched in it); "auto" takes marks where num_kv_rows <= MARKS_AUTO_MAX_ROWS, else anchor, tree or search
+    (`choose_build`; docs/performance.md, "Union builds").
     """
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
@@ -89,6 +96,8 @@ def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None 
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
     merge_legal = merge_is_legal(G, num_kv_rows)
+    if method == "marks" and num_kv_rows is None:
+        raise ValueError("method='marks' needs num_kv_rows (the byte table has one entry per KV row)")
     if method == "anchor" and G != 2:
         raise ValueError(f"method='anchor' needs G = 2, got G={G}")
     if method in ("merge", "tree") and not merge_legal:
@@ -110,8 +119,10 @@ def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | 
         sets.lengths.zero_()
         return sets
     if method == "auto":
-        method = choose_build(G, topk, merge_is_legal(G, num_kv_rows))
-    if method == "search":
+        method = choose_build(G, topk, num_kv_rows)
+    if method == "marks":
+        _build_by_marks(indices, topk_length, num_kv_rows, sets)
+    elif method == "search":
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     elif method == "tree" and G > 2:
         _build_by_tree(indices, topk_length, num_kv_rows, sets)
@@ -131,11 +142,14 @@ def _empty_sets(num_groups: int, G: int, topk: int, device: torch.device) -> Uni
     return UnionSets(rows, bits, lengths, G)
 
 
-def choose_build(G: int, topk: int, merge_legal: bool) -> str:
-    """The build method "auto" runs (see `union_dedup`)."""
+def choose_build(G: int, topk: int, num_kv_rows: int | None) -> str:
+    """The build method "auto" runs (see `union_dedup`): marks wherever its table keeps one row per program
+    (num_kv_rows <= MARKS_AUTO_MAX_ROWS), else anchor at G = 2, tree where legal, else search."""
+    if num_kv_rows is not None and num_kv_rows <= MARKS_AUTO_MAX_ROWS:
+        return "marks"
     if G == 2:
         return "anchor"
-    return "tree" if merge_legal else "search"
+    return "tree" if merge_is_legal(G, num_kv_rows) else "search"
 
 
 def merge_key_dtype(G: int, num_kv_rows: int) -> torch.dtype:
@@ -147,6 +161,27 @@ def merge_key_dtype(G: int, num_kv_rows: int) -> torch.dtype:
 def merge_is_legal(G: int, num_kv_rows: int | None) -> bool:
     """The merged-sort build applies: G a power of two and every key row*G + token fits int32."""
     return G & (G - 1) == 0 and num_kv_rows is not None and num_kv_rows * G <= INT32_MAX
+
+
+def marks_programs(num_groups: int, num_kv_rows: int) -> int:
+    """Programs of the marks build: one per group up to MARKS_PROGRAMS, fewer where their table rows
+    (num_kv_rows bytes each) would pass MARKS_SCRATCH_BYTES; at least one."""
+    return max(1, min(num_groups, MARKS_PROGRAMS, MARKS_SCRATCH_BYTES // max(1, num_kv_rows)))
+
+
+def _build_by_marks(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
+                    sets: UnionSets) -> None:
+    """One launch of the marks kernel (`union_marks.py`) over a byte table that lives only inside this call."""
+    G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
+    programs = marks_programs(num_groups, num_kv_rows)
+    marks = torch.empty((programs, max(1, num_kv_rows)), dtype=torch.uint8, device=indices.device)
+    union_marks_kernel[(programs,)](
+        indices, indices if topk_length is None else topk_length, marks, sets.rows, sets.bits, sets.lengths,
+        num_groups, num_kv_rows, topk, sets.rows.shape[1], indices.stride(0), indices.stride(1), marks.stride(0),
+        sets.rows.stride(0), sets.bits.stride(0),
+        G=G, G_POW2=triton.next_power_of_2(G), HAS_LENGTH=topk_length is not None,
+        BLOCK=min(MARKS_BLOCK, triton.next_power_of_2(max(topk, 16))), num_warps=BUILD_WARPS,
+    )
 
 
 def _build_by_search(indices: torch.Tensor, topk_length: torch.Tensor | None,
