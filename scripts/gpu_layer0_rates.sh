@@ -2,7 +2,11 @@
 # Issue 40 ("layer0 still 100 %") on the H200: layer0's verdict rates over 20 seeds on the trained reference models
 # with the temperature-bias statistic (docs/reliability.md, "Temperature bias"); run 26 call 1 measured them without
 # it. As run 26's rates.sh: the seeds split over parallel processes on the one GPU, their tallies merged.
-# Carry nothing (FlashMLA is not used here). Tables go to $OUT/rates.log. Not run yet (device time, 2026-12-02).
+# Carry nothing (FlashMLA is not used here). Tables go to $OUT/rates.log.
+# Tried once on a fresh machine (2026-12-02, BUDGET=330, SPLIT=4: ten processes): only the first seed of each slice
+# finished (ref-gpu 5 of 20, ref-cpu 10 of 20), every process compiling every kernel at once on 16 cores with an
+# empty Triton cache. So seed 0 of each model now runs alone first (filling the cache), then the slices; give it
+# BUDGET=540 on a fresh machine.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
@@ -20,10 +24,15 @@ tallies = measure_rates(ModelSpec(preset=model), range(first, last), tokens, ["l
 json.dump([dataclasses.asdict(t) for t in tallies], open(f"/tmp/tallies-{model}-{first}.json", "w"))
 PY
 }
+for model_tokens in "ref-gpu 4096" "ref-cpu 128"; do  # seed 0 alone: compiles every kernel once, into the cache
+  set -- $model_tokens
+  slice $1 $2 0 1 > /tmp/rates-$1-0.log 2>&1
+  echo "=== $1 seed 0 (cache warm-up) after $(( $(date +%s) - start )) s" >> $OUT/rates.log
+done
 pids=()
 for model_tokens in "ref-gpu 4096" "ref-cpu 128"; do
   set -- $model_tokens
-  for (( first=0; first<SEEDS; first+=SPLIT )); do
+  for (( first=1; first<SEEDS; first+=SPLIT )); do
     slice $1 $2 $first $(( first + SPLIT < SEEDS ? first + SPLIT : SEEDS )) > /tmp/rates-$1-$first.log 2>&1 &
     pids+=($!)
   done

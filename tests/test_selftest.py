@@ -28,7 +28,7 @@ from glmcheck.selftest.suite import SUITE
 REQUIRED = {"ownership_ignored", "tail_dropped", "search_off_by_one", "duplicate_row", "rope_tail_dropped",
             "softmax_scale_no_log2e", "empty_slot_as_row0", "topk_length_ignored", "int32_offset_wrap",
             "merge_bits_short", "merge_copies_emitted",
-            "tree_bits_lost", "anchor_shared_bits_lost"}
+            "tree_bits_lost", "anchor_shared_bits_lost", "marks_bits_overwritten", "prefix_owner_short"}
 
 
 def kernel_digest() -> str:

@@ -11,10 +11,10 @@ from glmcheck.selftest.suite import python_union
 
 
 def _prefix_batch(topk: int, seq_len: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two sequences of seq_len tokens in one pool: token t < topk of the first selects its causal prefix (shuffled
-    slots, the rest -1), later ones random rows of their prefix; the second sequence's rows start at seq_len (a
-    prefix that does not start at row 0 is not one). Near misses planted in the first: a prefix with one row
-    swapped for a later row, the range 1..t+1, an empty token, one whose topk_length cuts its prefix."""
+    """Two sequences of seq_len tokens in one pool: token t < topk of each selects its causal prefix (shuffled slots,
+    the rest -1; the second's from row seq_len), later ones random rows of their prefix. Near misses planted in the
+    first: a prefix with one row swapped for a later row, the range 1..t+1 (a range, but not from the group's
+    lowest row), an empty token, one whose topk_length cuts its prefix; in the second, a range with a gap."""
     g = torch.Generator().manual_seed(seed)
     tokens = 2 * seq_len
     indices = torch.full((tokens, topk), -1, dtype=torch.int32)
@@ -27,6 +27,7 @@ def _prefix_batch(topk: int, seq_len: int, seed: int) -> tuple[torch.Tensor, tor
     indices[5, (indices[5] == 3).nonzero()[0, 0]] = 9  # count 6, high 9: not rows 0..5
     indices[9] = torch.where(indices[9] >= 0, indices[9] + 1, -1)  # rows 1..10
     indices[12] = -1  # no valid slot: an empty prefix
+    indices[seq_len + 6] = torch.where(indices[seq_len + 6] == seq_len + 2, -1, indices[seq_len + 6])  # a gap
     topk_length = torch.full((tokens,), topk, dtype=torch.int32)
     topk_length[14] = 7
     return indices, topk_length

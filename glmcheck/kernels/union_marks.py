@@ -2,13 +2,13 @@
 
 Each program owns one byte row of a scratch table `marks` [programs, num_kv_rows] uint8 and builds the groups
 g = pid, pid + programs, ... in turn. Per group, one pass over its G token rows finds each token's valid count and
-lowest and highest row. A token whose count is high - low + 1 with low = 0 selected exactly the rows 0..high
-(a token never selects a row twice, the union contract), i.e. its causal prefix; a token with no valid slot is
-an empty prefix. When every token of the group is a prefix, the union is 0..max(high) and token i owns the rows
-up to its own high: written directly, nothing scattered (the prefix guard; every token t < topk of a causal
-prefill, all of a 1 x 2048 call). Otherwise the tokens OR their bit into marks[row] one token after the other
-(a CTA barrier between tokens: one token's rows are distinct, so no two lanes write one byte), and one scan over
-marks[low:high + 1] compacts the marked rows (ascending) with their bits and clears them, so the row is all zero
+lowest and highest row. A token whose count is high - low + 1 selected exactly the rows low..high (a token never
+selects a row twice, the union contract). When every token of the group did, all from one lowest row L (tokens
+with no valid slot aside), each selected its causal prefix in a sequence starting at row L: the union is
+L..max(high) and token i owns the rows up to its own high, written directly, nothing scattered (the prefix guard:
+every token t < topk of a causal prefill, every sequence of a batch in one pool). Otherwise the tokens OR their
+bit into marks[row] one token after the other (a CTA barrier between tokens: one token's rows are distinct, so no
+two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits and clears them, so the row is all zero
 again for the program's next group (zeroed once at the start of the kernel). O(G * topk + span) per group, no
 host sync; the table lives only inside the call that allocated it.
 """
@@ -64,8 +64,9 @@ def union_marks_kernel(
         out_rows = rows_ptr + group * stride_rg
         out_bits = bits_ptr + group * stride_bg
         highs = tl.full([G_POW2], -1, dtype=tl.int32)  # per token: highest valid row, -1 when none
-        low = tl.full([], INT32_MAX, dtype=tl.int32)
-        all_prefix = tl.full([], 1, dtype=tl.int32)
+        low = tl.full([], INT32_MAX, dtype=tl.int32)  # lowest valid row of the group
+        top_low = tl.full([], -1, dtype=tl.int32)  # highest of the tokens' lowest rows (tokens with a valid row)
+        all_ranges = tl.full([], 1, dtype=tl.int32)
         for member in tl.static_range(G):
             count = tl.zeros([], dtype=tl.int32)
             lo = tl.full([], INT32_MAX, dtype=tl.int32)
@@ -76,20 +77,21 @@ def union_marks_kernel(
                 count += tl.sum(valid.to(tl.int32), axis=0)
                 lo = tl.minimum(lo, tl.min(tl.where(valid, row, INT32_MAX), axis=0))
                 hi = tl.maximum(hi, tl.max(tl.where(valid, row, -1), axis=0))
-            prefix = (count == 0) | ((lo == 0) & (count == hi + 1))
-            all_prefix = all_prefix & prefix.to(tl.int32)
+            is_range = (count == 0) | (count == hi - lo + 1)  # distinct rows: exactly lo..hi
+            all_ranges = all_ranges & is_range.to(tl.int32)
             highs = tl.where(members == member, hi, highs)
             low = tl.minimum(low, lo)
+            top_low = tl.maximum(top_low, tl.where(count > 0, lo, -1))
         high = tl.max(highs, axis=0)
 
-        if all_prefix != 0:
-            for start in range(0, high + 1, BLOCK):
+        if (all_ranges != 0) & ((high < 0) | (low == top_low)):  # prefixes from one row: union low..high
+            for start in range(low, high + 1, BLOCK):
                 row = start + lanes
                 live = row <= high
                 owners = tl.sum(tl.where(row[:, None] <= highs[None, :], 1 << members[None, :], 0), axis=1)
-                tl.store(out_rows + row, row, mask=live)
-                tl.store(out_bits + row, owners.to(tl.uint8), mask=live)
-            tl.store(len_ptr + group, high + 1)
+                tl.store(out_rows + (row - low), row, mask=live)
+                tl.store(out_bits + (row - low), owners.to(tl.uint8), mask=live)
+            tl.store(len_ptr + group, tl.where(high < 0, 0, high - low + 1))
         else:
             for member in tl.static_range(G):
                 for start in range(0, topk, BLOCK):
