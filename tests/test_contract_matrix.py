@@ -117,7 +117,7 @@ def _route_or_none(case):
 
 
 # (heads, union, the tile the route must name): every tile and slice form on one large pool
-LARGE_POOL_PATHS = [(8, 0, "triton-token"), (8, 2, "triton-union"), (16, 4, "gluon-split"), (8, 8, "gluon-pingpong"),
+LARGE_POOL_PATHS = [(8, 0, "triton-token"), (8, 2, "triton-union"), (16, 4, "gluon-pingpong"), (8, 8, "gluon-pingpong"),
                     (32, 0, "gluon-pingpong"), (64, 0, "gluon-pingpong"), (96, 0, "gluon-pingpong"),
                     (128, 0, "gluon-pingpong")]
 

@@ -11,7 +11,7 @@ import torch
     (8, 0, 9, ("triton-token", 1, None)), (16, 0, 9, ("triton-token", 1, None)),
     (17, 0, 9, ("gluon-pingpong", 1, None)), (128, 0, 9, ("gluon-pingpong", 1, None)),
     (8, 2, 9, ("triton-union", 2, "triton-token")), (8, 8, 9, ("gluon-pingpong", 8, "triton-token")),
-    (16, 4, 8, ("gluon-split", 4, None)), (32, 2, 9, ("gluon-split", 2, "gluon-pingpong")),
+    (16, 4, 8, ("gluon-pingpong", 4, None)), (32, 2, 9, ("gluon-pingpong", 2, "gluon-pingpong")),
     (64, 2, 9, ("gluon-pingpong", 1, None)), (96, 8, 9, ("gluon-pingpong", 1, None))])
 def test_route_names_the_tiles_by_head_count_and_group(monkeypatch, heads, union, tokens, route):
     """Where the Gluon tiles run (faked here: they need an sm_90 GPU), the route takes the ping-pong

@@ -101,7 +101,7 @@ class Route:
     tail: str | None = None
 
 
-TILE_NAMES = ("triton-token", "triton-union", "gluon-split", "gluon-pingpong")
+TILE_NAMES = ("triton-token", "triton-union", "gluon-pingpong")  # what a route names (the split tile runs only by name)
 
 
 def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:

@@ -26,9 +26,10 @@ from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
 
 TILES = ("auto", "split", "pingpong")
-# Groups whose 64-row tile is the ping-pong one under tile="auto": the per-token path (G = 1) and union 8; union 4 at
-# H = 16 and union 2 at H = 32 measured faster on the split tile (docs/performance.md, "Which 64-row tile per group").
-PINGPONG_GROUPS = (1, 8)
+# Groups whose 64-row tile is the ping-pong one under tile="auto": all of them (the per-token path, G = 1, and union
+# 2, 4, 8): 0.67-0.69x the split tile's time at every G (docs/performance.md, "Which 64-row tile per group"). The split
+# tile runs only when named.
+PINGPONG_GROUPS = (1, 2, 4, 8)
 
 
 def tile_for(group: int, tile: str = "auto") -> str:
