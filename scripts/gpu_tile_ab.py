@@ -1,5 +1,5 @@
 """Which 64-row Gluon tile per union group (issue 43, item 1): the ping-pong tile against the split tile where G * H =
-64 at G = 2 and 4 (H = 32 and 16), union 8 at H = 8 as the control. Each point: one plan (the marks build) outside
+64 at G = 2 and 4 (H = 32 and 16) and 8 (H = 8); docs/performance.md, "Which 64-row tile per group". Each point: one plan (the marks build) outside
 the timed calls; both tiles gated against the fp32 reference on a NaN-poisoned output; then paired rounds,
 alternating which tile runs first. Prints one table (ratio < 1: ping-pong faster).
 
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--rep-ms", type=int, default=100)
     parser.add_argument("--mode", default="calibrated")
     ns = parser.parse_args()
+    default_groups = launch.PINGPONG_GROUPS
     print("| point | G | ping-pong ms | split ms | paired pp/split median (min-max) | gates rel-L2 pp / split |")
     print("|---|---|---|---|---|---|")
     for batch, seq_len, heads, group in POINTS:
@@ -56,7 +57,7 @@ def main() -> None:
         ratios = paired_ratios(calls["pingpong"], calls["split"], ns.rounds, time_ms, ns.rep_ms)
         print(f"| {label} | {group} | {ms['pingpong']:.3f} | {ms['split']:.3f} | {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f}) | {rels['pingpong']:.3e} / {rels['split']:.3e} |", flush=True)
-    launch.PINGPONG_GROUPS = (1, 8)
+    launch.PINGPONG_GROUPS = default_groups
 
 
 if __name__ == "__main__":
