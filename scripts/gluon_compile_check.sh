@@ -37,7 +37,7 @@ check() {
 for wide in "" --kv-int64; do
   for heads in 8 16 32; do check --tile split --heads "$heads" $wide; done
   check --tile pingpong --heads 8 $wide  # union 8
-  # union 4 at 16 heads, union 2 at 32: the split tile runs them today; scripts/gpu_tile_ab.py times ping-pong there
+  # union 4 at 16 heads, union 2 at 32 (the ping-pong tile runs every union group)
   for heads in 16 32; do check --tile pingpong --heads "$heads" $wide; done
   # the per-token form: 64 heads, one slice; padded (17..63); two slices, padded and whole
   for heads in 64 17 100 128; do check --tile pingpong --token-heads "$heads" $wide; done

@@ -17,8 +17,8 @@ import triton
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
-from glmcheck.kernels.union_marks import union_marks_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
+from glmcheck.kernels.union_marks import union_marks_kernel
 from glmcheck.kernels.union_merge import union_keys_kernel, union_merge_kernel
 from glmcheck.kernels.union_search import INT32_MAX, union_build_kernel
 from glmcheck.kernels.union_tree import union_pair_merge_kernel

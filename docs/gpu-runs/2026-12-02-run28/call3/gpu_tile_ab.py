@@ -3,7 +3,9 @@
 the timed calls; both tiles gated against the fp32 reference on a NaN-poisoned output; then paired rounds,
 alternating which tile runs first. Prints one table (ratio < 1: ping-pong faster).
 
-    python3 scripts/gpu_tile_ab.py [--rounds 7] [--rep-ms 100]
+    PYTHONPATH=. python3 docs/gpu-runs/2026-12-02-run28/call3/gpu_tile_ab.py [--rounds 7] [--rep-ms 100]
+
+The question it asked is settled (ping-pong runs every group); it stays beside its log as the record.
 """
 
 from __future__ import annotations
