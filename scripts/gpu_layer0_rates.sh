@@ -12,26 +12,27 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"; } > $OUT/versions.txt 2>&1
-SEEDS=${SEEDS:-20}; SPLIT=${SPLIT:-4}
+SEEDS=${SEEDS:-20}; SPLIT=${SPLIT:-4}  # MODELS="ref-gpu:4096 ref-cpu:128" by default
 slice() {  # model tokens first last
   timeout $(( deadline - $(date +%s) - 15 )) python3 - "$@" <<'PY'
 import dataclasses, json, sys, glmcheck.kernels
 from glmcheck.model.load import ModelSpec
 from glmcheck.selftest.rates import measure_rates
 model, tokens, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-tallies = measure_rates(ModelSpec(preset=model), range(first, last), tokens, ["layer0"], device="cuda",
-                        progress=lambda line: print(model, line, flush=True))
-json.dump([dataclasses.asdict(t) for t in tallies], open(f"/tmp/tallies-{model}-{first}.json", "w"))
+for seed in range(first, last):  # one file per seed: a slice cut by the deadline keeps the seeds it finished
+    tallies = measure_rates(ModelSpec(preset=model), [seed], tokens, ["layer0"], device="cuda",
+                            progress=lambda line: print(model, line, flush=True))
+    json.dump([dataclasses.asdict(t) for t in tallies], open(f"/tmp/tallies-{model}-{seed}.json", "w"))
 PY
 }
-for model_tokens in "ref-gpu 4096" "ref-cpu 128"; do  # seed 0 alone: compiles every kernel once, into the cache
-  set -- $model_tokens
+for model_tokens in ${MODELS:-ref-gpu:4096 ref-cpu:128}; do  # seed 0 alone: compiles every kernel once, into the cache
+  set -- ${model_tokens/:/ }
   slice $1 $2 0 1 > /tmp/rates-$1-0.log 2>&1
   echo "=== $1 seed 0 (cache warm-up) after $(( $(date +%s) - start )) s" >> $OUT/rates.log
 done
 pids=()
-for model_tokens in "ref-gpu 4096" "ref-cpu 128"; do
-  set -- $model_tokens
+for model_tokens in ${MODELS:-ref-gpu:4096 ref-cpu:128}; do
+  set -- ${model_tokens/:/ }
   for (( first=1; first<SEEDS; first+=SPLIT )); do
     slice $1 $2 $first $(( first + SPLIT < SEEDS ? first + SPLIT : SEEDS )) > /tmp/rates-$1-$first.log 2>&1 &
     pids+=($!)
