@@ -1,10 +1,10 @@
-"""Compile a Gluon union tile for sm_90a without a GPU, as the launcher launches it, and print its
+"""Compile the Gluon union tile (ping-pong) for sm_90a without a GPU, as the launcher launches it, and print its
 resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/gluon_compile.py [--tile split|pingpong] [--heads 8] [--token-heads N] [--kv-int64]
+    python scripts/gluon_compile.py [--heads 8] [--token-heads N] [--kv-int64]
         [--ptx out.ptx] [--code-ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
---heads H: a union tile of G = 64 / H tokens; --token-heads N (ping-pong only): the per-token form
+--heads H: a union tile of G = 64 / H tokens; --token-heads N: the per-token form
 (G = 1) for N heads, run as ceil(N / 64) slices of 64. Prints registers per thread, spills, shared
 memory and the wgmma / cp.async counts of the PTX; with --no-consumer-spills also each loop that
 issues warpgroup MMAs, and exits 1 if one of them loads or stores local memory (sass_loops.py).
@@ -29,7 +29,6 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1] / "glmcheck"
-TILE_MODULES = {"split": "split", "pingpong": "pingpong"}
 SHARED_SIGNATURE = {
     "q_ptr": "*bf16", "kv_ptr": "*bf16", "rows_ptr": "*i32", "bits_ptr": "*u8", "len_ptr": "*i32",
     "out_ptr": "*bf16", "stride_qt": "i32", "stride_qh": "i32", "stride_qd": "constexpr",
@@ -84,20 +83,15 @@ def resource_usage(cubin: bytes) -> str:
 def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     """The Gluon source to compile for the options and the launch's num_warps."""
     common = import_gluon_module("common")
-    module = import_gluon_module(TILE_MODULES[ns.tile])
+    module = import_gluon_module("pingpong")
     heads = 64 if ns.token_heads else ns.heads  # tile rows per token
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": heads, "G": 64 // heads, "D_V": 512, "D_TAIL": 64,
                   "BLOCK_N": common.BLOCK_N, "KV_INT64": ns.kv_int64}
-    if ns.tile == "split":
-        kernel, num_warps = module.sparse_mla_union_split_kernel, module.CONSUMER_WARPS.value
-        constexprs |= {"NUM_STAGES": common.SPLIT_STAGES, "PRODUCER_WARPS": common.SPLIT_PRODUCER_WARPS,
-                       "PRODUCER_REGS": common.SPLIT_PRODUCER_REGS}
-    else:
-        shared = import_gluon_module("pingpong_shared")
-        kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
-        constexprs |= {"CONSUMER_REGS": common.PINGPONG_CONSUMER_REGS,
-                       "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
-                       "PARTIAL_HEADS": bool(ns.token_heads % 64)}
+    shared = import_gluon_module("pingpong_shared")
+    kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
+    constexprs |= {"CONSUMER_REGS": common.PINGPONG_CONSUMER_REGS,
+                   "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
+                   "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     kinds = SHARED_SIGNATURE | {"num_heads": "i32"}
     signature = {name: kinds.get(name, "constexpr") for name in kernel.arg_names}  # the kernel's order
     missing = set(constexprs) - set(signature)
@@ -112,11 +106,9 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tile", choices=sorted(TILE_MODULES), default="split",
-                        help="split: both warpgroups on every block; pingpong: alternate blocks")
     parser.add_argument("--heads", type=int, default=8, help="tile heads of a union tile (G = 64 / heads)")
     parser.add_argument("--token-heads", type=int, default=0,
-                        help="ping-pong only: the per-token form (G = 1) for this many heads; replaces --heads")
+                        help="the per-token form (G = 1) for this many heads; replaces --heads")
     parser.add_argument("--kv-int64", action="store_true", help="int64 KV row offsets (KV_INT64=True)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--code-ptx", help="also write the PTX without debug information here (`code_ptx`)")
@@ -125,13 +117,11 @@ def main() -> None:
                         help="print each loop that issues warpgroup MMAs and exit 1 if one of them loads or "
                              "stores local memory (register spills; scripts/sass_loops.py)")
     ns = parser.parse_args()
-    if ns.token_heads and ns.tile != "pingpong":
-        parser.error("--token-heads takes --tile pingpong")
     source, num_warps = kernel_source(ns)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     ptx = kernel.asm["ptx"]
     shape = f"token_heads={ns.token_heads}" if ns.token_heads else f"heads={ns.heads}"
-    print(f"{ns.tile} {shape} kv_int64={ns.kv_int64}: {resource_usage(kernel.asm['cubin'])}, "
+    print(f"pingpong {shape} kv_int64={ns.kv_int64}: {resource_usage(kernel.asm['cubin'])}, "
           f"shared {kernel.metadata.shared} B, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
           f"cp.async {len(re.findall(r'cp.async.cg|cp.async.ca', ptx))}, "
           f"setmaxnreg {re.findall(r'setmaxnreg[^;]*', ptx)}")

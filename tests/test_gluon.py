@@ -12,7 +12,7 @@ from glmcheck.data.indices import drifting_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import sparse_mla_prefill, tiles, union_dedup
 from tests.support.checks import assert_close_to_reference
-from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, spy_union_launches
+from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, set_indices, spy_union_launches
 
 
 def test_ws_tile_refuses_what_it_cannot_run(device):
@@ -65,28 +65,18 @@ def test_ws_available_decides_by_device_capability_and_version(monkeypatch):
     assert not launch.ws_available(torch.device("cpu"))
 
 
-def test_tile_for_picks_the_tile_by_group_and_names_the_choices():
-    from glmcheck.kernels.gluon.launch import tile_for
-    assert [tile_for(group) for group in (1, 2, 4, 8)] == ["pingpong"] * 4
-    assert tile_for(8, "split") == "split" and tile_for(2, "split") == "split"
-    with pytest.raises(ValueError, match="tile must be one of"):
-        tile_for(8, "pingpang")
-
-
-def test_ws_launcher_runs_the_tile_its_config_picks(monkeypatch):
-    """launch_union_attention_ws hands each group size to the launcher tile_for names
-    (both launchers stubbed: the Gluon kernels need an sm_90 GPU)."""
+def test_ws_launcher_checks_then_runs_the_pingpong_tile_for_every_group(monkeypatch):
+    """launch_union_attention_ws checks its arguments, then hands every group size (1, 2, 4, 8) to the
+    ping-pong launcher (stubbed: the Gluon kernel needs an sm_90 GPU)."""
     from glmcheck.kernels.gluon import launch
     from glmcheck.kernels.union import UnionSets
     ran: list[str] = []
-    monkeypatch.setattr(launch, "check_ws_args", lambda *a: None)
-    monkeypatch.setattr(launch, "launch_pingpong", lambda *a: ran.append("pingpong"))
-    monkeypatch.setattr(launch, "launch_split", lambda *a: ran.append("split"))
+    monkeypatch.setattr(launch, "check_ws_args", lambda args, group: ran.append(f"check {group}"))
+    monkeypatch.setattr(launch, "launch_pingpong", lambda args, sets, *rest: ran.append(f"pingpong {sets.group}"))
     lengths = torch.zeros(1, dtype=torch.int32)
     for group in (1, 2, 4, 8):
         launch.launch_union_attention_ws(None, UnionSets(lengths, lengths, lengths, group), None, 1.0, False)
-    launch.launch_union_attention_ws(None, UnionSets(lengths, lengths, lengths, 4), None, 1.0, False, tile="split")
-    assert ran == ["pingpong", "pingpong", "pingpong", "pingpong", "split"]
+    assert ran == [f"{step} {group}" for group in (1, 2, 4, 8) for step in ("check", "pingpong")]
 
 
 def test_pingpong_launcher_passes_the_launch_constants_to_the_kernel(monkeypatch):
@@ -142,19 +132,17 @@ def test_pingpong_launcher_hands_the_kernel_contiguous_rows(monkeypatch):
     assert (same[10], copied[10]) == (40, 40), "stride_rg is not the row width"
 
 
-def test_gluon_tiles_take_the_shared_positional_arguments():
-    """The Gluon tiles' first 16 parameters are what _shared_kernel_args passes, in its order (the
-    kernels need an sm_90 GPU, their signatures and the argument tuple do not)."""
+def test_gluon_tile_takes_the_shared_positional_arguments():
+    """The Gluon tile's first 16 parameters are what _shared_kernel_args passes, in its order (the
+    kernel needs an sm_90 GPU, its signature and the argument tuple do not)."""
     from glmcheck.kernels.gluon.launch import _shared_kernel_args
     from glmcheck.kernels.gluon.pingpong import sparse_mla_union_pingpong_kernel
-    from glmcheck.kernels.gluon.split import sparse_mla_union_split_kernel
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.validate import PrefillArgs
     names = ["q_ptr", "kv_ptr", "rows_ptr", "bits_ptr", "len_ptr", "out_ptr", "stride_qt", "stride_qh",
              "stride_qd", "stride_kvs", "stride_rg", "stride_bg", "stride_ot", "stride_oh", "stride_od",
              "qk_scale_log2"]
-    for kernel in (sparse_mla_union_pingpong_kernel, sparse_mla_union_split_kernel):
-        assert kernel.arg_names[:16] == names
+    assert sparse_mla_union_pingpong_kernel.arg_names[:16] == names
     q, kv = torch.zeros((8, 8, 576)), torch.zeros((32, 576))
     sets = UnionSets(torch.zeros((1, 40), dtype=torch.int32), torch.zeros((1, 48), dtype=torch.uint8),
                      torch.zeros(1, dtype=torch.int32), 8)
@@ -227,18 +215,18 @@ def test_gpu_pingpong_tile_on_rows_narrower_than_a_pair(topk):
     narrow = UnionSets(padded[:, :sets.rows.shape[1]], sets.bits, sets.lengths, 1)
     assert not narrow.rows.is_contiguous()
     out = poisoned_out(tokens, heads, 512, device)
-    launch_union_attention_ws(args, narrow, out, LOG2E * args.sm_scale, False, tile="pingpong")
+    launch_union_attention_ws(args, narrow, out, LOG2E * args.sm_scale, False)
     assert not out.isnan().any(), "the ping-pong tile left outputs unwritten"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
-    """The ping-pong tile against the split tile on the same sets, whole and cut to 0, 1, 63-65
-    and 127-129 rows (empty groups, partial blocks, odd block counts): every output written,
-    within the reference gate where whole, within two summation orders of the split tile, and
-    empty groups exactly zero. H = 8 runs union 8, H = 64 each token's own rows (G = 1)."""
+def test_gpu_pingpong_tile_on_cut_lengths(heads):
+    """The ping-pong tile on sets whole and cut to 0, 1, 63-65 and 127-129 rows (empty groups, partial
+    blocks, odd block counts): every output written, within the reference gate of the selection the
+    sets hold (`set_indices`; whole, the indices' own), and empty groups exactly zero. H = 8 runs
+    union 8, H = 64 each token's own rows (G = 1)."""
     from glmcheck.kernels.gluon.launch import launch_union_attention_ws
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
@@ -255,20 +243,20 @@ def test_gpu_pingpong_tile_matches_split_tile_on_cut_lengths(heads):
     cut = UnionSets(whole.rows, whole.bits, torch.minimum(whole.lengths, cuts.repeat(whole.lengths.numel() // 8)),
                     group)
 
-    def run(sets: UnionSets, tile: str) -> torch.Tensor:
+    def run(sets: UnionSets) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False, tile)
+        launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, False)
         return out
 
-    pingpong, split = run(whole, "pingpong"), run(whole, "split")
+    pingpong = run(whole)
     assert not pingpong.isnan().any(), "the ping-pong tile left outputs unwritten"
     assert_close_to_reference(pingpong, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))
-    assert metrics.rel_l2(pingpong, split) <= UNION_VS_PER_TOKEN_REL_L2
-    short_pingpong, short_split = run(cut, "pingpong"), run(cut, "split")
-    assert not short_pingpong.isnan().any()
-    assert metrics.rel_l2(short_pingpong, short_split) <= UNION_VS_PER_TOKEN_REL_L2
+    short = run(cut)
+    assert not short.isnan().any(), "the ping-pong tile left outputs of cut sets unwritten"
     empty = (cut.lengths == 0).repeat_interleave(group)
-    assert empty.any() and (short_pingpong[empty] == 0).all(), "an empty group is not zero"
+    assert empty.any() and (short[empty] == 0).all(), "an empty group is not zero"
+    assert_close_to_reference(short[~empty], sparse_mla_reference(q, kv, set_indices(cut, tokens), 576 ** -0.5,
+                                                                  512)[~empty])
 
 
 def test_pingpong_launcher_runs_one_token_groups_in_64_head_slices(monkeypatch):
@@ -307,8 +295,8 @@ def test_pingpong_launcher_runs_one_token_groups_in_64_head_slices(monkeypatch):
 
 
 def test_ws_tile_takes_any_head_count_per_token_and_refuses_misaligned_q(device):
-    """The ping-pong tile takes one-token groups at any 1..128 heads (64-head slices); the split
-    tile and union groups still need G*H = 64; q rows must start on 16-byte boundaries (cp.async)."""
+    """The ping-pong tile takes one-token groups at any 1..128 heads (64-head slices); union groups
+    need G*H = 64; q rows must start on 16-byte boundaries (cp.async)."""
     from glmcheck.kernels.gluon.launch import check_ws_args
     from glmcheck.kernels.validate import PrefillArgs
 
@@ -319,8 +307,6 @@ def test_ws_tile_takes_any_head_count_per_token_and_refuses_misaligned_q(device)
 
     for heads in (1, 17, 64, 100, 128):
         check_ws_args(args_for(heads), 1)
-    with pytest.raises(ValueError, match="G\\*H = 64"):
-        check_ws_args(args_for(32), 1, "split")
     with pytest.raises(ValueError, match="G\\*H = 64"):
         check_ws_args(args_for(32), 4)
     flat = torch.zeros(4 * 64 * 576 + 1, dtype=torch.bfloat16, device=device)

@@ -61,7 +61,7 @@ def test_gpu_half_pair_equals_the_full_pair_over_a_masked_block():
 
     def run(union_sets) -> torch.Tensor:
         out = poisoned_out(tokens, heads, 512, device)
-        launch_union_attention_ws(args, union_sets, out, LOG2E * args.sm_scale, False, tile="pingpong")
+        launch_union_attention_ws(args, union_sets, out, LOG2E * args.sm_scale, False)
         return out
 
     got, expected = run(half), run(full)

@@ -12,7 +12,7 @@ from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
 from glmcheck.selftest.suite import python_union
 from tests.support.checks import assert_close_to_reference
-from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, spy_union_launches
+from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, set_indices, spy_union_launches
 
 BUILDS_BY_GROUP = [(m, G) for m in ("marks", "merge", "tree", "search") for G in (2, 4, 8)]
 BUILDS_BY_GROUP.append(("anchor", 2))  # the anchor build exists for pairs only
@@ -40,6 +40,26 @@ def test_dedup_matches_python_sets(device, G, with_length, method):
         assert len(got_rows) == len(set(got_rows)), f"group {g}: a row emitted twice"
         got = dict(zip(got_rows, bits[g, :n].tolist()))
         assert got == owners, f"group {g}: union or ownership bits differ"
+
+
+@pytest.mark.parametrize("G", [1, 2, 8])
+def test_set_indices_reads_back_each_tokens_selection(device, G):
+    """tests.support.inputs.set_indices (the reference selection of cut sets in the Gluon GPU tests) gives
+    each token exactly its valid rows from union_dedup's (or token_row_sets') sets, and from sets cut to
+    fewer rows a subset of them."""
+    from glmcheck.kernels.union import UnionSets, token_row_sets
+    tokens = 64
+    indices, kv_rows = overlapping_indices(tokens=tokens, topk=32, seed=G)
+    indices = indices.to(device)
+    sets = (token_row_sets(indices, None, kv_rows) if G == 1 else union_dedup(indices, G, num_kv_rows=kv_rows))
+    read = set_indices(sets, tokens).cpu()
+    cut = set_indices(UnionSets(sets.rows, sets.bits, sets.lengths // 2, G), tokens).cpu()
+    for t in range(tokens):
+        valid = {i for i in indices[t].tolist() if 0 <= i < kv_rows}
+        got = [i for i in read[t].tolist() if i >= 0]
+        assert len(got) == len(set(got)) and set(got) == valid, f"token {t}"
+        assert {i for i in cut[t].tolist() if i >= 0} <= valid
+    assert (cut >= 0).sum() < (read >= 0).sum()
 
 
 def test_merge_build_rows_ascending_and_auto_equals_it(device):

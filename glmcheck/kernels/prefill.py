@@ -19,7 +19,7 @@ import torch
 import triton
 
 from glmcheck.kernels import tiles
-from glmcheck.kernels.gluon.launch import launch_union_attention_ws, tile_for, ws_supports
+from glmcheck.kernels.gluon.launch import launch_union_attention_ws, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.plan import PINGPONG_MIN_HEADS, SparseMLAPlan, union_group
 from glmcheck.kernels.runtime import interpreter_active
@@ -101,7 +101,7 @@ class Route:
     tail: str | None = None
 
 
-TILE_NAMES = ("triton-token", "triton-union", "gluon-pingpong")  # what a route names (the split tile runs only by name)
+TILE_NAMES = ("triton-token", "triton-union", "gluon-pingpong")  # what a route names
 
 
 def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:
@@ -113,10 +113,10 @@ def per_token_tile(args: PrefillArgs, first: tiles.Tile | None = None) -> str:
 
 
 def union_tile(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -> str:
-    """The union attention's tile for groups of `group` tokens: a Gluon 64-row tile where `ws_supports` it
-    (`tile_for` names which), else the Triton union kernel."""
+    """The union attention's tile for groups of `group` tokens: the Gluon ping-pong tile where `ws_supports` it,
+    else the Triton union kernel."""
     if first is None and ws_supports(args, group):
-        return f"gluon-{tile_for(group)}"
+        return "gluon-pingpong"
     return "triton-union"
 
 

@@ -151,7 +151,7 @@ def _poisoned_out(case: Case, device: torch.device) -> tuple[torch.Tensor, torch
 
 
 LAUNCHERS = {"triton-token": (prefill, "launch_per_token"), "triton-union": (prefill, "launch_union_attention"),
-             "gluon-split": (gluon_launch, "launch_split"), "gluon-pingpong": (gluon_launch, "launch_pingpong")}
+             "gluon-pingpong": (gluon_launch, "launch_pingpong")}
 
 
 @contextmanager

@@ -1,15 +1,12 @@
-"""What both Gluon tiles share: their launch constants (read by the launcher and by scripts/gluon_compile.py,
-which compiles what the launcher launches) and which union group a program takes."""
+"""The Gluon tile's launch constants (read by the launcher and by scripts/gluon_compile.py, which compiles what the
+launcher launches) and which union group a program takes."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (split tile)
-SPLIT_STAGES = 2
-SPLIT_PRODUCER_WARPS = 4
-SPLIT_PRODUCER_REGS = 56
+BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
 
 

@@ -1,7 +1,8 @@
-"""Launchers of the warp-specialised 64-row union tiles (Hopper + Gluon only): the ping-pong tile (`pingpong.py`)
-and the split tile (`split.py`); `tile_for` picks one per union group.
+"""Launcher of the warp-specialised 64-row union tile (Hopper + Gluon only): the ping-pong tile (`pingpong.py`), for
+every union group and the per-token path (docs/performance.md, "Which 64-row tile per group": 0.67-0.69x the time of
+the split tile it replaced, at every G).
 
-`sparse_mla_prefill` takes them wherever `ws_supports` says yes (G*H = 64, or one-token groups at any head count on
+`sparse_mla_prefill` takes it wherever `ws_supports` says yes (G*H = 64, or one-token groups at any head count on
 the ping-pong tile; an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail, 16-byte aligned rows); everywhere else
 the Triton kernels run.
 """
@@ -14,32 +15,10 @@ from dataclasses import replace
 import torch
 import triton
 
-from glmcheck.kernels.gluon.common import (
-    BLOCK_N,
-    PINGPONG_CONSUMER_REGS,
-    SPLIT_PRODUCER_REGS,
-    SPLIT_PRODUCER_WARPS,
-    SPLIT_STAGES,
-)
+from glmcheck.kernels.gluon.common import BLOCK_N, PINGPONG_CONSUMER_REGS
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs
-
-TILES = ("auto", "split", "pingpong")
-# Groups whose 64-row tile is the ping-pong one under tile="auto": all of them (the per-token path, G = 1, and union
-# 2, 4, 8): 0.67-0.69x the split tile's time at every G (docs/performance.md, "Which 64-row tile per group"). The split
-# tile runs only when named.
-PINGPONG_GROUPS = (1, 2, 4, 8)
-
-
-def tile_for(group: int, tile: str = "auto") -> str:
-    """The Gluon tile ("split" or "pingpong") for `group`-token groups: `tile` if not "auto", else PINGPONG_GROUPS."""
-    if tile not in TILES:
-        raise ValueError(f"tile must be one of {TILES}, got {tile!r}")
-    if tile != "auto":
-        return tile
-    return "pingpong" if group in PINGPONG_GROUPS else "split"
-
 
 # Gluon's API still changes between releases (triton 3.9 renamed the cp.async copy these kernels use), so the tiles
 # run only on the triton minor versions they were compiled and tested with; any other version gets the Triton tile.
@@ -70,12 +49,12 @@ def ws_available(device: torch.device) -> bool:
     return True
 
 
-def ws_supports(args: PrefillArgs, group: int, tile: str = "auto") -> bool:
-    """A Gluon tile runs this call: the device has it and the inputs fit it."""
+def ws_supports(args: PrefillArgs, group: int) -> bool:
+    """The Gluon tile runs this call: the device has it and the inputs fit it."""
     if not ws_available(args.q.device):
         return False
     try:
-        check_ws_args(args, group, tile)
+        check_ws_args(args, group)
     except ValueError:
         return False
     return True
@@ -86,11 +65,10 @@ def head_slices(num_heads: int) -> int:
     return -(-num_heads // 64)
 
 
-def check_ws_args(args: PrefillArgs, group: int, tile: str = "auto") -> None:
-    """ValueError naming what the Gluon tiles do not take. G*H = 64 query rows, except that the ping-pong tile runs
-    one-token groups (G = 1) of any 1..128 heads as 64-head slices."""
-    sliced = group == 1 and tile_for(group, tile) == "pingpong"
-    if not sliced and group * args.num_heads != 64:
+def check_ws_args(args: PrefillArgs, group: int) -> None:
+    """ValueError naming what the Gluon tile does not take. Union groups need G*H = 64 query rows; one-token groups
+    (G = 1) run at any 1..128 heads as 64-head slices."""
+    if group != 1 and group * args.num_heads != 64:
         raise ValueError(f"the warp-specialised tile needs G*H = 64, got G={group}, H={args.num_heads}")
     if args.d_v != 512 or args.d_tail != 64:
         raise ValueError(f"the warp-specialised tile needs d_v = 512 and a 64-wide rope tail, "
@@ -109,31 +87,17 @@ def check_ws_args(args: PrefillArgs, group: int, tile: str = "auto") -> None:
 
 
 def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float,
-                              kv_int64: bool, tile: str = "auto"):
-    """Union attention for the first len(sets.lengths) * G tokens with a Gluon tile (`tile_for`)."""
-    check_ws_args(args, sets.group, tile)
-    if tile_for(sets.group, tile) == "pingpong":
-        return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64)
-    return launch_split(args, sets, out, qk_scale_log2, kv_int64)
+                              kv_int64: bool):
+    """Union attention for the first len(sets.lengths) * G tokens with the Gluon tile, after `check_ws_args`."""
+    check_ws_args(args, sets.group)
+    return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64)
 
 
 def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float) -> tuple:
-    """The positional arguments both Gluon tiles take, in their order: tensors, strides, scale."""
+    """The Gluon tile's leading positional arguments, in its order: tensors, strides, scale."""
     q, kv = args.q, args.kv
     return (q, kv, sets.rows, sets.bits, sets.lengths, out, q.stride(0), q.stride(1), q.stride(2), kv.stride(0),
             sets.rows.stride(0), sets.bits.stride(0), out.stride(0), out.stride(1), out.stride(2), qk_scale_log2)
-
-
-def launch_split(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
-    """The split tile (`split.py`) on checked arguments."""
-    from glmcheck.kernels.gluon.split import CONSUMER_WARPS, sparse_mla_union_split_kernel
-
-    return sparse_mla_union_split_kernel[(sets.lengths.shape[0],)](
-        *_shared_kernel_args(args, sets, out, qk_scale_log2),
-        H=args.num_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail,
-        BLOCK_N=BLOCK_N, NUM_STAGES=SPLIT_STAGES, PRODUCER_WARPS=SPLIT_PRODUCER_WARPS,
-        PRODUCER_REGS=SPLIT_PRODUCER_REGS, KV_INT64=kv_int64, num_warps=CONSUMER_WARPS.value,
-    )
 
 
 def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):

@@ -1,8 +1,8 @@
 """Gluon kernel (Hopper only): the 64-row union tile with two ping-pong consumer warpgroups.
 
-Same contract and result as the split tile (`split.py`: one group of G adjacent tokens per program, G*H = 64
-token-major query rows, ownership bits mask foreign rows), but the two consumer warpgroups split the work by KV
-block instead of by column (docs/performance.md, "Which 64-row tile per group"):
+One group of G adjacent tokens per program, G*H = 64 token-major query rows, ownership bits mask foreign rows (the
+union contract of the Triton union tile). The two consumer warpgroups split the work by KV block, not by column as
+the split tile it replaced did (docs/performance.md, "Which 64-row tile per group"):
   * the even warpgroup takes union blocks 0, 2, 4, ..., the odd one blocks 1, 3, 5, ...; each computes its own
     block's full S = Q K^T ([64, 64]: one 64-wide warpgroup MMA) and its softmax;
   * both own half of the output columns (fp32 accumulator [64, 256] each), so each block's P goes to both: its
@@ -33,7 +33,7 @@ pub[w] its P):
 tests/support/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and checks it
 for races under random interleavings on the CPU: change the two together. Each warpgroup's row sums cover its own
 blocks; they are added through shared memory at the end. One-token groups (G = 1, the per-token path) run per
-64-head slice (`tile_index`). Launcher: `glmcheck.kernels.gluon.launch` (`tile_for` picks it for union 8, per-token).
+64-head slice (`tile_index`). Launcher: `glmcheck.kernels.gluon.launch` (every union group and the per-token path).
 """
 
 from __future__ import annotations

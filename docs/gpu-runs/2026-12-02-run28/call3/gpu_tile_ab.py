@@ -5,7 +5,8 @@ alternating which tile runs first. Prints one table (ratio < 1: ping-pong faster
 
     PYTHONPATH=. python3 docs/gpu-runs/2026-12-02-run28/call3/gpu_tile_ab.py [--rounds 7] [--rep-ms 100]
 
-The question it asked is settled (ping-pong runs every group); it stays beside its log as the record.
+The question it asked is settled (ping-pong runs every group) and the split tile has left main (after run 29); it
+stays beside its log as the record and runs at commits up to 24a03b1.
 """
 
 from __future__ import annotations
