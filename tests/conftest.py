@@ -1,4 +1,5 @@
-"""Shared fixtures: the device tests run on (CUDA when present, else the Triton interpreter)."""
+"""Shared fixtures: the device tests run on (CUDA when present, else the Triton interpreter); the endpoint
+transport's pauses."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ def _fresh_tile_memo():
     tiles.clear_fitted_tiles()
     yield
     tiles.clear_fitted_tiles()
+
+
+@pytest.fixture
+def pauses(monkeypatch) -> list[float]:
+    """The endpoint transport's pauses between attempts, recorded instead of slept."""
+    from glmcheck.sources import transport
+    seen: list[float] = []
+    monkeypatch.setattr(transport, "_pause", seen.append)
+    return seen
 
 
 def pytest_collection_modifyitems(config, items):

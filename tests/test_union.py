@@ -148,8 +148,7 @@ def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
         union_dedup(indices, 4, num_kv_rows=8, method="anchor")
     with pytest.raises(ValueError, match="method must be one of"):
         union_dedup(indices, 2, num_kv_rows=8, method="bogus")
-    from glmcheck.kernels.union import choose_build
-    from glmcheck.kernels.union import MARKS_AUTO_MAX_ROWS
+    from glmcheck.kernels.union import MARKS_AUTO_MAX_ROWS, choose_build
     assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS) for g in (2, 4, 8)] == ["marks"] * 3
     assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS + 1) for g in (2, 4, 8)] == ["anchor", "tree", "tree"]
     assert [choose_build(g, 2048, None) for g in (2, 4)] == ["anchor", "search"]
