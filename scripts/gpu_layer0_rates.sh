@@ -7,6 +7,9 @@
 # finished (ref-gpu 5 of 20, ref-cpu 10 of 20), every process compiling every kernel at once on 16 cores with an
 # empty Triton cache. So seed 0 of each model now runs alone first (filling the cache), then the slices; give it
 # BUDGET=540 on a fresh machine.
+# Each seed's tally is its own file, so slices cut by the deadline keep what they finished. Keep BUDGET 20 s under
+# the device call's limit (the device time left can lower it): a call killed at its limit returns nothing.
+# MODELS picks the models, e.g. MODELS=ref-gpu:4096 SPLIT=2 for the 20 ref-gpu seeds alone.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
@@ -40,18 +43,22 @@ for model_tokens in ${MODELS:-ref-gpu:4096 ref-cpu:128}; do
 done
 wait "${pids[@]}"
 echo "=== rates slices done after $(( $(date +%s) - start )) s" >> $OUT/rates.log
-python3 - >> $OUT/rates.log 2>&1 <<'PY'
-import glob, json
+MODELS="${MODELS:-ref-gpu:4096 ref-cpu:128}" python3 - >> $OUT/rates.log 2>&1 <<'PY'
+import glob, json, os
 from glmcheck.selftest.rates import Tally, rates_table
-for model, tokens in (("ref-gpu", 4096), ("ref-cpu", 128)):
+for model, tokens in (item.split(":") for item in os.environ["MODELS"].split()):
     merged = {}
     files = sorted(glob.glob(f"/tmp/tallies-{model}-*.json"))
+    if not files:
+        print(f"\nlayer0 verdict rates on {model}: no seed finished")
+        continue
     for path in files:
         for t in json.load(open(path)):
             key = (t["check"], t["backend"])
             m = merged.setdefault(key, Tally(t["check"], t["backend"], t["legitimate"]))
             m.fails += t["fails"]; m.runs += t["runs"]; m.inconclusive += t["inconclusive"]; m.margins += t["margins"]
-    print(f"\nlayer0 verdict rates on {model}, {tokens} tokens, {len(files)} slices of seeds")
+    print(f"\nlayer0 verdict rates on {model}, {tokens} tokens, {len(files)} seeds: "
+          + " ".join(sorted((p.rsplit("-", 1)[1][:-5] for p in files), key=int)))
     print(rates_table(list(merged.values())))
     for (check, backend), t in sorted(merged.items()):
         print(f"{backend}: margins min {min(t.margins):.3g} max {max(t.margins):.3g}")
