@@ -4,6 +4,8 @@ topk_length from the harness; a selector replacing the indexer's top-k."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -135,3 +137,38 @@ def test_a_plan_with_the_wrong_heads_is_refused_through_the_backend(device):
     q, kv = torch.randn(4, 16, 80, device=device).bfloat16(), torch.randn(16, 80, device=device).bfloat16()
     with pytest.raises(ValueError, match=r"num_heads \(H\) is 16 in the call, 8 in the plan"):
         backend(q, kv, indices, 0.1, 64, plan=plan)
+
+
+def test_the_attention_clock_spans_backend_calls_and_builds_but_not_the_tp_copies(monkeypatch):
+    """With tp = 4 the span of a layer's attention holds the four backend calls and their plan builds, and
+    none of the emulation's copies (each rank's query slice made contiguous, the outputs joined), which
+    a rank on its own GPU does not make; the joined output is each rank's output in head order."""
+    from glmcheck.backends.registry import Backend
+    from glmcheck.model.swap import SwapSession
+
+    events: list[str] = []
+
+    class Clock:
+        @contextlib.contextmanager
+        def span(self, layer, device):
+            events.append("open")
+            yield
+            events.append("close")
+
+    def fn(q, kv, indices, sm_scale, d_v=512, *, topk_length=None, plan=None):
+        events.append("call")
+        return q[..., :d_v] * 2
+
+    def planner(indices, *, num_kv_rows, num_heads, topk_length=None):
+        events.append("plan")
+        return object()
+
+    real_contiguous, real_cat = torch.Tensor.contiguous, torch.cat
+    monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: (events.append("copy"),
+                                                                          real_contiguous(self, *a, **k))[1])
+    monkeypatch.setattr(torch, "cat", lambda *a, **k: (events.append("join"), real_cat(*a, **k))[1])
+    session = SwapSession("spy", Backend("spy", fn, "test", planner=planner), 4, None, None, clock=Clock())
+    q = torch.randn(6, 8, 12)
+    out = session._run_ranks(0, q, torch.zeros(6, 12), torch.zeros(6, 3, dtype=torch.int32), None, {}, 1.0, 5)
+    assert events == ["copy"] * 4 + ["open"] + ["plan", "call"] * 4 + ["close", "join"]
+    assert torch.equal(out, q[..., :5] * 2)

@@ -115,13 +115,16 @@ class SwapSession:
 
     def _run_ranks(self, layer: int, q_abs: torch.Tensor, rows: torch.Tensor, indices: torch.Tensor,
                    lengths: torch.Tensor | None, plans: dict, scaling: float, latent_dim: int) -> torch.Tensor:
-        """Call the backend once per TP rank on its H/tp heads; their outputs fill [T, H, d_v] in head order."""
-        heads = q_abs.shape[1]
-        per_rank = heads // self.tp
-        out = None
+        """Call the backend once per TP rank on its H/tp heads; their outputs fill [T, H, d_v] in head order.
+        The clock's span holds the backend calls and plan builds only: each rank's query slice is made contiguous
+        before it and the outputs are joined after it, copies that only this one-process emulation of TP makes
+        (a rank's own heads are contiguous on its GPU, and its o_proj shard reads its output as it is)."""
+        per_rank = q_abs.shape[1] // self.tp
+        q_ranks = [q_abs] if self.tp == 1 else [q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
+                                                 for rank in range(self.tp)]
+        parts = []
         with self.clock.span(layer, q_abs.device) if self.clock is not None else contextlib.nullcontext():
-            for rank in range(self.tp):
-                q_rank = q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
+            for rank, q_rank in enumerate(q_ranks):
                 plan = plans.get(rank) if self.reuse_plans else None
                 if plan is None and self.backend.planner is not None:
                     plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
@@ -132,12 +135,8 @@ class SwapSession:
                 if tuple(part.shape[:2]) != (q_rank.shape[0], per_rank):
                     raise ValueError(f"backend {self.name} must return [{q_rank.shape[0]}, {per_rank}, d_v], got "
                                      f"{list(part.shape)}")
-                if self.tp == 1:
-                    return part  # one rank's output is the whole output
-                if out is None:
-                    out = part.new_empty((part.shape[0], heads, *part.shape[2:]))
-                out[:, rank * per_rank:(rank + 1) * per_rank] = part
-        return out
+                parts.append(part)
+        return parts[0] if self.tp == 1 else torch.cat(parts, dim=1)
 
 
 _SESSIONS: dict[int, SwapSession] = {}  # id(attention module) -> active session
