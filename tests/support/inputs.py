@@ -28,14 +28,15 @@ def overlapping_indices(tokens: int, topk: int, seed: int, swap: float = 0.2,
 
 
 def set_indices(sets, tokens: int) -> torch.Tensor:
-    """Each token's selection as the union sets hold it, [tokens, width] int32 padded with -1: token g * G + i
-    selects rows[g, j] for j < lengths[g] with bit i of bits[g, j] set (the kernels' reading of UnionSets)."""
-    width = sets.rows.shape[1]
+    """Each token's selection as the union sets hold it, [tokens, width] int32 padded with -1 (width: the longest
+    set): token g * G + i selects rows[g, j] for j < lengths[g] with bit i of bits[g, j] set (the kernels' reading
+    of UnionSets)."""
+    width = max(1, int(sets.lengths.max())) if sets.lengths.numel() else 1
     out = torch.full((tokens, width), -1, dtype=torch.int32, device=sets.rows.device)
     valid = torch.arange(width, device=sets.rows.device)[None, :] < sets.lengths[:, None]
     for member in range(sets.group):
         owned = valid & (((sets.bits[:, :width].to(torch.int32) >> member) & 1) == 1)
-        picked = torch.where(owned, sets.rows.to(torch.int32), torch.full_like(out[:1], -1))
+        picked = torch.where(owned, sets.rows[:, :width].to(torch.int32), torch.full_like(out[:1], -1))
         out[member:sets.lengths.numel() * sets.group:sets.group] = picked
     return out
 
