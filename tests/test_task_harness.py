@@ -291,3 +291,44 @@ def test_the_metric_rule(tmp_path):
     with pytest.raises(ValueError) as excinfo:
         read_samples(log)
     assert one_line_error(excinfo).startswith(f"samples file {str(log)!r} line 3: not JSON")
+
+
+def test_lm_eval_asks_for_its_git_hash_quietly(tmp_path, monkeypatch, capfd):
+    """Outside a repository lm-eval's own git call prints git's "fatal: not a git repository" to the
+    terminal, --quiet or not; under light_env_info the hash is asked for with git's messages discarded
+    (None there, the commit inside a repository), and lm-eval's function is restored after."""
+    import lm_eval
+    import lm_eval.evaluator
+
+    original = lm_eval.evaluator.get_git_commit_hash
+    monkeypatch.chdir(tmp_path)
+    with lm_eval_quiet.light_env_info(lm_eval):
+        assert lm_eval.evaluator.get_git_commit_hash() is None
+    assert capfd.readouterr().err == ""
+    assert lm_eval.evaluator.get_git_commit_hash is original
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    if shutil.which("git") and (Path.cwd() / ".git").exists():
+        assert lm_eval_quiet.quiet_git_hash()
+
+
+def test_lm_eval_logging_without_quiet_shows_warnings_but_not_info_or_the_batch_warning(monkeypatch):
+    """Not quiet: lm-eval's logger at WARNING (its INFO lines only with LMEVAL_LOG_LEVEL=INFO), its handlers
+    drop the batch warning glmcheck's own --batch-size causes, other warnings pass and are captured; the
+    handlers lose that filter afterwards."""
+    import logging
+
+    monkeypatch.delenv("LMEVAL_LOG_LEVEL", raising=False)
+    logger = logging.getLogger("lm_eval")
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("lm_eval.models.api_models", logging.WARNING, __file__, 1, message, None, None)
+
+    batch = record(lm_eval_quiet.BATCH_WARNING + ". Ensure your API supports batched requests.")
+    other = record("API request failed with error message: boom. Retrying...")
+    with lm_eval_quiet.lm_eval_logging(quiet=False) as captured:
+        assert logger.getEffectiveLevel() == logging.WARNING
+        shown = [h for h in logger.handlers if h is not captured]
+        assert shown and all(not h.filter(batch) and h.filter(other) for h in shown)
+        logging.getLogger("lm_eval.models.api_models").warning("boom %d", 7)
+    assert captured.messages[-1] == "boom 7"
+    assert all(h.filter(batch) for h in shown)

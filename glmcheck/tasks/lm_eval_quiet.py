@@ -1,9 +1,12 @@
 """lm-eval kept quiet and quick while `glmcheck.tasks.harness.run_tasks` runs it.
 
 - `lm_eval_logging`: lm-eval's WARNING+ messages captured (it logs the server's error body there); while
-  `quiet`, its logging and every progress bar silenced (stderr is redirected for the call: not thread-safe).
-- `light_env_info`: one deviation from a plain simple_evaluate: the results' `pretty_env_info` is not
-  collected (torch's collect_env takes 5-10 s a call); `asked["server"]` says what served the run.
+  `quiet`, its logging and every progress bar silenced (stderr is redirected for the call: not thread-safe), else
+  its progress bars and warnings shown, its INFO lines only with LMEVAL_LOG_LEVEL=INFO.
+- `light_env_info`: two deviations from a plain simple_evaluate: the results' `pretty_env_info` is not
+  collected (torch's collect_env takes 5-10 s a call; `asked["server"]` says what served the run), and the
+  working directory's git hash is asked for with git's stderr discarded (`quiet_git_hash`: lm-eval's own call lets
+  git print "fatal: not a git repository" to the terminal from any directory outside a repository, --quiet or not).
 - `lm_eval_failure`: what lm-eval raised, as one line with the server's own error message when it gave one.
 """
 
@@ -13,6 +16,7 @@ import contextlib
 import io
 import json
 import logging
+import subprocess
 
 from glmcheck.sources.transport import one_line
 
@@ -31,22 +35,37 @@ class _Captured(logging.Handler):
             pass
 
 
+# lm-eval warns of batches on every run with --batch-size > 1; glmcheck asks for them (`--batch-size`, default 8) and
+# the servers it talks to (glmcheck serve, vLLM, SGLang) take a batch of prompts of any lengths.
+BATCH_WARNING = "Batch size > 1 detected"
+
+
+def _not_the_batch_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(BATCH_WARNING)
+
+
 @contextlib.contextmanager
 def lm_eval_logging(quiet: bool):
     """lm-eval's logger for the call: WARNING+ captured; quiet: nothing printed (lm-eval's messages and
-    every progress bar, which write to stderr), else lm-eval's INFO logging on stderr."""
+    every progress bar, which write to stderr), else its progress bars and WARNING+ messages on stderr (its INFO
+    lines with LMEVAL_LOG_LEVEL=INFO, lm-eval's own switch)."""
     logger = logging.getLogger("lm_eval")
     saved = (logger.level, logger.propagate, list(logger.handlers))
     captured = _Captured()
     if not quiet:
         from lm_eval.utils import setup_logging
 
-        setup_logging(logging.INFO)
+        setup_logging(logging.WARNING)
+        shown = list(logger.handlers)
+        for handler in shown:
+            handler.addFilter(_not_the_batch_warning)
         logger.addHandler(captured)
         try:
             yield captured
         finally:
             logger.removeHandler(captured)
+            for handler in shown:
+                handler.removeFilter(_not_the_batch_warning)
         return
     for name in ("transformers", "datasets"):  # their handlers bind stderr when first set up: before the redirect
         with contextlib.suppress(Exception):
@@ -66,15 +85,29 @@ def lm_eval_logging(quiet: bool):
 ENV_NOT_COLLECTED = "not collected by glmcheck (torch's collect_env takes seconds); see asked.server for the server"
 
 
+def quiet_git_hash() -> str | None:
+    """`git describe --always` in the working directory, or None outside a repository or without git; git's
+    messages are discarded."""
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 @contextlib.contextmanager
 def light_env_info(lm_eval):
     """simple_evaluate without torch's collect_env (`add_env_info`: 5-10 s a call, for a text that says
-    nothing about a server): the same keys, with lm-eval's and transformers' versions. Restored after."""
+    nothing about a server): the same keys, with lm-eval's and transformers' versions; its git hash asked for
+    quietly (`quiet_git_hash`). Both restored after."""
     evaluator = lm_eval.evaluator
     original = getattr(evaluator, "add_env_info", None)
     if original is None:  # another lm-eval layout: leave it as it is
         yield
         return
+    original_git_hash = getattr(evaluator, "get_git_commit_hash", None)
 
     def light(storage: dict) -> None:
         try:
@@ -87,10 +120,14 @@ def light_env_info(lm_eval):
                         "lm_eval_version": lm_eval.__version__, "upper_git_hash": None})
 
     evaluator.add_env_info = light
+    if original_git_hash is not None:
+        evaluator.get_git_commit_hash = quiet_git_hash
     try:
         yield
     finally:
         evaluator.add_env_info = original
+        if original_git_hash is not None:
+            evaluator.get_git_commit_hash = original_git_hash
 
 
 def lm_eval_failure(err: BaseException, captured: _Captured, where: str) -> ValueError:
