@@ -330,3 +330,31 @@ def test_gpu_graph_capture_runs_the_requested_path(monkeypatch, heads, G):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, expected), f"replay {step} differs from the eager call"
+
+
+def test_triton_union_tile_on_cut_sets_matches_the_selection_they_hold(device):
+    """The Triton union tile on union-8 sets cut to 0, 1, 13, 16, 17, 31, 32, 33 rows (an empty group,
+    partial blocks): every output written, empty groups zero, the rest within the gate of fp64 over the
+    selection the cut sets hold (`set_indices`); reading them without the ownership bits would not be."""
+    from glmcheck.kernels import tiles
+    from glmcheck.kernels.prefill import LOG2E
+    from glmcheck.kernels.union import UnionSets, launch_union_attention
+    from glmcheck.kernels.validate import PrefillArgs
+    heads, group, tokens = 8, 8, 128
+    indices = drifting_indices([tokens], 64, 0.10, seed=heads).to(device)
+    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(heads), device)
+    args = PrefillArgs(q, kv, indices, None, 576 ** -0.5, 512)
+    whole = union_dedup(indices, group, num_kv_rows=tokens)
+    cuts = torch.tensor([0, 1, 13, 16, 17, 31, 32, 33], dtype=torch.int32, device=device)
+    cut = UnionSets(whole.rows, whole.bits, torch.minimum(whole.lengths, cuts.repeat(whole.lengths.numel() // 8)),
+                    group)
+    tile = tiles.table_tile("union", group * heads, device)
+    out = poisoned_out(tokens, heads, 512, device)
+    launch_union_attention(args, cut, out, tile, False, LOG2E * args.sm_scale)
+    assert not out.isnan().any(), "outputs of cut sets left unwritten"
+    empty = (cut.lengths == 0).repeat_interleave(group)
+    assert empty.any() and (out[empty] == 0).all(), "an empty group is not zero"
+    held = sparse_mla_reference(q, kv, set_indices(cut, tokens), 576 ** -0.5, 512)
+    assert_close_to_reference(out[~empty], held[~empty])
+    unowned = set_indices(UnionSets(cut.rows, torch.full_like(cut.bits, 255), cut.lengths, group), tokens)
+    assert metrics.rel_l2(out[~empty], sparse_mla_reference(q, kv, unowned, 576 ** -0.5, 512)[~empty]) > 0.1
