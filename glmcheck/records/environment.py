@@ -28,12 +28,13 @@ def _checkout_dir() -> Path:
     return Path(glmcheck.__file__).resolve().parent.parent
 
 
-def _git(*args: str) -> str | None:
-    """stdout of `git <args>` run in the checkout, stripped; None on any failure."""
+def git_output(*args: str, cwd: Path | None = None) -> str | None:
+    """stdout of `git <args>` run in `cwd` (default: the checkout glmcheck lives in), stripped; None on any
+    failure. git's messages are discarded."""
     try:
         done = subprocess.run(
             ["git", *args],
-            cwd=_checkout_dir(),
+            cwd=_checkout_dir() if cwd is None else cwd,
             capture_output=True,
             text=True,
             timeout=_GIT_TIMEOUT_S,
@@ -48,13 +49,13 @@ def _git(*args: str) -> str | None:
 
 def git_sha() -> str | None:
     """Short sha of HEAD of the checkout glmcheck lives in; None if not a git checkout."""
-    sha = _git("rev-parse", "--short", "HEAD")
+    sha = git_output("rev-parse", "--short", "HEAD")
     return sha or None
 
 
 def git_dirty() -> bool | None:
     """True if the checkout has uncommitted changes, False if clean, None if unknown."""
-    status = _git("status", "--porcelain")
+    status = git_output("status", "--porcelain")
     return None if status is None else bool(status)
 
 

@@ -16,8 +16,9 @@ import contextlib
 import io
 import json
 import logging
-import subprocess
+from pathlib import Path
 
+from glmcheck.records.environment import git_output
 from glmcheck.sources.transport import one_line
 
 
@@ -88,13 +89,7 @@ ENV_NOT_COLLECTED = "not collected by glmcheck (torch's collect_env takes second
 def quiet_git_hash() -> str | None:
     """`git describe --always` in the working directory, or None outside a repository or without git; git's
     messages are discarded."""
-    try:
-        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=False)
-    except OSError:
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
+    return git_output("describe", "--always", cwd=Path.cwd()) or None
 
 
 @contextlib.contextmanager
