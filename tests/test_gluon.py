@@ -340,7 +340,7 @@ def test_gpu_pingpong_tile_never_addresses_through_rows_past_the_length(heads):
     rows = torch.where(past, garbage.to(torch.int32), sets.rows)
     out = poisoned_out(tokens, heads, 512, device)
     launch_union_attention_ws(args, UnionSets(rows, sets.bits, sets.lengths, group), out, LOG2E * args.sm_scale,
-                              False, tile="pingpong")
+                              False)
     torch.cuda.synchronize()
     assert not out.isnan().any(), "the ping-pong tile left outputs unwritten"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))

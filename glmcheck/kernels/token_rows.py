@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from glmcheck.kernels.device_helpers import append_rows, load_group_slots
+from glmcheck.kernels.device_helpers import append_rows
 
 
 @triton.jit
@@ -16,7 +16,9 @@ def compact_token_rows_kernel(
 ):
     """Grid (T,). Token t's valid rows -> rows[t, :n] (slot order), bits[t, :n] = 1, len[t] = n. With HAS_LENGTH
     the loop stops at the step holding slot topk_length[t] - 1: at 1 x 2048 (calibrated) a token's length is
-    half of topk on average (docs/performance.md, "Half pairs")."""
+    half of topk on average (docs/performance.md, "Half pairs"). Slots are addressed directly, one length load
+    per program: the group-slot helper of the union builds (a division and a length load per slot) made this
+    pass instruction-bound (docs/performance.md, "Per-token compaction")."""
     token = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
     ones = tl.full([BLOCK], 1, dtype=tl.int32)
@@ -24,8 +26,11 @@ def compact_token_rows_kernel(
     end = topk
     if HAS_LENGTH:
         end = tl.minimum(tl.maximum(tl.load(length_ptr + token), 0), topk)
+    idx_row = idx_ptr + token * stride_it
     for start in range(0, end, BLOCK):
-        row, _, valid = load_group_slots(idx_ptr, length_ptr, token, start + lanes, topk, topk, num_kv_rows,
-                                         stride_it, stride_is, 1, HAS_LENGTH)
+        slot = start + lanes
+        live = slot < end
+        row = tl.load(idx_row + slot * stride_is, mask=live, other=-1)
+        valid = live & (row >= 0) & (row < num_kv_rows)
         emitted = append_rows(rows_ptr + token * stride_r, bits_ptr + token * stride_b, emitted, valid, row, ones, topk)
     tl.store(len_ptr + token, emitted)
