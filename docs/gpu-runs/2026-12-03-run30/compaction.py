@@ -54,7 +54,9 @@ for label in sys.argv[1].split(","):
         if ref is None:
             ref = got
         assert all(torch.equal(a, b) for a, b in zip(got, ref)), name
-        replays[name] = capture_graph(call)[0]
+        replay, _ = capture_graph(call)
+        # the graph holds no reference to the buffers it writes: keep them alive while it is replayed
+        replays[name] = (lambda r=replay, _keep=(call, bufs): r())
     times = {name: [] for name in variants}
     for round_ in range(5):
         for name in (list(variants) if round_ % 2 == 0 else list(reversed(variants))):
