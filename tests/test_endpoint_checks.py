@@ -20,6 +20,7 @@ from glmcheck import cli
 from glmcheck.evaluate import CheckOptions, firsttoken, firsttoken_endpoints, sweep, sweep_endpoints
 from glmcheck.records.layout import FINGERPRINT_FILE, ITEMS_DIR
 from tests.support.servers import Servers
+from tests.support.signals import default_sigint
 
 FAULT = "fault=glmcheck.selftest.faults:rope_tail_dropped"
 LATE = "late=tests/support/late_fault.py:late_fault"
@@ -136,7 +137,7 @@ def test_sigint_mid_run_then_a_rerun_resumes(servers, tmp_path, capsys):
             "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
             *sum((["--band-endpoint", b] for b in _band(servers)), [])]
     process = subprocess.Popen([sys.executable, "-m", "glmcheck", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 240
     while not _items(out) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -14,6 +14,7 @@ import pytest
 from glmcheck import cli
 from glmcheck.checks import runner
 from glmcheck.records.store import read_record
+from tests.support.signals import default_sigint
 
 FIRSTTOKEN = ["firsttoken", "--prompts", "natural50", "--limit", "4", "--backends", "triton_sparse_mla", "--quiet"]
 LOGITS = ["logits", "--tokens", "24,32,40", "--backends", "triton_sparse_mla", "--quiet"]
@@ -25,7 +26,7 @@ def _items(out: Path) -> list[Path]:
 
 def _kill_midway(args: list[str], out: Path, sig: int, after: int) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "glmcheck", *args, "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 240
     while len(_items(out)) < after and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -1,0 +1,15 @@
+"""Child processes that take Ctrl-C whatever the test run inherited.
+
+A command started in the background by a non-interactive shell (`cmd &`, `nohup ... &`) inherits SIGINT ignored,
+and Python then installs no KeyboardInterrupt handler in its children: a test that sends SIGINT to a glmcheck run
+would see it finish (exit 0) instead of being interrupted. Passed as `preexec_fn`, this restores the default
+disposition in the child before it starts, so Python installs its handler as in a terminal."""
+
+from __future__ import annotations
+
+import signal
+
+
+def default_sigint() -> None:
+    """preexec_fn for subprocess.Popen: SIGINT back to its default in the child."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
