@@ -145,6 +145,29 @@ def test_length_forms_are_gated_timed_and_paired_where_their_path_applies():
     assert "paired rounds" in table and last[1:4] == ["1x24 H=32", "1.000 (1.000-1.000)", "1.000 (1.000-1.000)"]
 
 
+def test_per_token_compaction_is_timed_alone_where_the_pingpong_tile_runs_it(monkeypatch):
+    """Where the per-token path runs the ping-pong tile (faked here: the tile needs Hopper) its row compaction is
+    timed alone like the union builds, a column of its own; elsewhere (the Triton tile compacts nothing) there is
+    no such column."""
+    from glmcheck.bench import kernel as bench_kernel
+    from glmcheck.kernels.prefill import Route
+
+    specs = [s for s in default_specs(flashmla=False) if s.name == "per-token+len"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    plain = run_point(BenchPoint(1, 24, 64), specs, topk=16, device=device, timer=fake_timer([]))
+    assert "compaction" not in [r.backend for r in plain]
+    compacted: list = []
+    real = bench_kernel.token_row_sets
+    monkeypatch.setattr(bench_kernel, "kernel_route", lambda *args, **kwargs: Route(1, "gluon-pingpong"))
+    monkeypatch.setattr(bench_kernel, "token_row_sets", lambda *args: compacted.append(args) or real(*args))
+    timed: list = []
+    results = run_point(BenchPoint(1, 24, 64), specs, topk=16, device=device, timer=fake_timer(timed))
+    by_name = {r.backend: r for r in results}
+    assert by_name["compaction"].ms == 1.0 and "compaction" in by_name["compaction"].note
+    assert compacted and compacted[0][1] is not None, "timed with topk_length, as the +len path passes it"
+    assert "compaction ms" in render_table(results)
+
+
 def test_paired_ratios_alternate_which_side_runs_first():
     seen: list[str] = []
     times = {"a": 2.0, "b": 1.0}

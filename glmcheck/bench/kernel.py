@@ -24,7 +24,8 @@ from glmcheck.checks import metrics
 from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill, union_dedup, union_is_legal
-from glmcheck.kernels.prefill import effective_lengths
+from glmcheck.kernels.prefill import effective_lengths, kernel_route
+from glmcheck.kernels.union import token_row_sets
 
 GATE_REL_L2 = 3e-3
 REFERENCE_BUDGET_BYTES = 2 * 2**30  # the reference's gather chunk on the GPU (fewer, larger chunks)
@@ -267,8 +268,9 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
               pair_rounds: int = 0, reference_dtype: torch.dtype = torch.float32) -> list[BenchResult]:
     """Gate then time every spec that applies at the point's head count (rel-L2 against the
     reference in `reference_dtype`: fp32, or fp64 where margins are finer than fp32's own
-    rounding, ~1e-10 of a ~2e-3 rel-L2); the union build is timed
-    alone as well; then each (A, B) of `pairs` that both passed their gates is timed alternately
+    rounding, ~1e-10 of a ~2e-3 rel-L2); the union builds are timed
+    alone as well, and so is the per-token path's row compaction where that path runs the ping-pong tile
+    (docs/performance.md, "Per-token compaction"); then each (A, B) of `pairs` that both passed their gates is timed alternately
     over `pair_rounds` rounds (`paired_ratios`), one paired row per pair.
 
     `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
@@ -291,11 +293,16 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
         if call is not None:
             calls[spec.name] = call
-    for group in (2, 4, 8):
-        build = lambda g=group: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows
-        call, _, failure = (build, None, "") if timing == "eager" else _try_capture(capture, build)
-        results.append(BenchResult(point, f"build{group}", None if call is None else timer(call, rep_ms=rep),
-                                   None, failure or "union build alone"))
+    index_work = {f"build{g}": (lambda g=g: union_dedup(inputs.indices, g, num_kv_rows=inputs.kv.shape[0]).rows,
+                                "union build alone") for g in (2, 4, 8)}
+    route = kernel_route(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V, topk_length=inputs.topk_length)
+    if route.tile == "gluon-pingpong":  # the per-token path compacts each token's rows before the tile
+        index_work["compaction"] = (lambda: token_row_sets(inputs.indices, inputs.topk_length, inputs.kv.shape[0]).rows,
+                                    "per-token row compaction alone (with topk_length)")
+    for name, (work, what) in index_work.items():
+        call, _, failure = (work, None, "") if timing == "eager" else _try_capture(capture, work)
+        results.append(BenchResult(point, name, None if call is None else timer(call, rep_ms=rep), None,
+                                   failure or what))
     for a, b in pairs:
         if pair_rounds and a in calls and b in calls:
             ratios = paired_ratios(calls[a], calls[b], pair_rounds, timer, rep_ms=rep // 2)

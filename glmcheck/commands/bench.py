@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
                                    "H=64, 128: per-token and union 2 / 4 / 8 (where G*H is legal), each with and "
                                    "without topk_length, FlashMLA (heads zero-padded to a multiple of 64 inside "
                                    "the timed call, with and without topk_length) and plain torch bf16 (H=8); the "
-                                   "union build alone; then each path with topk_length against it without, in "
+                                   "union builds alone, and the per-token path's row compaction where it runs "
+                                   "the ping-pong tile; then each path with topk_length against it without, in "
                                    "paired rounds. With --model: whole-prefill latency per backend.")
     p.add_argument("--quick", action="store_true", help="shorter timing runs")
     p.add_argument("--points", default=DEFAULT_POINTS, help="BxS:H points, comma-separated (default: %(default)s)")
