@@ -7,7 +7,15 @@ import torch
 
 from glmcheck.backends import register_backend, unregister_backend
 from glmcheck.backends.reference import sparse_mla_reference
-from glmcheck.bench.model import ModelRow, PrefillTiming, bench_prefill, default_rows, parse_rows, schedule_ms
+from glmcheck.bench.model import (
+    ModelRow,
+    PrefillTiming,
+    bench_prefill,
+    default_rows,
+    parse_rows,
+    schedule_ms,
+    weighting_schedule,
+)
 from glmcheck.bench.report import render_model_table
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.data.indices import calibrated_indices, calibrated_selector
@@ -32,6 +40,18 @@ def test_schedule_weights_each_layer_kind():
     assert schedule_ms(timing, 21, 57, 8) == pytest.approx((21 * 2.0 + 57 * 1.0) / 8)
     assert schedule_ms(PrefillTiming("r", 8, "ok", True, 1.0, 1.0, full_layer_ms=2.0), 3, 0, 1) == 6.0
     assert schedule_ms(PrefillTiming("hf", 8, "ok", True, 1.0), 3, 1, 1) is None
+
+
+def test_schedule_is_the_presets_whole_depth_whatever_layers_ran():
+    """--layers only truncates the model to fit: the per-kind means are weighted over the named model's own
+    indexer schedule (GLM-5.2: 21 full, 57 shared), not the truncated model's (8 layers: 4 and 4)."""
+    from glmcheck.model.load import ModelSpec
+
+    schedule = weighting_schedule(ModelSpec("glm-5.2", layers=8, experts=16))
+    assert (schedule.count("full"), schedule.count("shared")) == (21, 57)
+    tiny = weighting_schedule(ModelSpec("tiny", layers=1))
+    assert tiny == ["full", "shared", "full"]
+    assert weighting_schedule(ModelSpec("ref-cpu")) == ["full", "shared", "full"]  # a checkpoint's own layers
 
 
 def _scaled(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):

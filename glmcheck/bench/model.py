@@ -165,6 +165,15 @@ def bench_prefill(model, lengths: list[int], rows: list[ModelRow], options: Swap
     return results
 
 
+def weighting_schedule(spec) -> list[str]:
+    """The indexer schedule ("full" / "shared" per layer) the per-kind means are weighted over: a preset's whole
+    depth, whatever `--layers` ran (it only truncates the model to fit: GLM-5.2's 21 full and 57 shared layers
+    from an 8-layer run), a checkpoint's own layers. `spec`: a `glmcheck.model.load.ModelSpec`."""
+    from glmcheck.model.load import config_of
+
+    return list(config_of(replace(spec, layers=None)).indexer_types)
+
+
 def schedule_ms(timing: PrefillTiming, full_layers: int, shared_layers: int, tp: int) -> float | None:
     """Attention ms of one forward over a schedule of `full_layers` + `shared_layers` layers, per TP rank
     slice, from the row's per-kind means (a model without shared layers weights full ones only)."""

@@ -175,7 +175,7 @@ def _handle_model(ns) -> int:
     from tqdm import tqdm
 
     from glmcheck.backends.validation import validate_backends
-    from glmcheck.bench.model import bench_prefill, default_rows, parse_rows
+    from glmcheck.bench.model import bench_prefill, default_rows, parse_rows, weighting_schedule
     from glmcheck.bench.report import render_model_table
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.data.indices import calibrated_selector
@@ -205,11 +205,15 @@ def _handle_model(ns) -> int:
     with tqdm(total=len(lengths) * len(rows), desc="prefill", disable=ns.quiet, leave=False) as bar:
         timings = bench_prefill(model, lengths, rows, options, progress=bar,
                                 prompt=lambda n, key: model_prompt(spec, model.config.vocab_size, n, key, device))
-    schedule = config_of(spec).indexer_types
+    schedule = weighting_schedule(spec)
     table = render_model_table(timings, ns.tp, schedule.count("full"), schedule.count("shared"))
     print(f"model: {spec.describe()}, tp {ns.tp} ({heads} heads per rank slice, run one after another); indices: "
           + ("calibrated (every indexer's top-k replaced by calibrated indices for timing)" if indices == "calibrated"
              else "the model's own indexer") + f"; prompts: {prompt_source(spec)}")
+    ran = config_of(spec).indexer_types
+    print(f"schedule: each layer kind's mean over the {len(ran)} layers that ran ({ran.count('full')} full, "
+          f"{ran.count('shared')} shared), weighted over the model's {len(schedule)} ({schedule.count('full')} full, "
+          f"{schedule.count('shared')} shared indexer layers)")
     print(table)
     rows_out = [dataclasses.asdict(t) for t in timings]
     directory = _write(ns, "bench-model", {"command": "bench-model", "environment": environment_metadata(),
