@@ -75,12 +75,14 @@ def _raw_device() -> torch.device:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("heads, kv_int64", [(64, False), (128, False), (17, False), (64, True)])
-def test_gpu_raw_rows_match_fp64_with_empty_slots_and_odd_lengths(heads, kv_int64):
+@pytest.mark.parametrize("heads, kv_int64, topk", [(64, False, 512), (128, False, 512), (17, False, 130),
+                                                  (64, True, 130)])
+def test_gpu_raw_rows_match_fp64_with_empty_slots_and_odd_lengths(heads, kv_int64, topk):
     """Empty slots inside topk_length (-1 and rows past the pool), lengths below 0, 0, odd block counts and past
-    topk: the raw tile against fp64 on a poisoned output."""
+    topk, index rows not a whole number of blocks (130) given as a strided view: the raw tile against fp64 on a
+    poisoned output."""
     device = _raw_device()
-    tokens, topk, kv_rows = 300, 512, 600
+    tokens, kv_rows = 300, 600
     gen = torch.Generator().manual_seed(heads)
     indices = torch.randperm(kv_rows, generator=gen)[:topk].repeat(tokens, 1).to(torch.int32)
     indices = torch.stack([row[torch.randperm(topk, generator=gen)] for row in indices])
@@ -89,7 +91,8 @@ def test_gpu_raw_rows_match_fp64_with_empty_slots_and_odd_lengths(heads, kv_int6
     lengths = torch.randint(-2, topk + 6, (tokens,), generator=gen, dtype=torch.int32)
     lengths[:4] = torch.tensor([0, 1, 65, 129], dtype=torch.int32)
     q, kv = random_qkv(tokens, heads, kv_rows, 512, 64, gen, device)
-    indices, lengths = indices.to(device), lengths.to(device)
+    wide = torch.stack([indices, indices], dim=2).reshape(tokens, 2 * topk).to(device)
+    indices, lengths = wide[:, ::2], lengths.to(device)  # a strided view on the device
     out = poisoned_out(tokens, heads, 512, device)
     sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=lengths, out=out, _raw_token_rows=True,
                        _kv_int64=kv_int64)
