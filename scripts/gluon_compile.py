@@ -2,7 +2,7 @@
 resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/gluon_compile.py [--heads 8] [--token-heads N [--raw-rows]] [--kv-int64]
+    python scripts/gluon_compile.py [--heads 8] [--token-heads N] [--kv-int64]
         [--ptx out.ptx] [--code-ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
 --heads H: a union tile of G = 64 / H tokens; --token-heads N: the per-token form
 (G = 1) for N heads, run as ceil(N / 64) slices of 64. Prints registers per thread, spills, shared
@@ -91,8 +91,8 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
     constexprs |= {"CONSUMER_REGS": common.PINGPONG_CONSUMER_REGS,
                    "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
-                   "PARTIAL_HEADS": bool(ns.token_heads % 64), "RAW_ROWS": ns.raw_rows}
-    kinds = SHARED_SIGNATURE | {"num_heads": "i32", "num_kv_rows": "i32"}
+                   "PARTIAL_HEADS": bool(ns.token_heads % 64)}
+    kinds = SHARED_SIGNATURE | {"num_heads": "i32"}
     signature = {name: kinds.get(name, "constexpr") for name in kernel.arg_names}  # the kernel's order
     missing = set(constexprs) - set(signature)
     if missing or {n for n, kind in signature.items() if kind == "constexpr"} - set(constexprs):
@@ -110,8 +110,6 @@ def main() -> None:
     parser.add_argument("--token-heads", type=int, default=0,
                         help="the per-token form (G = 1) for this many heads; replaces --heads")
     parser.add_argument("--kv-int64", action="store_true", help="int64 KV row offsets (KV_INT64=True)")
-    parser.add_argument("--raw-rows", action="store_true",
-                        help="with --token-heads: each token's index row read as is (RAW_ROWS=True)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--code-ptx", help="also write the PTX without debug information here (`code_ptx`)")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")
@@ -119,13 +117,10 @@ def main() -> None:
                         help="print each loop that issues warpgroup MMAs and exit 1 if one of them loads or "
                              "stores local memory (register spills; scripts/sass_loops.py)")
     ns = parser.parse_args()
-    if ns.raw_rows and not ns.token_heads:
-        parser.error("--raw-rows takes --token-heads (one-token groups only)")
     source, num_warps = kernel_source(ns)
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     ptx = kernel.asm["ptx"]
     shape = f"token_heads={ns.token_heads}" if ns.token_heads else f"heads={ns.heads}"
-    shape += " raw_rows" if ns.raw_rows else ""
     print(f"pingpong {shape} kv_int64={ns.kv_int64}: {resource_usage(kernel.asm['cubin'])}, "
           f"shared {kernel.metadata.shared} B, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
           f"cp.async {len(re.findall(r'cp.async.cg|cp.async.ca', ptx))}, "

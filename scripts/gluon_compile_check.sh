@@ -39,8 +39,6 @@ for wide in "" --kv-int64; do
   for heads in 8 16 32; do check --heads "$heads" $wide; done
   # the per-token form: 64 heads, one slice; padded (17..63); two slices, padded and whole
   for heads in 64 17 100 128; do check --token-heads "$heads" $wide; done
-  # the per-token form reading index rows as is (RAW_ROWS, `_raw_token_rows`): one slice, padded, two slices
-  for heads in 64 17 128; do check --token-heads "$heads" --raw-rows $wide; done
 done
 [ "$failed" = 0 ] || { echo "gluon_compile_check: a Gluon kernel does not compile for sm_90a or spills in a consumer loop" >&2; exit 1; }
 echo "gluon_compile_check: every Gluon kernel configuration compiles for sm_90a in both addressing modes, no consumer loop spills"

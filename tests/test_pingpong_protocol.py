@@ -60,19 +60,3 @@ def test_pingpong_protocol_catches_p0_read_unwaited_in_a_half_pair(blocks):
     with pytest.raises(ProtocolViolation, match="odd O \\+= P0 V0 reads tail0: expected"):
         for seed in range(SCHEDULES):
             run_schedule(PipelineOptions(half_p0_unwaited=True), blocks, seed)
-
-
-@pytest.mark.parametrize("blocks", [BLOCKS, 7, 3, 1, 0])
-def test_raw_rows_validity_handoff_has_no_race_or_deadlock(blocks):
-    """RAW_ROWS: each block's validity bytes, published after its stage's first piece (0L, 1R) and read before
-    each consumer's softmax, are never overwritten before they are read."""
-    for seed in range(SCHEDULES):
-        run_schedule(PipelineOptions(raw_rows=True), blocks, seed)
-
-
-def test_raw_rows_catches_validity_published_before_its_piece_is_free():
-    """Published before 0L / 1R is free again, a stage's bytes can replace the previous pair's before the consumer
-    that computes that block has read them."""
-    with pytest.raises(ProtocolViolation, match="reads valid[01]: expected|parity aliasing"):
-        for seed in range(SCHEDULES):
-            run_schedule(PipelineOptions(raw_rows=True, valid_early=True), BLOCKS, seed)

@@ -19,7 +19,7 @@ import torch
 import triton
 
 from glmcheck.kernels import tiles
-from glmcheck.kernels.gluon.launch import launch_token_rows_raw, launch_union_attention_ws, ws_supports
+from glmcheck.kernels.gluon.launch import launch_union_attention_ws, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.plan import PINGPONG_MIN_HEADS, SparseMLAPlan, union_group
 from glmcheck.kernels.runtime import interpreter_active
@@ -146,11 +146,8 @@ def _token_slice(args: PrefillArgs, start: int) -> PrefillArgs:
 
 
 def _run_per_token(args: PrefillArgs, out: torch.Tensor, kv_int64: bool, first: tiles.Tile | None,
-                   sets: UnionSets | None = None, raw_rows: bool = False) -> None:
+                   sets: UnionSets | None = None) -> None:
     if per_token_tile(args, first) == "gluon-pingpong":  # 64-head slices, padded where H % 64 != 0
-        if raw_rows and sets is None and args.topk_length is not None:
-            launch_token_rows_raw(args, out, LOG2E * args.sm_scale, kv_int64)
-            return
         sets = sets if sets is not None else token_row_sets(args.indices, args.topk_length, args.num_kv_rows)
         launch_union_attention_ws(args, sets, out, LOG2E * args.sm_scale, kv_int64)
         return
@@ -185,8 +182,7 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
                        topk_length: torch.Tensor | None = None, out: torch.Tensor | None = None, union: int = 0,
                        deterministic: bool = False, check_inputs: bool = False, plan: SparseMLAPlan | None = None,
-                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None,
-                       _raw_token_rows: bool = False) -> torch.Tensor:
+                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
     `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one deduplicated gather (the
@@ -195,9 +191,7 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
     (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row
-    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels; `_raw_token_rows` has the per-token path
-    on the ping-pong tile read each index row as is when topk_length is given (no compaction: being measured, see
-    `launch_token_rows_raw`). Same inputs, same bits. `plan` (from
+    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits. `plan` (from
     `plan_sparse_mla` on these indices) skips the index work: its path and union sets are used, bit for bit the
     result without it; a plan that does not match the call's shapes, device, KV rows or heads, or whose indices
     or topk_length are not the very tensors it was built from, unchanged (`glmcheck.kernels.plan`), is a
@@ -222,5 +216,5 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     if group:
         _run_union(args, group, out, kv_int64, _tile, plan.union_sets if plan is not None else None)
     else:
-        _run_per_token(args, out, kv_int64, _tile, plan.token_sets if plan is not None else None, _raw_token_rows)
+        _run_per_token(args, out, kv_int64, _tile, plan.token_sets if plan is not None else None)
     return out

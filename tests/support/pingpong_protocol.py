@@ -37,10 +37,7 @@ class PipelineOptions:
     next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill;
     odd_p_early stores P1 before S1 (so before 1L's refill, which says that the even warpgroup's
     O += P1 V1 of the previous pair is done); peer_max_unwaited reads M0 without waiting for it;
-    half_p0_unwaited has the odd warpgroup's half pair read P0 without waiting for it. raw_rows is the
-    kernel's RAW_ROWS form (the producer publishes each block's validity bytes after its stage's first
-    piece, 0L or 1R; each consumer reads them before its softmax); valid_early plants publishing them
-    before that piece is free."""
+    half_p0_unwaited has the odd warpgroup's half pair read P0 without waiting for it."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
@@ -49,8 +46,6 @@ class PipelineOptions:
     odd_p_early: bool = False
     peer_max_unwaited: bool = False
     half_p0_unwaited: bool = False
-    raw_rows: bool = False
-    valid_early: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -165,30 +160,9 @@ def producer(m: Machine, options: PipelineOptions, blocks: int) -> Partition:
         for piece, names in PIECES.items():
             if last_half and piece not in EVEN_PIECES:
                 continue
-            stage = VALIDITY_PIECES.get(piece) if options.raw_rows else None
-            if stage is not None and options.valid_early:
-                yield from publish_valid(m, stage, p)
             if p:
                 yield ("wait", lambda piece=piece, k=p - 1: m.phase_done(f"empty {piece}", k), f"empty {piece}")
             yield ("do", lambda piece=piece, n=names, k=p: m.issue_gather(piece, n, kv(k), "producer"))
-            if stage is not None and not options.valid_early:
-                yield from publish_valid(m, stage, p)
-
-
-VALIDITY_PIECES = {"0L": 0, "1R": 1}  # RAW_ROWS: the piece after which each stage's validity bytes go out
-
-
-def publish_valid(m: Machine, stage: int, pair: int) -> Partition:
-    """RAW_ROWS: the producer stores a stage's validity bytes for `pair` and arrives on their barrier."""
-    yield ("do", lambda: (m.write(f"valid{stage}", ("valid", pair), f"producer publishes valid{stage}"),
-                          m.arrive(f"valid{stage}")))
-
-
-def read_valid(m: Machine, options: PipelineOptions, stage: int, pair: int, who: str) -> Partition:
-    """RAW_ROWS: a consumer takes its block's validity bytes before its softmax."""
-    if options.raw_rows:
-        yield wait_phase(m, f"valid{stage}", pair)
-        yield ("do", lambda: m.read(f"valid{stage}", ("valid", pair), f"{who} reads valid{stage}"))
 
 
 def kv(pair: int) -> tuple:
@@ -219,7 +193,7 @@ def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p), "q": ("q",)}, "even S0 left"))
 
 
-def even_block(m: Machine, options: PipelineOptions, p: int) -> Partition:
+def even_block(m: Machine, p: int) -> Partition:
     """The even warpgroup's own block of pair p, as full and half pairs share it: S0 (its left half
     issued in the previous pair; the first pair's here, waited for), M0 published, O += P0 V0 issued."""
     if p == 0:
@@ -229,16 +203,15 @@ def even_block(m: Machine, options: PipelineOptions, p: int) -> Partition:
     yield ("do", lambda: m.issue_mma("even", {"main0 R": kv(p), "q": ("q",)}, "even S0 right"))
     yield ("do", lambda: m.issue_mma("even", {"tail0": kv(p), "q": ("q",)}, "even S0 tail"))
     yield wait_group(m, "even", 0)
-    yield from read_valid(m, options, 0, p, "even")
     yield ("do", lambda: (m.write("max0", ("M0", p), "even publishes M0"), m.arrive("max0")))
     yield ("do", lambda: m.issue_mma("even", {"main0 L": kv(p)}, "even O += P0 V0"))
 
 
-def even_half_pair(m: Machine, options: PipelineOptions, p: int) -> Partition:
+def even_half_pair(m: Machine, p: int) -> Partition:
     """The even warpgroup's half pair p (the group's last, its odd block absent): S0 (its left half
     issued before, as in a full pair), M0, O += P0 V0 from registers and P0 for the odd warpgroup's
     columns, against M0 (the pair's max: there is no odd block)."""
-    yield from even_block(m, options, p)
+    yield from even_block(m, p)
     yield ("do", lambda: (m.write("tail0", ("P0", p), "even publishes P0"), m.arrive("pub0")))
     yield wait_group(m, "even", 0)
 
@@ -258,7 +231,7 @@ def even_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Parti
     (the first pair's before it, waited for), and each pair but the last issues the next one's
     behind its O += P1 V1. P0 stays in registers for its own O += P0 V0; it is stored (moved to
     the pair's max) only once the odd warpgroup's max has arrived."""
-    yield from even_block(m, options, p)
+    yield from even_block(m, p)
     if not options.even_release_unwaited:
         yield wait_group(m, "even", 0)
     yield ("do", lambda: m.arrive("empty 0L"))
@@ -290,7 +263,6 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partit
     yield ("do", lambda: m.issue_mma("odd", {"main1 L": kv(p), "q": ("q",)}, "odd S1 left"))
     yield wait_group(m, "odd", 0)
     yield ("do", lambda: m.arrive("empty 1T"))
-    yield from read_valid(m, options, 1, p, "odd")
     if not options.peer_max_unwaited:
         yield wait_phase(m, "max0", p)
     yield ("do", lambda: m.read("max0", ("M0", p), "odd reads M0"))
@@ -322,7 +294,7 @@ def consumer(pair: Callable, half_pair: Callable, me: int) -> Callable:
     return partition
 
 
-even_consumer = consumer(even_pair, even_half_pair, 0)
+even_consumer = consumer(even_pair, lambda m, options, p: even_half_pair(m, p), 0)
 odd_consumer = consumer(odd_pair, odd_half_pair, 1)
 
 

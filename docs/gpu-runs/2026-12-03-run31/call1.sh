@@ -16,7 +16,7 @@ timeout 200 compute-sanitizer --tool memcheck --target-processes all --error-exi
   $PY tests/test_gluon_raw_rows.py > $OUT/memcheck-pytest.txt 2>&1; echo "exit $?" >> $OUT/memcheck-pytest.txt
 echo "=== memcheck after $(( $(date +%s) - start )) s"; tail -n 3 $OUT/memcheck-pytest.txt; grep "ERROR SUMMARY" $OUT/memcheck.log | tail -n 2
 if grep -q "^exit 0" $OUT/pytest-raw.txt; then
-  timeout 200 python3 docs/gpu-runs/2026-12-03-run30/raw_rows_ab.py 1x2048:64,1x2048:128,1x8192:64,1x8192:128 \
+  timeout 200 python3 docs/gpu-runs/2026-12-03-run31/raw_rows_ab.py 1x2048:64,1x2048:128,1x8192:64,1x8192:128 \
     calibrated,drift10 > $OUT/ab.txt 2>&1; echo "exit $?" >> $OUT/ab.txt
   grep -v Warn $OUT/ab.txt | tail -n 12
 fi

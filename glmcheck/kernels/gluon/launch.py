@@ -93,20 +93,6 @@ def launch_union_attention_ws(args: PrefillArgs, sets: UnionSets, out: torch.Ten
     return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64)
 
 
-def launch_token_rows_raw(args: PrefillArgs, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
-    """The per-token path on the ping-pong tile without the compaction pass (RAW_ROWS): each token's index row read
-    as is, its topk_length (required) clamped to [0, topk]; the producer masks the empty slots. Not the default
-    yet: it must first pass the contract on the GPU and beat the compacted path there (docs/performance.md, "Known
-    limits"); `sparse_mla_prefill(..., _raw_token_rows=True)` reaches it."""
-    if args.topk_length is None:
-        raise ValueError("raw token rows need topk_length (without it the compaction finds each token's bound)")
-    check_ws_args(args, 1)
-    indices = args.indices.contiguous()  # the producer reads the row width from the row stride
-    lengths = args.topk_length.clamp(0, indices.shape[1]).to(torch.int32)
-    sets = UnionSets(indices, indices.view(torch.uint8), lengths, 1)  # bits are not read at G = 1
-    return launch_pingpong(args, sets, out, qk_scale_log2, kv_int64, raw_rows=True)
-
-
 def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float) -> tuple:
     """The Gluon tile's leading positional arguments, in its order: tensors, strides, scale."""
     q, kv = args.q, args.kv
@@ -114,10 +100,9 @@ def _shared_kernel_args(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, q
             sets.rows.stride(0), sets.bits.stride(0), out.stride(0), out.stride(1), out.stride(2), qk_scale_log2)
 
 
-def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool,
-                    raw_rows: bool = False):
+def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_scale_log2: float, kv_int64: bool):
     """The ping-pong tile (`pingpong.py`) on checked arguments: one program per union group, or per token and
-    64-head slice for one-token groups (with `raw_rows`, `sets` holds index rows: `launch_token_rows_raw`)."""
+    64-head slice for one-token groups."""
     from glmcheck.kernels.gluon.pingpong import sparse_mla_union_pingpong_kernel
     from glmcheck.kernels.gluon.pingpong_shared import WARPGROUP_WARPS
 
@@ -126,7 +111,7 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
     if not sets.rows.is_contiguous():  # the producer reads the row width from the row stride
         sets = replace(sets, rows=sets.rows.contiguous())
     return sparse_mla_union_pingpong_kernel[(sets.lengths.shape[0] * slices,)](
-        *_shared_kernel_args(args, sets, out, qk_scale_log2), args.num_heads, args.num_kv_rows,
+        *_shared_kernel_args(args, sets, out, qk_scale_log2), args.num_heads,
         H=tile_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail, BLOCK_N=BLOCK_N,
         CONSUMER_REGS=PINGPONG_CONSUMER_REGS, KV_INT64=kv_int64, HEAD_SLICES=slices,
-        PARTIAL_HEADS=args.num_heads % tile_heads != 0, RAW_ROWS=raw_rows, num_warps=WARPGROUP_WARPS.value)
+        PARTIAL_HEADS=args.num_heads % tile_heads != 0, num_warps=WARPGROUP_WARPS.value)

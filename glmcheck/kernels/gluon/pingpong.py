@@ -30,10 +30,6 @@ pub[w] its P):
         O *= alpha; O += P1 V1[:, 256:] from registers; store P1; wait pub[0]; O += P0 V0[:, 256:]; publish P1
         (pub[1]); wait for O += P1 V1 (release 1R), then for O += P0 V0 (release 0R)
   producer: 0L 1T 1R 0R 1L, the order the pieces are freed in ("Ping-pong stage pieces and fill order").
-RAW_ROWS (one-token groups reading each index row as is, no compaction): the producer also stores each block's
-validity bytes (one a row: live, and in [0, S)) once its stage's first piece is free (0L, 1R: both freed only after
-the softmax that reads them) and arrives on that stage's valid barrier; each consumer waits on it before its
-softmax and masks with those bytes instead of the live mask.
 tests/support/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and checks it
 for races under random interleavings on the CPU: change the two together. Each warpgroup's row sums cover its own
 blocks; they are added through shared memory at the end. One-token groups (G = 1, the per-token path) run per
@@ -118,36 +114,19 @@ def _init_max_barriers():
 
 
 @gluon.jit
-def _allocate_validity(BLOCK_N: gl.constexpr, RAW_ROWS: gl.constexpr):
-    """(validity bytes [2, BLOCK_N] uint8, one per row of each stage's block; their barriers [2, 1]) for RAW_ROWS,
-    where the producer reads a token's index row itself and tells the consumers which rows are valid
-    (docs/performance.md, "Known limits"). Allocated after every other buffer, so the offsets of those stay
-    what they are without RAW_ROWS; initialised only with it."""
-    valid_bufs = gl.allocate_shared_memory(gl.uint8, [2, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    valid_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    if RAW_ROWS:
-        for i in gl.static_range(2):
-            mbarrier.init(valid_bars.index(i), count=1)
-    return valid_bufs, valid_bars
-
-
-@gluon.jit
 def sparse_mla_union_pingpong_kernel(
     q_ptr, kv_ptr, rows_ptr, bits_ptr, len_ptr, out_ptr,
     stride_qt, stride_qh, stride_qd, stride_kvs, stride_rg, stride_bg, stride_ot, stride_oh, stride_od,
-    qk_scale_log2, num_heads, num_kv_rows,
+    qk_scale_log2, num_heads,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr = 1,
-    PARTIAL_HEADS: gl.constexpr = False, RAW_ROWS: gl.constexpr = False,
+    PARTIAL_HEADS: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1 along D).
     rows/bits/len from the union build (rows in [0, S); rows contiguous, since the producer takes stride_rg as
     their width). Grid (num_groups * HEAD_SLICES,) with G = 1 and H = 64 tile rows per token: a token's num_heads
     heads run as HEAD_SLICES slices of 64 (`tile_index`), PARTIAL_HEADS when num_heads is not a multiple of 64
-    (the last slice's missing heads are zero-padded rows, never stored); with G > 1, num_heads = H.
-    RAW_ROWS (G = 1 only): rows are each token's index row itself (any slots, -1 or out of [0, num_kv_rows) among
-    them) and len its topk_length clamped to [0, topk]; the producer masks invalid rows and hands each block's
-    validity to the consumers through shared memory. Otherwise num_kv_rows is not read."""
+    (the last slice's missing heads are zero-padded rows, never stored); with G > 1, num_heads = H."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers per thread if
     # staged through registers, which spilled. Nothing waits for it here: the default warps issue it and then run
@@ -160,22 +139,18 @@ def sparse_mla_union_pingpong_kernel(
     main_bufs, tail_bufs, odd_p, max_bufs, sum_bufs = _allocate_stages(D_V, D_TAIL, BLOCK_N)
     full_bars, empty_bars, pub_bars, sum_bars = _init_barriers()
     max_bars = _init_max_barriers()
-    valid_bufs, valid_bars = _allocate_validity(BLOCK_N, RAW_ROWS)
     gl.thread_barrier()  # the barriers are initialised before any partition uses them
     fence_async_shared()  # the barriers, for the async proxy (cp.async arrivals)
 
     # The producer is the default partition (the launch's warps); the two consumer warpgroups are
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
-        (pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, num_kv_rows, main_bufs, tail_bufs,
-                          full_bars, empty_bars, valid_bufs, valid_bars, D_TAIL, BLOCK_N, KV_INT64, HEAD_SLICES,
-                          RAW_ROWS)),
+        (pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, HEAD_SLICES)),
         (even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                          max_bufs, sum_bufs, sum_bars, valid_bufs, valid_bars, num_heads, H, G, BLOCK_N,
-                          HEAD_SLICES, PARTIAL_HEADS, RAW_ROWS)),
+                          max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)),
         (odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                         max_bufs, sum_bufs, sum_bars, valid_bufs, valid_bars, num_heads, H, G, BLOCK_N,
-                         HEAD_SLICES, PARTIAL_HEADS, RAW_ROWS)),
+                         max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

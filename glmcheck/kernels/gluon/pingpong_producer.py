@@ -44,34 +44,11 @@ def _live(block, length, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _valid(rows, live, num_kv_rows, RAW_ROWS: gl.constexpr):
-    """The rows to gather: the live ones, and with RAW_ROWS (a token's index row read as is) only those in
-    [0, num_kv_rows) as well (the contract's empty slots)."""
-    if RAW_ROWS:
-        live = live & (rows >= 0) & (rows < num_kv_rows)
-    return live
-
-
-@gluon.jit
-def _row_offsets(rows_ptr, block, length, stride_kvs, num_kv_rows, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr,
-                 RAW_ROWS: gl.constexpr):
-    """(element offsets of block's KV rows, mask of the rows to gather: `_valid`), both [BLOCK_N] in MAIN_GATHER's
-    row slice."""
+def _row_offsets(rows_ptr, block, length, stride_kvs, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
+    """(element offsets of block's KV rows, live mask), both [BLOCK_N] in MAIN_GATHER's row slice."""
     live = _live(block, length, BLOCK_N)
     rows = gl.load(rows_ptr + _block_rows(block, BLOCK_N), mask=live, other=0)
-    return _scaled_rows(rows, stride_kvs, KV_INT64), _valid(rows, live, num_kv_rows, RAW_ROWS)
-
-
-@gluon.jit
-def _publish_valid(valid, valid_bufs, valid_bars, stage: gl.constexpr, RAW_ROWS: gl.constexpr):
-    """With RAW_ROWS, hand a stage's block validity (one byte a row) to the consumer warpgroup that computes that
-    block, as the maxima are handed over (store, partition barrier, one arrive). Called once the stage's first piece
-    is free again: its reader is done with the previous block's bytes (0L and 1R are freed only after the softmax
-    that reads them)."""
-    if RAW_ROWS:
-        valid_bufs.index(stage).store(valid.to(gl.uint8))
-        gl.thread_barrier()  # every thread's store is done before the single arrive
-        mbarrier.arrive(valid_bars.index(stage))
+    return _scaled_rows(rows, stride_kvs, KV_INT64), live
 
 
 @gluon.jit
@@ -142,54 +119,46 @@ def copy_q(q_ptr, group, head0, num_heads, stride_qt, stride_qh, stride_qd, q_ma
 
 
 @gluon.jit
-def _fill_pair(kv_ptr, union_rows, length, stride_kvs, num_kv_rows, main_bufs, tail_bufs, full_bars, empty_bars,
-               valid_bufs, valid_bars, pair, phase, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
-               KV_INT64: gl.constexpr, RAW_ROWS: gl.constexpr):
+def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, phase,
+               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
     """Gather blocks 2 pair and 2 pair + 1 of a union group (`_fill_pair_at`)."""
-    even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, num_kv_rows, BLOCK_N, KV_INT64,
-                                       RAW_ROWS)
-    odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, num_kv_rows, BLOCK_N, KV_INT64,
-                                     RAW_ROWS)
-    _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars,
-                  valid_bufs, valid_bars, phase, D_TAIL, RAW_ROWS)
+    even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
+    odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
+    _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
+                  D_TAIL)
 
 
 @gluon.jit
-def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars,
-                  valid_bufs, valid_bars, phase, D_TAIL: gl.constexpr, RAW_ROWS: gl.constexpr):
-    """Gather a pair's two blocks from their row offsets and masks, in the order the pieces are freed: 0L, 1T,
+def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
+                  D_TAIL: gl.constexpr):
+    """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces are freed: 0L, 1T,
     1R (without the tail), 0R (with stage 0's tail), 1L. The even block's offsets are held across the odd block's
-    fills: 4 rows a thread (MAIN_GATHER) fit the producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair).
-    With RAW_ROWS each block's validity goes out after its stage's first piece (`_publish_valid`)."""
+    fills: 4 rows a thread (MAIN_GATHER) fit the producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair)."""
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
-    _publish_valid(even_live, valid_bufs, valid_bars, 0, RAW_ROWS)
     _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
     _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False)
-    _publish_valid(odd_live, valid_bufs, valid_bars, 1, RAW_ROWS)
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True)
     _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL, True)
 
 
 @gluon.jit
-def _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, valid_bufs,
-                     valid_bars, phase, D_TAIL: gl.constexpr, RAW_ROWS: gl.constexpr):
+def _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
+                     D_TAIL: gl.constexpr):
     """A half pair's gathers: only the even block, 0L then 0R with stage 0's tail (the group's last pair when its
     block count is odd; the consumers compute no odd block: docs/performance.md, "Half pairs")."""
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
-    _publish_valid(even_live, valid_bufs, valid_bars, 0, RAW_ROWS)
     _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True)
 
 
 @gluon.jit
-def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, num_kv_rows, main_bufs, tail_bufs, full_bars,
-                   empty_bars, valid_bufs, valid_bars, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
-                   KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr, RAW_ROWS: gl.constexpr):
+def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's row numbers are
     loaded alongside the group's length, not after it (rows are contiguous, so stride_rg is their width): one
     dependent global round trip less before the first gather, of the three (length, rows, gather) at a program's
     start: 1.02x at H = 64, 1 x 8192, 1.03-1.04x at 1 x 2048 (docs/performance.md, "Early row loads"). Entries
     past the length are unspecified and masked ("Rows past a set's length"). With an odd block count the last pair
-    gathers its even block alone (`_fill_even_block`). RAW_ROWS: rows are a token's index row (`_valid`)."""
+    gathers its even block alone (`_fill_even_block`)."""
     group, _ = tile_index(HEAD_SLICES)
     union_rows = rows_ptr + group * stride_rg
     even_rows = _early_rows(union_rows, 0, stride_rg, BLOCK_N)
@@ -197,22 +166,17 @@ def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, num_kv_rows,
     length = gl.load(len_ptr + group)
     num_blocks = gl.cdiv(length, BLOCK_N)
     if num_blocks > 1:
-        _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64),
-                      _valid(even_rows, _live(0, length, BLOCK_N), num_kv_rows, RAW_ROWS),
-                      _scaled_rows(odd_rows, stride_kvs, KV_INT64),
-                      _valid(odd_rows, _live(1, length, BLOCK_N), num_kv_rows, RAW_ROWS), main_bufs, tail_bufs,
-                      full_bars, empty_bars, valid_bufs, valid_bars, 0, D_TAIL, RAW_ROWS)
+        _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
+                      _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs, tail_bufs,
+                      full_bars, empty_bars, 0, D_TAIL)
     elif num_blocks == 1:
-        _fill_even_block(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64),
-                         _valid(even_rows, _live(0, length, BLOCK_N), num_kv_rows, RAW_ROWS), main_bufs, tail_bufs,
-                         full_bars, empty_bars, valid_bufs, valid_bars, 0, D_TAIL, RAW_ROWS)
+        _fill_even_block(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N), main_bufs,
+                         tail_bufs, full_bars, empty_bars, 0, D_TAIL)
     for pair in range(1, num_blocks // 2):
-        _fill_pair(kv_ptr, union_rows, length, stride_kvs, num_kv_rows, main_bufs, tail_bufs, full_bars, empty_bars,
-                   valid_bufs, valid_bars, pair, pair & 1, D_TAIL, BLOCK_N, KV_INT64, RAW_ROWS)
+        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64)
     half = num_blocks // 2  # the half pair's index, when the block count is odd
     if (num_blocks % 2 == 1) & (half > 0):
-        even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, num_kv_rows, BLOCK_N, KV_INT64,
-                                           RAW_ROWS)
-        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, valid_bufs,
-                         valid_bars, half & 1, D_TAIL, RAW_ROWS)
+        even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, BLOCK_N, KV_INT64)
+        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end

@@ -23,16 +23,6 @@ def load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr,
 
 
 @gluon.jit
-def block_bits(bits, valid_bufs, valid_bars, stage: gl.constexpr, phase, RAW_ROWS: gl.constexpr):
-    """The bits a block's softmax masks with: `bits` (`load_bits`), or with RAW_ROWS (one token's index row read
-    as is) the validity bytes the producer published for the block's stage, waited for in this pair's `phase`."""
-    if RAW_ROWS:
-        mbarrier.wait(valid_bars.index(stage), phase)
-        bits = valid_bufs.index(stage).load(gl.SliceLayout(0, S_LAYOUT))
-    return bits
-
-
-@gluon.jit
 def _owned(bits, H: gl.constexpr, s_layout: gl.constexpr):
     """[64, BLOCK_N] mask: the query row's token owns the union row. Every live union row has an owner, and rows
     past the length have no bits, so this is also the live mask."""
