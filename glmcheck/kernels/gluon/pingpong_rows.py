@@ -8,7 +8,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from glmcheck.kernels.gluon.pingpong_shared import BLOCK_M, D_HALF, O_LAYOUT, ROW_LAYOUT, S_LAYOUT
+from glmcheck.kernels.gluon.pingpong_shared import BLOCK_M, D_HALF, O_LAYOUT, OUT_STORE, ROW_LAYOUT, S_LAYOUT
 
 
 @gluon.jit
@@ -91,10 +91,13 @@ def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_o
 
 @gluon.jit
 def write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
-               stride_ot, stride_oh, stride_od, H: gl.constexpr, G: gl.constexpr, PARTIAL_HEADS: gl.constexpr,
-               o_layout: gl.constexpr, row_layout: gl.constexpr):
+               stride_ot, stride_oh, stride_od, stage_half, H: gl.constexpr, G: gl.constexpr,
+               PARTIAL_HEADS: gl.constexpr, STAGED_OUT: gl.constexpr, o_layout: gl.constexpr,
+               row_layout: gl.constexpr):
     """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`: of the sum barriers,
-    0 for a program's only group)."""
+    0 for a program's only group). STAGED_OUT: through `stage_half` (bf16 [64, D_HALF] of a stage buffer, this
+    warpgroup's own) in 16-byte row pieces. Every stage buffer is free here: the peer's sum arrives after its last
+    MMA, and the producer fills no piece that a consumer does not wait for."""
     sum_mine.store(row_sum)
     gl.thread_barrier()
     mbarrier.arrive(bar_mine)
@@ -105,8 +108,14 @@ def write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_p
     # "Softmax form and write-out")
     inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
     out = (acc * inverse[:, None]).to(gl.bfloat16)
-    _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G, PARTIAL_HEADS,
-                o_layout)
+    if STAGED_OUT:
+        stage_half.store(out)
+        gl.thread_barrier()  # the warpgroup's rows are in shared memory before any thread reads a row back
+        _store_half(stage_half.load(OUT_STORE), out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh,
+                    stride_od, H, G, PARTIAL_HEADS, OUT_STORE)
+    else:
+        _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G,
+                    PARTIAL_HEADS, o_layout)
 
 
 @gluon.jit

@@ -28,6 +28,8 @@ ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
 # instructions against 225 (row offsets and 64-bit addresses for twice the rows at 56 registers): 1.09x at H = 64
 # and 1.07x at union 8 (docs/performance.md, "Ping-pong gathers: 8 threads per row").
 MAIN_GATHER = gl.constexpr(gl.BlockedLayout([1, 8], [4, 8], [WARPGROUP_WARPS, 1], [1, 0]))
+# The staged write-out: a warp stores one row's half of O (256 columns, 512 bytes) per instruction, 16 bytes a thread.
+OUT_STORE = gl.constexpr(gl.BlockedLayout([1, 8], [1, 32], [WARPGROUP_WARPS, 1], [1, 0]))
 
 
 @gluon.jit
