@@ -91,7 +91,7 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
     constexprs |= {"CONSUMER_REGS": common.PINGPONG_CONSUMER_REGS,
                    "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
-                   "PARTIAL_HEADS": bool(ns.token_heads % 64), "STAGED_OUT": common.PINGPONG_STAGED_OUT}
+                   "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     kinds = SHARED_SIGNATURE | {"num_heads": "i32"}
     signature = {name: kinds.get(name, "constexpr") for name in kernel.arg_names}  # the kernel's order
     missing = set(constexprs) - set(signature)

@@ -60,3 +60,19 @@ def test_pingpong_protocol_catches_p0_read_unwaited_in_a_half_pair(blocks):
     with pytest.raises(ProtocolViolation, match="odd O \\+= P0 V0 reads tail0: expected"):
         for seed in range(SCHEDULES):
             run_schedule(PipelineOptions(half_p0_unwaited=True), blocks, seed)
+
+
+def test_pingpong_protocol_catches_o_staged_where_the_peer_still_reads():
+    """The write-out stages each O half in the stage piece its warpgroup reads last, after the row-sum exchange
+    (the peer's sums follow its last MMA). Staged before the exchange into 1L, which the even warpgroup's last
+    O += P1 V1 reads, it races."""
+    with pytest.raises(ProtocolViolation, match="consumer 1 stages O|writes main1 L while it is still read"):
+        for seed in range(SCHEDULES):
+            run_schedule(PipelineOptions(odd_stages_out_into="main1 L", stage_out_before_sums=True), BLOCKS, seed)
+
+
+@pytest.mark.parametrize("blocks", [BLOCKS, 7, 1])
+def test_pingpong_protocol_any_stage_piece_is_free_after_the_row_sum_exchange(blocks):
+    """After the exchange every stage piece is free, 1L included (the even warpgroup's last reader)."""
+    for seed in range(SCHEDULES // 4):
+        run_schedule(PipelineOptions(odd_stages_out_into="main1 L"), blocks, seed)

@@ -37,7 +37,9 @@ class PipelineOptions:
     next_left_unwaited issues the next pair's S0 left half without waiting for 0L's refill;
     odd_p_early stores P1 before S1 (so before 1L's refill, which says that the even warpgroup's
     O += P1 V1 of the previous pair is done); peer_max_unwaited reads M0 without waiting for it;
-    half_p0_unwaited has the odd warpgroup's half pair read P0 without waiting for it."""
+    half_p0_unwaited has the odd warpgroup's half pair read P0 without waiting for it;
+    odd_stages_out_into names the buffer the odd warpgroup stages its O half in (the kernel: main0 R, the piece it
+    reads last) and stage_out_before_sums stages O before the row-sum exchange."""
 
     odd_release_outstanding: int = 1
     even_release_unwaited: bool = False
@@ -46,6 +48,8 @@ class PipelineOptions:
     odd_p_early: bool = False
     peer_max_unwaited: bool = False
     half_p0_unwaited: bool = False
+    odd_stages_out_into: str = "main0 R"
+    stage_out_before_sums: bool = False
 
 
 class ProtocolViolation(AssertionError):
@@ -178,12 +182,20 @@ def wait_phase(m: Machine, barrier: str, pair: int) -> Step:
     return ("wait", lambda: m.phase_done(barrier, pair), barrier)
 
 
-def write_out(m: Machine, me: int) -> Partition:
-    """The row-sum exchange at the end of a non-empty group."""
+def write_out(m: Machine, options: PipelineOptions, me: int) -> Partition:
+    """The row-sum exchange at the end of a non-empty group, then the staged write-out: each warpgroup writes its
+    normalised O half into a stage buffer (the even one main0 L, the odd one main0 R) and reads it back."""
     peer = 1 - me
+    stage = "main0 L" if me == 0 else options.odd_stages_out_into
+    stage_o = ("do", lambda: m.write(stage, ("O", me), f"consumer {me} stages O"))
+    if options.stage_out_before_sums:
+        yield stage_o
     yield ("do", lambda: (m.write(f"sum{me}", ("sum",), f"consumer {me} row sums"), m.arrive(f"sums{me}")))
     yield wait_phase(m, f"sums{peer}", 0)
     yield ("do", lambda: m.read(f"sum{peer}", ("sum",), f"consumer {me} reads the peer's row sums"))
+    if not options.stage_out_before_sums:
+        yield stage_o
+    yield ("do", lambda: m.read(stage, ("O", me), f"consumer {me} reads its staged O"))
 
 
 def even_left_scores(m: Machine, p: int, waited: bool = True) -> Partition:
@@ -281,7 +293,7 @@ def odd_pair(m: Machine, options: PipelineOptions, p: int, pairs: int) -> Partit
 
 def consumer(pair: Callable, half_pair: Callable, me: int) -> Callable:
     """A consumer partition: the group's pairs (the last a half pair for an odd block count), then
-    its row-sum exchange (none for an empty group, which stores zeros)."""
+    its row-sum exchange and staged write-out (not modelled for an empty group: nothing but Q is gathered)."""
     def partition(m: Machine, options: PipelineOptions, blocks: int) -> Partition:
         pairs, half = pairs_of(blocks)
         for p in range(pairs):
@@ -290,7 +302,7 @@ def consumer(pair: Callable, half_pair: Callable, me: int) -> Callable:
             else:
                 yield from pair(m, options, p, pairs)
         if pairs:
-            yield from write_out(m, me)
+            yield from write_out(m, options, me)
     return partition
 
 

@@ -8,9 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# Each consumer stages its normalised half of O in a free stage buffer and stores it in 16-byte row pieces, instead
-# of 4-byte stores straight from the MMA layout (docs/performance.md, "Softmax form and write-out").
-PINGPONG_STAGED_OUT = True
 
 
 @gluon.jit

@@ -268,7 +268,7 @@ def _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_ba
 def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                    sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, STAGED_OUT: gl.constexpr):
+                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and columns [0, D_V / 2); q_main, q_tail [1, ...] views."""
     group, head0 = tile_index(HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
@@ -279,14 +279,14 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
                                         union_bits, length, qk_scale_log2, H, G, BLOCK_N)
     write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od,
-               main_bufs.index(0).slice(0, D_HALF, dim=1), H, G, PARTIAL_HEADS, STAGED_OUT, O_LAYOUT, ROW_LAYOUT)
+               main_bufs.index(0).slice(0, D_HALF, dim=1), H, G, PARTIAL_HEADS, ROW_LAYOUT)
 
 
 @gluon.jit
 def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, STAGED_OUT: gl.constexpr):
+                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
     q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
     group, head0 = tile_index(HEAD_SLICES)
@@ -307,6 +307,5 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
                                       (num_blocks // 2) & 1)
     write_out(acc, row_sum, sum_bufs.index(1), sum_bufs.index(0), sum_bars.index(1), sum_bars.index(0), 0,
                out_ptr, group, head0, num_heads, D_HALF, stride_ot, stride_oh, stride_od,
-               main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), H, G, PARTIAL_HEADS, STAGED_OUT, O_LAYOUT,
-               ROW_LAYOUT)
+               main_bufs.index(0).slice(D_HALF, D_HALF, dim=1), H, G, PARTIAL_HEADS, ROW_LAYOUT)
 

@@ -75,13 +75,13 @@ def signal_p(bar):
 
 @gluon.jit
 def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H: gl.constexpr,
-                G: gl.constexpr, PARTIAL_HEADS: gl.constexpr, o_layout: gl.constexpr):
+                G: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Store a warpgroup's half of the output tile (bf16 [64, D_HALF], columns from col0) for the group's G tokens,
     heads from head0 (`tile_index`); PARTIAL_HEADS: rows of heads at or past num_heads are padding, not stored."""
-    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, o_layout))
+    offs_m = gl.arange(0, BLOCK_M, gl.SliceLayout(1, OUT_STORE))
     token = group * G + offs_m // H
     head = head0 + offs_m % H
-    offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, o_layout))
+    offs_d = col0 + gl.arange(0, D_HALF, gl.SliceLayout(0, OUT_STORE))
     ptrs = out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :] * stride_od
     if PARTIAL_HEADS:
         gl.store(ptrs, out, mask=(head < num_heads)[:, None])
@@ -92,12 +92,12 @@ def _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_o
 @gluon.jit
 def write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_ptr, group, head0, num_heads, col0,
                stride_ot, stride_oh, stride_od, stage_half, H: gl.constexpr, G: gl.constexpr,
-               PARTIAL_HEADS: gl.constexpr, STAGED_OUT: gl.constexpr, o_layout: gl.constexpr,
-               row_layout: gl.constexpr):
-    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it (`phase`: of the sum barriers,
-    0 for a program's only group). STAGED_OUT: through `stage_half` (bf16 [64, D_HALF] of a stage buffer, this
-    warpgroup's own) in 16-byte row pieces. Every stage buffer is free here: the peer's sum arrives after its last
-    MMA, and the producer fills no piece that a consumer does not wait for."""
+               PARTIAL_HEADS: gl.constexpr, row_layout: gl.constexpr):
+    """Add the peer's row sums to this warpgroup's, normalise its half of O and store it through `stage_half` (bf16
+    [64, D_HALF] of a stage buffer, this warpgroup's own) in 16-byte row pieces: 4-byte stores straight from the MMA
+    layout made the end of every program 1.03-1.09x slower (docs/performance.md, "Softmax form and write-out").
+    Every stage buffer is free here: the peer's sum arrives after its last MMA, and the producer fills no piece that
+    a consumer does not wait for. `phase`: of the sum barriers, 0 for a program's only group."""
     sum_mine.store(row_sum)
     gl.thread_barrier()
     mbarrier.arrive(bar_mine)
@@ -106,16 +106,11 @@ def write_out(acc, row_sum, sum_mine, sum_peer, bar_mine, bar_peer, phase, out_p
     # one reciprocal per row, then a multiply per element: the division per element (div.full.f32) cost ~256 more
     # instructions per thread at the end of every program, with the same rel-L2 against fp64 (docs/performance.md,
     # "Softmax form and write-out")
-    inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, o_layout))
-    out = (acc * inverse[:, None]).to(gl.bfloat16)
-    if STAGED_OUT:
-        stage_half.store(out)
-        gl.thread_barrier()  # the warpgroup's rows are in shared memory before any thread reads a row back
-        _store_half(stage_half.load(OUT_STORE), out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh,
-                    stride_od, H, G, PARTIAL_HEADS, OUT_STORE)
-    else:
-        _store_half(out, out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od, H, G,
-                    PARTIAL_HEADS, o_layout)
+    inverse = gl.convert_layout(1.0 / gl.where(total > 0.0, total, 1.0), gl.SliceLayout(1, O_LAYOUT))
+    stage_half.store((acc * inverse[:, None]).to(gl.bfloat16))
+    gl.thread_barrier()  # the warpgroup's rows are in shared memory before any thread reads a row back
+    _store_half(stage_half.load(OUT_STORE), out_ptr, group, head0, num_heads, col0, stride_ot, stride_oh, stride_od,
+                H, G, PARTIAL_HEADS)
 
 
 @gluon.jit
