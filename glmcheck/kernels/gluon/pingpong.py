@@ -32,8 +32,10 @@ pub[w] its P):
   producer: 0L 1T 1R 0R 1L, the order the pieces are freed in ("Ping-pong stage pieces and fill order").
 tests/support/pingpong_protocol.py models this protocol (waits, arrives, buffer reads and writes) and checks it
 for races under random interleavings on the CPU: change the two together. Each warpgroup's row sums cover its own
-blocks; they are added through shared memory at the end. One-token groups (G = 1, the per-token path) run per
-64-head slice (`tile_index`). Launcher: `glmcheck.kernels.gluon.launch` (every union group and the per-token path).
+blocks; they are added through shared memory at the end, after which each warpgroup stages its normalised O half in
+stage 0's half it reads last (even 0L, odd 0R) and stores it in 16-byte row pieces (`write_out`). One-token groups
+(G = 1, the per-token path) run per 64-head slice (`tile_index`). Launcher: `glmcheck.kernels.gluon.launch` (every
+union group and the per-token path).
 """
 
 from __future__ import annotations
