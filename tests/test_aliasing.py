@@ -108,3 +108,24 @@ def test_a_plan_for_more_heads_than_the_kernel_takes_is_refused(inputs):
     with pytest.raises(ValueError, match=r"num_heads must be at most 128 \(the kernel takes 1..128 heads\), got 1000"):
         plan_sparse_mla(inputs[2], num_kv_rows=inputs[1].shape[0], num_heads=1000)
     assert plan_sparse_mla(inputs[2], num_kv_rows=inputs[1].shape[0], num_heads=128).num_heads == 128
+
+
+@pytest.mark.parametrize("make", [
+    lambda b: b[:6].view(2, 3), lambda b: b[2:14].view(3, 4).t(), lambda b: b[1:13:2], lambda b: b[5:6].expand(4, 3),
+    lambda b: b[3:3], lambda b: b.view(torch.int32)[1:4], lambda b: b[4:16].view(2, 2, 3)[:, :, 1:],
+], ids=["contiguous", "transposed", "strided", "expanded", "empty", "int32-view", "sliced-last-dim"])
+def test_byte_span_is_the_first_and_past_the_last_byte_any_element_occupies(make):
+    """The span `check_out` compares (a contiguous fast path and the stride sum) equals the bytes counted element by
+    element."""
+    from glmcheck.kernels.validate import _byte_span
+
+    tensor = make(torch.zeros(32, dtype=torch.bfloat16))
+    if tensor.numel() == 0:
+        assert _byte_span(tensor) == (0, 0)
+        return
+    offsets = torch.zeros((), dtype=torch.int64)
+    for size, stride in zip(tensor.shape, tensor.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(size) * stride
+    size = tensor.element_size()
+    expected = (tensor.data_ptr() + int(offsets.min()) * size, tensor.data_ptr() + (int(offsets.max()) + 1) * size)
+    assert _byte_span(tensor) == expected

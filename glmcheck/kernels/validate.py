@@ -140,10 +140,16 @@ def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
     if tuple(out.shape) != expected:
         raise ValueError(f"out must have shape {list(expected)}, got {tuple(out.shape)}")
     _require_device("out", out, args.q.device)
-    if _overlaps(out):
+    if not out.is_contiguous() and _overlaps(out):
         raise ValueError(f"out must not overlap itself (e.g. a view from .expand()), got strides {out.stride()}")
+    # Byte spans intersecting: torch's own out= test, conservative for interleaved views of one buffer; pointers,
+    # shapes and strides only (no host sync), out's span once: this runs on every call (host time).
+    out_start, out_end = _byte_span(out)
     for name, tensor in (("q", args.q), ("kv", args.kv), ("indices", args.indices), ("topk_length", args.topk_length)):
-        if tensor is not None and _shares_memory(out, tensor):
+        if tensor is None:
+            continue
+        start, end = _byte_span(tensor)
+        if out_start < end and start < out_end:  # one device: _require_device checked out against q's
             raise ValueError(f"out must not overlap {name}: they share memory (bytes {_span_text(out)} and "
                              f"{_span_text(tensor)}), so the kernel would overwrite an input it still reads")
     return out
@@ -151,18 +157,14 @@ def check_out(out: object, args: PrefillArgs) -> torch.Tensor:
 
 def _byte_span(tensor: torch.Tensor) -> tuple[int, int]:
     """[first, last + 1) bytes any element of `tensor` may occupy (empty for no elements); host-side only."""
-    if tensor.numel() == 0:
+    numel = tensor.numel()
+    if numel == 0:
         return 0, 0
-    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
     start = tensor.data_ptr()
+    if tensor.is_contiguous():
+        return start, start + numel * tensor.element_size()
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
     return start, start + (last + 1) * tensor.element_size()
-
-
-def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when the byte spans of `a` and `b` on one device intersect (torch's own out= test, conservative for
-    interleaved views of one buffer); reads only pointers, shapes and strides: no host sync."""
-    (a0, a1), (b0, b1) = _byte_span(a), _byte_span(b)
-    return a.device == b.device and a0 < b1 and b0 < a1
 
 
 def _span_text(tensor: torch.Tensor) -> str:
