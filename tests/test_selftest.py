@@ -85,6 +85,12 @@ def test_expected_catchers(report):
     assert caught["topk_length_ignored"] == "per_token_topk_length"
     assert caught["tail_dropped"] == "union_g2"
     assert math.isinf(next(r.margin for r in report.mutants if r.mutant.name == "tail_dropped"))
+    details = {r.mutant.name: r.caught.detail for r in report.mutants}  # union_dedup stops at the first bad build
+    assert "up to the G=2 marks build on the overlapping selections" in details["marks_bits_overwritten"]
+    assert "up to the G=2 marks build on the prefix selections" in details["prefix_owner_short"]
+    assert "up to the G=2 merge build" in details["merge_bits_short"]
+    baseline_dedup = next(o for o in report.baseline if o.name == "union_dedup")
+    assert baseline_dedup.passed and "marks, merge, tree, search builds" in baseline_dedup.detail
 
 
 def test_missing_snippet_raises():
@@ -134,7 +140,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def test_cli_one_mutant_exits_zero_and_prints_score(capsys):
+def test_cli_one_mutant_exits_zero_and_prints_score(monkeypatch, capsys):
+    import glmcheck.selftest.runner as runner
+
+    # The real runner and mutant, on the two checks that reach this mutant's catcher (the whole suite's baseline
+    # runs in the module's report already; here it would cost the interpreter ~20 s more).
+    real_run = runner.run_selftest
+    monkeypatch.setattr(runner, "run_selftest", lambda mutants, **kwargs: real_run(mutants, checks=SUITE[:2], **kwargs))
+    assert [c.name for c in SUITE[:2]] == ["per_token_ragged", "per_token_topk_length"]
     ns = _parse(["selftest", "--only", "topk_length_ignored", "--quiet"])
     assert ns.handler(ns) == 0
     printed = capsys.readouterr().out

@@ -242,20 +242,27 @@ def union_mismatches(sets: Any, expected: list[dict[int, int]]) -> int:
 def check_union_dedup(impl: Impl, seed: int) -> Outcome:
     """union_dedup (G = 2 and 4, every build method) vs a Python set/dict, rows and ownership bits: on overlapping
     selections with topk_length, and on two sequences in one pool whose first tokens select their causal prefix
-    (the marks build's prefix guard, which only that build has; the second sequence's from a row past 0)."""
+    (the marks build's prefix guard, which only that build has; the second sequence's from a row past 0). It stops
+    at the first build with a mismatch: a mutant is caught there, and the builds after it cost the interpreter
+    seconds each (the baseline runs them all)."""
     indices, kv_rows = overlapping_indices(seed + 30)
     lengths = random_lengths(indices.shape[0], indices.shape[1], seed + 31)
     prefixes = drifting_indices([UNION_TOPK + 4] * 2, UNION_TOPK, 0.2, seed=seed + 32).to(indices.device)
     every_build = ("marks", "merge", "tree", "search")
-    cases = ((indices, kv_rows, lengths, every_build), (prefixes, prefixes.shape[0], None, ("marks",)))
+    cases = (("overlapping", indices, kv_rows, lengths, every_build),
+             ("prefix", prefixes, prefixes.shape[0], None, ("marks",)))
     bad = total = 0
     for group in (2, 4):
-        for case_indices, case_rows, case_lengths, builds in cases:
+        for label, case_indices, case_rows, case_lengths, builds in cases:
             expected = python_union(case_indices.cpu(), group, case_rows,
                                     None if case_lengths is None else case_lengths.cpu())
             for method in builds + (("anchor",) if group == 2 and len(builds) > 1 else ()):
                 sets = impl.union_dedup(case_indices, group, case_lengths, num_kv_rows=case_rows, method=method)
                 bad, total = bad + union_mismatches(sets, expected), total + len(expected)
+                if bad:
+                    return exact_outcome("union_dedup", bad, total,
+                                         f"groups (up to the G={group} {method} build on the {label} selections, "
+                                         "the first that differs)")
     return exact_outcome("union_dedup", bad, total,
                          "groups (G=2 and G=4; marks, merge, tree, search builds; anchor at G=2)")
 
