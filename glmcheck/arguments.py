@@ -8,6 +8,7 @@ with exit 2.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import tempfile
 from pathlib import Path
@@ -32,7 +33,7 @@ def check_number(value: float | None, option: str, *, positive: bool = False) ->
     """`value` (when given) is finite and >= 0 (> 0 when `positive`)."""
     if value is None:
         return
-    bad = not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+    bad = not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) \
         or value < 0 or (positive and value == 0)
     if bad:
         raise ValueError(f"{option} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")

@@ -3,7 +3,8 @@
 Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message; also
 a NaN/Inf exact reference or noise band), 3 inconclusive (no row failed, but a noise band too wide
 or too small to judge left some unjudged: `glmcheck.checks.band`), 130 interrupted (SIGINT), 143
-terminated (SIGTERM); finished items of a resumable run are kept.
+terminated (SIGTERM; `serve` stops gracefully and exits 0), 141 when the reader of its output went away (`| head`);
+finished items of a resumable run are kept.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose output pipe was closed
 # Errors a command raises for bad usage or input (BackendError and CheckpointError are ValueErrors).
 USAGE_ERRORS = (ValueError, TypeError, FileNotFoundError, NotADirectoryError)
 
@@ -99,7 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         import glmcheck.kernels  # noqa: F401
 
         with _torchrun(ns):
-            return ns.handler(ns)
+            code = ns.handler(ns)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:  # the reader of stdout went away (`glmcheck report DIR | head -1`): stop as SIGPIPE does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
+        return EXIT_BROKEN_PIPE
     except USAGE_ERRORS as err:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)

@@ -126,8 +126,10 @@ def bad_files(tmp_path, monkeypatch):
     (tmp_path / "broken.jsonl").write_text('{"prompt": "fine"}\n{not json\n')
     (tmp_path / "huge.jsonl").write_text(json.dumps({"id": "huge", "prompt": "word " * 200_000}) + "\n")
     (tmp_path / "no-summary").mkdir()
-    write_record(tmp_path / "bad-record", {"command": "layer0"}, [{"comparison": "x"}])
-    write_record(tmp_path / "mixed-record", {"command": "firsttoken", "facts": {}}, [{"comparison": "x"}])
+    write_record(tmp_path / "bad-record", {"command": "layer0", "verdict": "PASS"}, [{"comparison": "x"}])
+    write_record(tmp_path / "mixed-record", {"command": "firsttoken", "facts": {}, "verdict": "PASS"},
+                 [{"comparison": "x"}])
+    write_record(tmp_path / "no-verdict", {"command": "layer0"}, [{"comparison": "x"}])
     (tmp_path / "resume" / "items").mkdir(parents=True)
     (tmp_path / "resume" / "items" / "stray.json").write_text('{"payload": 1}')
     (tmp_path / "cwd").mkdir()
@@ -189,8 +191,9 @@ MODEL_CASES = [  # (args, words in the one error line)
 OTHER_CASES = [
     (["report", "{tmp}/no-summary"], "no summary.json"),
     (["report", "{tmp}/absent"], "does not exist"),
-    (["report", "{tmp}/bad-record"], "layer0 record lacks what its tables need"),
-    (["report", "{tmp}/mixed-record"], "firsttoken record lacks what its tables need"),
+    (["report", "{tmp}/bad-record"], "rows.parquet: no column 'backend' (a layer0 record's rows need"),
+    (["report", "{tmp}/mixed-record"], "rows.parquet: no column 'prompt_id' (a firsttoken record's rows need"),
+    (["report", "{tmp}/no-verdict"], "summary.json: verdict None is not one of PASS, FAIL, INCONCLUSIVE"),
     (["capture-indices", "--tokens", "0", "--out", "{tmp}/t.safetensors"], "--tokens must be an int >= 1"),
     (["capture-indices", "--tokens", "8", "--batch", "0", "--out", "{tmp}/t.safetensors"], "--batch must be an int"),
     (["capture-indices", "--tokens", "8", "--out", "{tmp}"], "is a directory; expected a file path"),

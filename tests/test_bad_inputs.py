@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.data.inputs import random_inputs
-from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill
 
 
 @pytest.fixture
@@ -57,10 +58,19 @@ def test_bad_input_raises(good, name, make, error, words):
         call(good, **make(good))
 
 
-@pytest.mark.parametrize("union", [-1, 2.0, "2", True])
+@pytest.mark.parametrize("union", [-1, 1, 3, 5, 16, 2.0, "2", True])
 def test_bad_union_request_raises(good, union):
-    with pytest.raises(ValueError, match="union must be a non-negative int"):
+    """Only 0 (per-token) and G = 2, 4, 8 exist; anything else is refused, not run per-token silently."""
+    with pytest.raises(ValueError, match=r"union must be 0 \(per-token\) or G = 2, 4 or 8"):
         call(good, union=union)
+    with pytest.raises(ValueError, match="union must be"):
+        plan_sparse_mla(good.indices, num_kv_rows=good.kv.shape[0], num_heads=good.q.shape[1], union=union)
+
+
+def test_numpy_floats_are_floats(good):
+    """A softmax scale computed with numpy (np.float32 / np.float64) is a float like any other."""
+    for scale in (np.float32(good.sm_scale), np.float64(good.sm_scale)):
+        assert torch.equal(call(good, sm_scale=scale), call(good, sm_scale=float(scale)))
 
 
 @pytest.mark.gpu

@@ -34,8 +34,8 @@ def emits_nan(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
 
 @pytest.fixture(scope="module", autouse=True)
 def planted_backends():
-    register_backend("planted:no_rope", drop_rope_tail, "drops the rope tail (test fault)")
-    register_backend("planted:nan", emits_nan, "one NaN (test fault)")
+    register_backend("planted:no_rope", drop_rope_tail, "drops the rope tail (test fault)", fp32_output=True)
+    register_backend("planted:nan", emits_nan, "one NaN (test fault)", fp32_output=True)
     yield
     unregister_backend("planted:no_rope")
     unregister_backend("planted:nan")

@@ -32,7 +32,7 @@ def test_planted_fault_shows_first_at_its_layer(tmp_path):
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter only runs CPU tensors
     model = build_dummy_model(make_config("tiny"), seed=1, init="sharp", device=device)
     ids = seeded_prompt(512, 48, 0, device)
-    register_backend("planted:layer-fault", FaultAtCall(FAULTY_LAYER))
+    register_backend("planted:layer-fault", FaultAtCall(FAULTY_LAYER), fp32_output=True)  # the fp32 reference
     try:
         result = run_drift(model, ids, ["triton_sparse_mla", "planted:layer-fault"], "reference")
     finally:

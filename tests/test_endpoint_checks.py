@@ -86,22 +86,60 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_wrong_port_and_http_500_are_one_line_and_nothing_written(servers, tmp_path, capsys):
+def test_a_band_of_reference_instances_is_of_zero_width_and_cannot_judge(servers, tmp_path, capsys):
+    """Three band servers that all rerun the reference bit for bit: a band of zero width, so an ideal kernel is
+    INCONCLUSIVE (exit 3) as in the sweep, never FAILed against 0."""
+    code, err = _cli(["firsttoken", "--limit", "3", "--quiet", "--out", str(tmp_path / "z"), "--endpoint",
+                      servers.spec("ref"), "--endpoint", servers.spec("b0", "legit"),
+                      *sum((["--band-endpoint", servers.spec("ref", f"r{i}")] for i in (1, 2, 3)), [])], capsys)
+    assert code == 3, err
+    row = [r for r in json.loads((tmp_path / "z" / "summary.json").read_text())["summary_rows"]
+           if r["backend"] == "legit"][0]
+    assert row["verdict"] == "INCONCLUSIVE" and "zero width" in row["note"] and row["mean_dlogprob"] > 0, row
+
+
+def test_wrong_port_is_one_line_and_nothing_written(servers, tmp_path, capsys):
     free = httpx.URL(servers.urls["ref"]).copy_with(port=1)
     code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", f"x={free}", "--retries", "0",
                       "--limit", "1", "--quiet", "--out", str(tmp_path / "w")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "unreachable" in err, err
     assert not (tmp_path / "w").exists()
+
+
+@pytest.fixture(scope="module")
+def nan_server():
+    """A server whose kernel emits NaN from its first call: it answers HTTP 500 "non-finite logits"."""
     nan = Servers()
     try:
         nan.start({"faulty": FAULTY}, env={"GLMCHECK_TEST_FAULT": "nan@1"})
-        code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", nan.spec("faulty"),
-                          *sum((["--band-endpoint", b] for b in _band(servers)), []), "--limit", "2", "--quiet",
-                          "--out", str(tmp_path / "n")], capsys)
+        yield nan
     finally:
         nan.stop_all()
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "HTTP 500" in err, err
-    assert not _items(tmp_path / "n") and not (tmp_path / "n" / "summary.json").exists()
+
+
+def test_a_candidate_server_with_nan_logits_fails_and_the_record_is_written(servers, nan_server, tmp_path, capsys):
+    band = sum((["--band-endpoint", b] for b in _band(servers)), [])
+    code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
+                      "--endpoint", nan_server.spec("faulty"), *band, "--limit", "2", "--quiet",
+                      "--out", str(tmp_path / "n")], capsys)
+    assert code == 1, err
+    rows = {r["backend"]: r for r in json.loads((tmp_path / "n" / "summary.json").read_text())["summary_rows"]}
+    assert rows["faulty"]["verdict"] == "FAIL" and "non-finite logits" in rows["faulty"]["note"], rows["faulty"]
+    assert rows["kernel"]["verdict"] == "PASS", rows["kernel"]
+    report = sweep_endpoints([servers.spec("ref"), nan_server.spec("faulty")], _band(servers),
+                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 64), window=16, quiet=True)
+    assert report.verdict == "FAIL" and report.extra["onsets"]["faulty"]["onset"] == 32
+    assert all("non-finite" in r["note"] for r in report.rows if r["backend"] == "faulty")
+
+
+def test_a_reference_or_band_server_with_nan_logits_is_bad_input(servers, nan_server, tmp_path, capsys):
+    for args in (["--endpoint", nan_server.spec("faulty"), "--endpoint", servers.spec("kernel")],
+                 ["--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"), "--band-endpoint",
+                  nan_server.spec("faulty")]):
+        code, err = _cli(["firsttoken", *args, *sum((["--band-endpoint", b] for b in _band(servers)), []),
+                          "--limit", "1", "--quiet", "--out", str(tmp_path / "b")], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "non-finite" in err and "bad input" in err, err
+        assert not (tmp_path / "b" / "summary.json").exists()
 
 
 def test_a_server_killed_mid_run_then_resumed(servers, tmp_path, capsys):
@@ -129,6 +167,25 @@ def test_a_server_killed_mid_run_then_resumed(servers, tmp_path, capsys):
     assert _forwards(servers, "ref") - before == 2 * 2, "the reference asked again (and rerun) for 2 prompts only"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["facts"]["resumed_items"] == 2 and len({r["prompt_id"] for r in summary["rows"]}) == 4
+
+
+def test_a_resumed_run_shows_the_tokens_an_uninterrupted_one_shows(servers, tmp_path, capsys):
+    """Two prompts' items of a finished run removed, as an interrupted run leaves it: the resumed record equals the
+    uninterrupted one, the disagreement tokens included (they were kept as this process's token numbers)."""
+    out = tmp_path / "t"
+    args = ["firsttoken", "--prompts", "natural50", "--limit", "4", "--quiet", "--out", str(out),
+            "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("fault"),
+            *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+    _cli(args, capsys)
+    whole = json.loads((out / "summary.json").read_text())
+    assert whole["disagreements"], "the fault flips some first tokens"
+    (out / "summary.json").unlink()
+    for item in sorted(_items(out))[:2]:
+        item.unlink()
+    _cli(args, capsys)
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["facts"]["resumed_items"] == 2
+    assert resumed["disagreements"] == whole["disagreements"] and resumed["summary_rows"] == whole["summary_rows"]
 
 
 def test_sigint_mid_run_then_a_rerun_resumes(servers, tmp_path, capsys):

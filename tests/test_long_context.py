@@ -192,7 +192,7 @@ def _measure(model, tokens: int, **kw) -> _Allocations:
     """Allocations of one forward under the fp32 reference with token chunks of 64 KiB (its own budget)."""
     ids = _prompt(model, tokens)
     backend = Backend("reference", functools.partial(sparse_mla_reference, dtype=torch.float32, budget_bytes=2**16),
-                      "fp32 reference, small token chunks")
+                      "fp32 reference, small token chunks", fp32_output=True)
     with use_backend(model, backend, **kw), torch.inference_mode(), _Allocations() as seen:
         model(ids, logits_to_keep=1)
     return seen

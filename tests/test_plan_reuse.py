@@ -167,7 +167,7 @@ def test_the_attention_clock_spans_backend_calls_and_builds_but_not_the_tp_copie
     monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: (events.append("copy"),
                                                                           real_contiguous(self, *a, **k))[1])
     monkeypatch.setattr(torch, "cat", lambda *a, **k: (events.append("join"), real_cat(*a, **k))[1])
-    session = SwapSession("spy", Backend("spy", fn, "test", planner=planner), 4, None, None, clock=Clock())
+    session = SwapSession("spy", Backend("spy", fn, "test", planner=planner, fp32_output=True), 4, None, None, clock=Clock())
     q = torch.randn(6, 8, 12)
     out = session._run_ranks(0, q, torch.zeros(6, 12), torch.zeros(6, 3, dtype=torch.int32), None, {}, 1.0, 5)
     assert events == ["copy"] * 4 + ["open"] + ["plan", "call"] * 4 + ["close", "join"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -319,3 +320,9 @@ def test_a_server_process_answers_and_stops_on_sigterm(client):
             process.kill()
             process.communicate()
 
+
+
+def test_the_readme_says_what_serve_exits_with_on_sigterm():
+    """The server's SIGTERM exit (0, above) is what the README's exit codes say of it, not the checks' 143."""
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`glmcheck serve` once serving stops gracefully on SIGTERM or SIGINT and exits 0" in text

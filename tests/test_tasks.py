@@ -103,3 +103,35 @@ def test_bad_usage_is_one_line(args, message, capsys):
     assert cli.main(["tasks", *args]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_a_candidate_with_nan_logits_fails_and_a_dying_one_is_one_line(servers, tmp_path, capfd):
+    """A candidate whose kernel emits NaN is a FAIL row (exit 1, record written); one that dies mid-run is one line
+    and exit 2, without the tracebacks of the requests its death left behind; nothing half-written."""
+    broken = Servers()
+    try:
+        broken.start({"nan": "faulty=tests/support/server_faults.py:faulty"}, env={"GLMCHECK_TEST_FAULT": "nan@1"})
+        broken.start({"dies": "faulty=tests/support/server_faults.py:faulty"}, env={"GLMCHECK_TEST_FAULT": "die@10"})
+        base = ["tasks", "--endpoint", servers.spec("ref"), "--tasks", TASK, "--limit", "8"]
+        capfd.readouterr()
+        code = cli.main([*base, "--endpoint", broken.spec("nan"), "--quiet", "--out", str(tmp_path / "n")])
+        printed = capfd.readouterr()
+        summary = json.loads((tmp_path / "n" / "summary.json").read_text())
+        assert code == 1 and summary["rows"][0]["verdict"] == "FAIL", printed
+        assert "non-finite logits" in summary["rows"][0]["reason"] and "| nan " in printed.out
+        code = cli.main([*base, "--endpoint", broken.spec("dies"), "--out", str(tmp_path / "d")])
+        err = capfd.readouterr().err
+    finally:
+        broken.stop_all()
+    assert code == 2 and "glmcheck tasks: error: endpoint" in err, err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert not (tmp_path / "d" / "summary.json").exists()
+
+
+def test_a_metric_the_task_lacks_is_one_line_and_nothing_written(servers, tmp_path, capsys):
+    out = tmp_path / "m"
+    code = cli.main(["tasks", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"), "--tasks", TASK,
+                     "--limit", "4", "--metric", "nosuch", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "nosuch" in err, err
+    assert not (out / "samples").exists() and not (out / "summary.json").exists()

@@ -54,7 +54,7 @@ def test_capture_runs_the_absorbed_sparse_path_and_its_cli_names_bad_backends(tm
 
     model = build_dummy_model(make_config("tiny"), seed=2)
     ids = seeded_prompt(512, 24, 0, "cpu")
-    register_backend("counting_capture_test", counting, "test")
+    register_backend("counting_capture_test", counting, "test", fp32_output=True)
     try:
         layers = capture_indices(model, ids, "counting_capture_test")
     finally:

@@ -39,6 +39,8 @@ class Backend:
     calls: int = field(default=0)
     planner: Callable[..., object] | None = None
     plan_builds: int = field(default=0)
+    fp32_output: bool = False  # its output is fp32 or fp64 (an exact reference); every other backend's bf16
+    built_in: bool = True  # glmcheck's own; a plug-in's exceptions are its FAIL (`KernelFault`), not glmcheck's
 
     def __call__(self, q, kv, indices, sm_scale, d_v=512, *, topk_length=None, plan=None) -> torch.Tensor:
         self.calls += 1
@@ -95,15 +97,19 @@ def is_band_name(name: str) -> bool:
 
 
 _SOURCES: dict[str, str] = {}  # where each backend came from, for `glmcheck backends`
+_FP32_OUTPUT: set[str] = {"reference", "reference:fp64"}  # backends whose output is fp32 / fp64, not bf16
 
 
 def register_backend(name: str, fn: Callable[..., torch.Tensor], description: str = "",
-                     source: str = "register_backend", planner: Callable[..., object] | None = None) -> None:
+                     source: str = "register_backend", planner: Callable[..., object] | None = None, *,
+                     fp32_output: bool = False) -> None:
     """Make `fn` (the kernel signature above) available under `name` to the checks and the CLI.
 
     Names must be new (ValueError otherwise); use this to put your own kernel under test, or an
     entry point / `--backends name=module:function` (`glmcheck.backends.plugins`). `planner` (see
-    the module docstring) lets the harness build one plan per indexer selection for `fn`.
+    the module docstring) lets the harness build one plan per indexer selection for `fn`. `fp32_output` marks
+    a backend whose output is fp32 or fp64 (an exact reference, or a test double built on one); every other
+    backend must return bf16, as the kernel contract says.
     """
     if not isinstance(name, str) or not name or name in _REGISTRY or name.startswith(("hf_", BAND_PREFIX)) \
             or "=" in name:
@@ -116,6 +122,8 @@ def register_backend(name: str, fn: Callable[..., torch.Tensor], description: st
     _SOURCES[name] = source
     if planner is not None:
         _PLANNERS[name] = planner
+    if fp32_output:
+        _FP32_OUTPUT.add(name)
 
 
 def resolve_backend(spec: str) -> str:
@@ -187,6 +195,7 @@ def unregister_backend(name: str) -> None:
     del _REGISTRY[name]
     _SOURCES.pop(name, None)
     _PLANNERS.pop(name, None)
+    _FP32_OUTPUT.discard(name)
 
 _BUILTIN = frozenset(_REGISTRY)
 
@@ -210,7 +219,8 @@ def get_backend(name: str, *, deterministic: bool = False) -> Backend:
     if deterministic and name.startswith("triton_sparse_mla"):
         fn = functools.partial(fn, deterministic=True)
         planner = functools.partial(planner, deterministic=True)
-    return Backend(name, fn, description, planner=planner)
+    return Backend(name, fn, description, planner=planner, fp32_output=name in _FP32_OUTPUT,
+                   built_in=backend_source(name) == "built in")
 
 
 def flashmla_available() -> tuple[bool, str]:

@@ -21,10 +21,10 @@ statistic it is judged on lies within the band's largest value times the gate ra
 An absolute `cap` on rel-L2 can only fail a row. NaN/Inf fails. See docs/reliability.md, "Gate".
 
 A band that cannot judge says so (`Band.unfit`, `spread_reason`): with fewer than MIN_BAND ideal
-variants, or when a judged statistic's band max exceeds SPREAD_LIMIT x the band's median (some
+variants, with every sample 0 (zero width: a stack that reruns bit for bit, named as its own band), or when a judged statistic's band max exceeds SPREAD_LIMIT x the band's median (some
 variants took a discrete top-k or routing flip the others did not, and the gate's 2 x max admits
 the planted faults of `glmcheck.selftest.faults`), the rows are INCONCLUSIVE: a row within so wide
-a gate is no PASS (one beyond it still FAILS), and a band too small to judge decides neither way.
+a gate is no PASS (one beyond it still FAILS), and a band too small or of zero width decides neither way.
 The run exits 3 (`exit_code`). Both limits are measured (docs/reliability.md, "Gate"). A
 non-finite exact reference or band sample is bad input (`BadReference`), never a kernel FAIL.
 """
@@ -32,6 +32,7 @@ non-finite exact reference or band sample is bad input (`BadReference`), never a
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 from dataclasses import dataclass, field
 
@@ -51,6 +52,10 @@ GATE_RATIO_BOUNDS = (1.0, 4.0)
 BIAS_SIGMAS = 6.0  # standard errors of a row's own scale estimate allowed beyond the band's range
 BIAS_STATS = ("scale_bias", "temperature_bias")  # judged by a window around the band's range, not a ratio
 RATIO_STATS = ("rel_l2", "token_max_rel_l2")
+# Kinds of `spread_reason` under which no row is judged either way (every finite row INCONCLUSIVE): too few variants
+# to build a gate on, or a band of zero width (a gate of 0 would fail every legitimate row, so a row beyond it says
+# nothing either). Under the other kinds a row beyond even the wide gate still FAILS.
+JUDGES_NOTHING = frozenset({"few", "zero"})
 
 
 def band_names(size: int) -> list[str]:
@@ -66,7 +71,7 @@ def exit_code(verdict: str | None) -> int:
 def check_gate_ratio(value: object, option: str = "--gate-ratio") -> None:
     """ValueError naming `option` unless `value` is a number within GATE_RATIO_BOUNDS."""
     low, high = GATE_RATIO_BOUNDS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value <= high:
         raise ValueError(f"{option} must be a number in [{low:g}, {high:g}] (below 1 the band's own samples fail; "
                          f"above {high:g} the gate admits the planted faults), got {value!r}")
 
@@ -85,8 +90,9 @@ def spread_reason(values: list[float], stat: str, variants: int, ratio: float | 
     """(kind, why) a band's samples `values` of `stat` (the rerun first, then the `variants` ideal variants)
     cannot judge: "few" (fewer than MIN_BAND ideal variants beside the rerun), "wide" (max > SPREAD_LIMIT x
     median: a minority of the samples took a discrete flip; `ratio`, the gate's, to say what it would admit),
-    "split" (the smallest ideal variant < median / SPREAD_LIMIT: most of them took a flip the others did not,
-    so the max no longer stands out), "apart" (`apart`, the median distance between two ideal variants, below
+    "zero" (every sample is 0: a stack that reruns bit for bit, its instances named as the band; judged against
+    it, any legitimate difference would FAIL), "split" (the smallest ideal variant < median / SPREAD_LIMIT: most of
+    them took a flip the others did not, so the max no longer stands out), "apart" (`apart`, the median distance between two ideal variants, below
     the variants' median distance to the reference / SPREAD_LIMIT: every variant took a discrete decision the
     exact reference alone did not, so the band measures that flip, not rounding), or ("", "") when they can."""
     if variants < MIN_BAND:
@@ -95,6 +101,9 @@ def spread_reason(values: list[float], stat: str, variants: int, ratio: float | 
     if not values:
         return "", ""
     median, high = statistics.median(values), max(values)
+    if high == 0:
+        return "zero", ("band of zero width: every band sample equals the reference bit for bit, so no gate can be "
+                        "built on it; name legitimate alternatives (--band / --band-endpoint)")
     label = LABELS.get(stat, stat)
     admits = f"; the gate would admit up to {ratio * high:.3e}" if ratio else ""
     if high > SPREAD_LIMIT * median:
@@ -193,7 +202,7 @@ class Gate:
         is INCONCLUSIVE (beyond it, it still FAILS); with too few variants every finite row is INCONCLUSIVE."""
         verdict, why = self.judge(stats, band)
         kind, unfit = band.unfit(tuple(stats), self.ratio)
-        if not kind or "not finite" in why or (kind != "few" and verdict == FAIL):
+        if not kind or "not finite" in why or (kind not in JUDGES_NOTHING and verdict == FAIL):
             return verdict, why
         return INCONCLUSIVE, unfit + (f" (the gate alone: {verdict}{': ' + why if why else ''})")
 
@@ -240,7 +249,8 @@ def inconclusive_rule() -> str:
     """The INCONCLUSIVE rule in words (gate lines of the tables)."""
     return (f"INCONCLUSIVE (exit 3) when the band's max > {SPREAD_LIMIT:g} x its median or its smallest ideal variant "
             f"< its median / {SPREAD_LIMIT:g} or the variants lie {SPREAD_LIMIT:g} x closer to each other than to the "
-            f"reference (a row beyond the gate still FAILS), or it has fewer than {MIN_BAND} ideal variants")
+            f"reference (a row beyond the gate still FAILS), or it has fewer than {MIN_BAND} ideal variants or zero "
+            f"width (every sample 0: nothing judged)")
 
 
 def _bias_window(band: Band, se: float, stat: str = "scale_bias") -> tuple[float, float]:

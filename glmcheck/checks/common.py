@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from glmcheck.backends.errors import KernelFault
 from glmcheck.checks import metrics
 from glmcheck.checks.band import (  # the verdict words, one place
     FAIL,
@@ -101,6 +102,12 @@ def not_called_row(backend: str, against: str, compared_on: str, expected: int, 
     """A FAIL row for a backend that ran fewer kernel calls than expected."""
     return ComparisonRow(f"{backend} vs {against}", backend, against, compared_on, math.nan, math.nan, math.nan,
                          FAIL, note=f"expected {expected} kernel calls, saw {seen}", measured=False, **kw)
+
+
+def fault_row(fault: KernelFault, against: str, compared_on: str, **kw) -> ComparisonRow:
+    """A FAIL row for a backend that raised or broke the output contract while it ran (`KernelFault`)."""
+    return ComparisonRow(f"{fault.backend} vs {against}", fault.backend, against, compared_on, math.nan, math.nan,
+                         math.nan, FAIL, note=fault.reason, measured=False, **kw)
 
 
 def overall(rows: list[ComparisonRow]) -> str:

@@ -12,9 +12,17 @@ import torch
 
 from glmcheck.checks import metrics
 from glmcheck.checks.band import DEFAULT_BAND, INFO, Band, Gate, band_names
-from glmcheck.checks.common import ComparisonRow, cross_check_note, judge_row, not_called_row, overall, require_finite
+from glmcheck.checks.common import (
+    ComparisonRow,
+    cross_check_note,
+    fault_row,
+    judge_row,
+    not_called_row,
+    overall,
+    require_finite,
+)
 from glmcheck.checks.layer0 import CheckResult
-from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
+from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each
 
 
 def _layer_rows(label: str, run: BackendRun, ref: BackendRun, layers: int, tokens: int) -> list[ComparisonRow]:
@@ -36,22 +44,26 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
     tokens = input_ids.shape[1]
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
-    runs = []
-    for name in [exact, exact] + variants + others:
-        run = forward_under(model, input_ids, name, options, hidden_layers=range(layers))
-        for layer in range(layers) if len(runs) < 2 + band_size else ():  # NaN in the reference or band: bad input
+
+    def finite(name: str, run: BackendRun) -> None:  # NaN in the reference or band: bad input
+        for layer in range(layers):
             require_finite(model, run.captured.hidden[layer], f"hidden state at layer {layer} ({tokens} tokens)",
                            name, exact)
-        runs.append(run)
-        if progress is not None:
-            progress.update(1)
+
+    runs, faults = forward_each(model, input_ids, [exact, exact] + variants + others, options, 2 + band_size,
+                                finite, progress, hidden_layers=range(layers))
     ref = runs[0]
     sample_rows = [_layer_rows(f"noise band: {exact} vs itself (rerun)", runs[1], ref, layers, tokens)]
     sample_rows += [_layer_rows(f"noise band: {r.name} vs {exact}", r, ref, layers, tokens)
                     for r in runs[2:2 + band_size]]
     bands = [Band({"rel_l2": [s[layer].rel_l2 for s in sample_rows]}, [exact] + variants) for layer in range(layers)]
     rows = [row for sample in sample_rows for row in sample]
-    for run in runs[2 + band_size:]:
+    by_name = {r.name: r for r in runs[2 + band_size:]}
+    for name in others:
+        if name in faults:
+            rows.append(fault_row(faults[name], exact, "hidden", tokens=tokens))
+            continue
+        run = by_name[name]
         expected, seen = run.missing_calls(layers, options.tp)
         if expected:
             rows.append(not_called_row(run.name, exact, "hidden", expected, seen, tokens=tokens))

@@ -12,8 +12,10 @@ gaps are as small as that noise (dummy weights), a flip across such a gap says n
 kernel. A band whose largest mean |Δ logprob| exceeds SPREAD_LIMIT x its median, or that has fewer
 than MIN_BAND variants, cannot judge (`glmcheck.checks.band`): a backend it would pass is
 INCONCLUSIVE. A FAIL row's note says which gate failed. A NaN in the reference's or a band sample's
-logits is bad input (BadReference). `continue_tokens` > 0 adds a greedy continuation per prompt and
-backend, compared token by token with the reference's (first divergence position).
+logits is bad input (BadReference); a backend under test that raises or breaks the kernel contract
+(`KernelFault`), or a candidate server that answers non-finite logits, gives no answer on that prompt (an outcome
+with `fault` set) and its row FAILS naming why, whatever the band. `continue_tokens` > 0 adds a greedy continuation
+per prompt and backend, compared token by token with the reference's (first divergence position).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from typing import Protocol
 
 import torch
 
+from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import (
     DEFAULT_BAND,
     FAIL,
     INCONCLUSIVE,
     INFO,
+    JUDGES_NOTHING,
     PASS,
     band_names,
     inconclusive_rule,
@@ -80,6 +84,13 @@ class PromptOutcome:
     agree: bool
     dlogprob: float  # |logprob of the reference's token here - the reference's| (nats)
     divergence: int | None = None  # first differing continuation position (None: identical)
+    fault: str | None = None  # why this backend gave no answer (it raised, broke its contract, NaN from a server)
+
+
+def faulted(prompt_id: str, backend: str, ref_choice: Choice, reason: str) -> PromptOutcome:
+    """The outcome of a backend that gave no answer on a prompt (`reason`): no token, NaN logprobs; a FAIL."""
+    return PromptOutcome(prompt_id, backend, -1, math.nan, ref_choice.token, ref_choice.logprob, ref_choice.gap,
+                         False, math.nan, fault=reason)
 
 
 @dataclass
@@ -156,7 +167,11 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
         batch += [judge_prompt(prompt.id, name, _logits(model, ids, name, options, exact, prompt.id), ref_choice,
                                ref_logprobs) for name in variants]
         for name in others:
-            outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
+            try:
+                outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
+            except KernelFault as fault:
+                batch.append(faulted(prompt.id, name, ref_choice, fault.reason))
+                continue
             if continue_tokens:
                 mine = greedy_continuation(model, ids, name, options, continue_tokens)
                 outcome.divergence = _first_divergence(mine, ref_continuation)
@@ -185,14 +200,17 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
     for name in names:
         mine = [o for o in outcomes if o.backend == name]
         stats = _stats(mine)
-        wide_flips = [o for o in mine if not o.agree and o.ref_gap > near_tie]
+        wide_flips = [o for o in mine if not o.agree and not o.fault and o.ref_gap > near_tie]
         is_band = name == control_name or name in noise_names
+        faults = [o for o in mine if o.fault]
         if is_band or name in not_judged:
             verdict = INFO if math.isfinite(stats["mean_dlogprob"]) or name in not_judged else FAIL
             note = not_judged.get(name, "")
+        elif faults:  # a backend that gave no answer FAILS whatever the band
+            verdict, note = FAIL, f"{faults[0].fault} (on {len(faults)} of {len(mine)} prompts)"
         else:
             verdict, note = _judge(stats, wide_flips, gate_ratio * band_mean, max_dlogprob, near_tie, bool(mine))
-            if unfit[0] and verdict != FAIL or unfit[0] == "few" and "not finite" not in note:
+            if unfit[0] and verdict != FAIL or unfit[0] in JUDGES_NOTHING and "not finite" not in note:
                 note = f"{unfit[1]} (the gate alone: {verdict}{': ' + note if note else ''})"
                 verdict = INCONCLUSIVE
         if name == control_name:
@@ -206,7 +224,7 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         if continue_tokens:
             row["identical_continuations"] = sum(o.divergence is None for o in mine)
         rows.append(row)
-        flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree]
+        flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree and not o.fault]
     verdict = overall_of([r["verdict"] for r in rows])
     reference_runs = [o for o in outcomes if o.backend == control_name]
     facts = {"tie_gap": near_tie, "tie_gap_option": tie_gap, "band_mean_dlogprob": band_mean, "gate_ratio": gate_ratio,

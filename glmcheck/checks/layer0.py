@@ -27,12 +27,13 @@ from glmcheck.checks.common import (
     ComparisonRow,
     compare,
     cross_check_note,
+    fault_row,
     judge_row,
     not_called_row,
     overall,
     require_finite,
 )
-from glmcheck.checks.runner import BackendRun, SwapOptions, forward_under
+from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each, forward_under
 
 LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "temperature_bias")
 TEMPER_STEP = 1e-3  # relative softmax-scale step of the finite difference (fp32: ~1e-4 relative error in it)
@@ -63,7 +64,7 @@ def tempered(exact: str):
         return base(q, kv, indices, sm_scale * (1 + TEMPER_STEP), d_v, topk_length=topk_length)
 
     register_backend(name, run_tempered, f"{exact} at softmax scale x (1 + {TEMPER_STEP:g}): layer0's temperature "
-                                         f"direction", source="glmcheck.checks.layer0")
+                                         f"direction", source="glmcheck.checks.layer0", fp32_output=True)
     try:
         yield name
     finally:
@@ -88,15 +89,13 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
     tokens = input_ids.shape[1]
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
-    runs: list[BackendRun] = []
-    for name in [exact, exact] + variants + others:
-        run = forward_under(model, input_ids, name, options, latent_layers=[0], value_layers=[0])
-        if len(runs) < 2 + band_size:  # the reference and the band: NaN there is bad input, not a kernel FAIL
-            output = run.captured.latent[0] if run.absorbed else run.captured.value[0]
-            require_finite(model, output, f"layer-0 output ({tokens} tokens)", name, exact)
-        runs.append(run)
-        if progress is not None:
-            progress.update(1)
+
+    def finite(name: str, run: BackendRun) -> None:  # the reference and the band: NaN there is bad input
+        output = run.captured.latent[0] if run.absorbed else run.captured.value[0]
+        require_finite(model, output, f"layer-0 output ({tokens} tokens)", name, exact)
+
+    runs, faults = forward_each(model, input_ids, [exact, exact] + variants + others, options, 2 + band_size,
+                                finite, progress, latent_layers=[0], value_layers=[0])
     ref, by_name = runs[0], {r.name: r for r in runs[2 + band_size:]}
     direction = _temperature_direction(model, input_ids, exact, options, ref, tokens, progress)
     samples = [_compare_runs(f"noise band: {exact} vs itself (rerun)", runs[1], ref, exact, tokens,
@@ -107,7 +106,11 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
     rows = list(samples)
     num_layers = model.config.num_hidden_layers
     base = by_name.get(baseline) if baseline else None
-    for name, run in by_name.items():
+    for name in others:
+        if name in faults:
+            rows.append(fault_row(faults[name], exact, "latent", tokens=tokens))
+            continue
+        run = by_name[name]
         expected, seen = run.missing_calls(num_layers, options.tp)
         if expected:
             rows.append(not_called_row(name, exact, "latent", expected, seen, tokens=tokens))

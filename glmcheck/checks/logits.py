@@ -15,11 +15,13 @@ from dataclasses import replace
 
 import torch
 
+from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names, pairwise_median
 from glmcheck.checks.common import (
     ComparisonRow,
     compare,
     cross_check_note,
+    fault_row,
     judge_row,
     not_called_row,
     overall,
@@ -65,7 +67,11 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     band = replace(band_from_rows(samples, [exact] + variants), apart=pairwise_median(ideal))
     rows, outputs = list(samples), {}
     for name in dict.fromkeys(b for b in backends if b != exact and b not in variants):
-        run = forward_under(model, input_ids, name, options)
+        try:
+            run = forward_under(model, input_ids, name, options)
+        except KernelFault as fault:
+            rows.append(fault_row(fault, exact, "logits", tokens=tokens))
+            continue
         seconds[f"{name}@{tokens}"] = round(run.seconds, 3)
         expected, seen = run.missing_calls(num_layers, options.tp)
         if expected:

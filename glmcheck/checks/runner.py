@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
@@ -84,3 +85,28 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
     seconds = time.perf_counter() - start
     return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers), seconds,
                       Counter(session.plan_builds), clock.layer_ms() if clock is not None else None)
+
+
+def forward_each(model: torch.nn.Module, input_ids: torch.Tensor, names: list[str], options: SwapOptions,
+                 own: int, check_own: Callable[[str, BackendRun], None], progress=None, **captures
+                 ) -> tuple[list[BackendRun], dict[str, KernelFault]]:
+    """`forward_under` for each of `names` in order (the same `captures` each), `progress` updated once a forward.
+    The first `own` names are glmcheck's own (the exact reference, its rerun, the band): `check_own(name, run)`
+    sees each of their runs (NaN there is bad input) and a KernelFault of theirs is raised. Of the rest a
+    KernelFault is kept by name: that backend's FAIL. Returns (runs of the names that ran, in order; faults)."""
+    runs: list[BackendRun] = []
+    faults: dict[str, KernelFault] = {}
+    for position, name in enumerate(names):
+        try:
+            run = forward_under(model, input_ids, name, options, **captures)
+        except KernelFault as fault:
+            if position < own:
+                raise
+            faults[name] = fault
+        else:
+            if position < own:
+                check_own(name, run)
+            runs.append(run)
+        if progress is not None:
+            progress.update(1)
+    return runs, faults

@@ -10,6 +10,8 @@ over HTTP the reference endpoint queried again and the `--band-endpoint`s). A ro
 its distance exceeds gate_ratio x the band's max at L; where the band cannot judge
 (`glmcheck.checks.band.spread_reason`: too few, too wide, split, or of zero width) the point is INCONCLUSIVE
 unless the row is beyond even that gate (except with too few samples or zero width: then nothing is judged).
+A row that gave no distributions at a length (`Faulted`: it raised, broke the kernel contract, ran no kernel call,
+or its server answered non-finite logits) is out there, whatever the band.
 Per row: the **onset** (the first length where it is out), whether it **stays out** at every longer
 length, and its verdict (FAIL with an onset, else INCONCLUSIVE if a point could not be judged, else PASS).
 """
@@ -21,7 +23,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, spread_reason
+from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, JUDGES_NOTHING, PASS, spread_reason
 from glmcheck.checks.common import overall_of
 from glmcheck.checks.distributions import Distribution, topk_distance
 
@@ -37,8 +39,17 @@ def window_distance(row: list[Distribution], reference: list[Distribution], k: i
     pairs = [topk_distance(mine, ref, k) for mine, ref in zip(row, reference)]
     return statistics.median(d for d, _ in pairs), sum(u for _, u in pairs)
 
-# prompt length L -> {row name: its distributions at the window's positions}, the reference's rerun included
-Fetch = Callable[[int], dict[str, list[Distribution]]]
+@dataclass(frozen=True)
+class Faulted:
+    """What a judged row gave at a length instead of distributions: none, and why (it raised, broke the kernel
+    contract, or its server answered non-finite logits). The row is out there: a FAIL."""
+
+    reason: str
+
+
+# prompt length L -> {row name: its distributions at the window's positions, or Faulted}, the reference's rerun
+# included
+Fetch = Callable[[int], dict[str, "list[Distribution] | Faulted"]]
 
 
 def geometric_lengths(first: int, last: int, per_octave: int = 1) -> list[int]:
@@ -83,28 +94,28 @@ class SweepResult:
     facts: dict = field(default_factory=dict)
 
 
-def _point_rows(length: int, dists: dict[str, list[Distribution]], reference: str, rerun: str, band: list[str],
-                judged: list[str], k: int, gate_ratio: float) -> list[dict]:
+def _point_rows(length: int, dists: dict[str, list[Distribution] | Faulted], reference: str, rerun: str,
+                band: list[str], judged: list[str], k: int, gate_ratio: float) -> list[dict]:
     """The rows of one length: the band samples (verdict '-') and each judged row against them."""
     ref = dists[reference]
-    measured = {name: window_distance(dists[name], ref, k) for name in [rerun, *band, *judged]}
+    measured = {name: (math.nan, 0) if isinstance(dists[name], Faulted) else window_distance(dists[name], ref, k)
+                for name in [rerun, *band, *judged]}
     samples = [measured[name][0] for name in [rerun, *band]]
     finite = [v for v in samples if math.isfinite(v)]
     band_max = max(finite) if finite else math.nan
     limit = gate_ratio * band_max
     unfit, why = spread_reason(finite, "mean_dlogprob", len(band), gate_ratio)
-    if not unfit and band_max == 0:
-        unfit, why = "few", ("band of zero width: every band sample equals the reference bit for bit; name "
-                              "legitimate alternatives (--band / --band-endpoint)")
     out = []
     for name in [rerun, *band, *judged]:
         distance, unlisted = measured[name]
         row = {"tokens": length, "backend": name, "distance": distance, "band_max": band_max, "limit": limit,
                "unlisted": unlisted, "role": "band" if name in (rerun, *band) else "judged", "out": None,
                "verdict": INFO, "note": ""}
-        if name in judged:
+        if name in judged and isinstance(dists[name], Faulted):  # no answer is out whatever the band
+            row["out"], row["verdict"], row["note"] = True, FAIL, dists[name].reason
+        elif name in judged:
             beyond = not distance <= limit  # NaN distance is out
-            if unfit and not (beyond and unfit != "few"):
+            if unfit and not (beyond and unfit not in JUDGES_NOTHING):
                 row["verdict"], row["note"] = INCONCLUSIVE, why
             else:
                 row["out"] = beyond

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
 from glmcheck.arguments import check_experts, check_layers, check_out_dir
+from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
 from glmcheck.records.tables import markdown_table
 
 

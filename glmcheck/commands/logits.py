@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.arguments import check_count
+from glmcheck.commands.model_options import add_model_options, check_model_usage
 
 
 def _lengths(text: str | None, default: str) -> list[int]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.checks.band import DEFAULT_BAND
 from glmcheck.arguments import check_out_dir
+from glmcheck.checks.band import DEFAULT_BAND
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
 from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS

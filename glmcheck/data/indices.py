@@ -16,6 +16,7 @@ index tensor.
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -123,9 +124,9 @@ class DriftParams:
     local_rows: int = 64
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.noise, (int, float)) and self.noise >= 0):
+        if not (isinstance(self.noise, numbers.Real) and self.noise >= 0):
             raise ValueError(f"noise must be a number >= 0, got {self.noise!r}")
-        if not isinstance(self.noise_growth, (int, float)):
+        if not isinstance(self.noise_growth, numbers.Real):
             raise ValueError(f"noise_growth must be a number, got {self.noise_growth!r}")
         for name in ("sink_rows", "local_rows"):
             value = getattr(self, name)

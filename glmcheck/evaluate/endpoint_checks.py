@@ -8,26 +8,31 @@ again (its rerun; a stack that reruns bit for bit gives a sample of zero width) 
 e.g. the engine's default kernel). A candidate is judged against those samples only, never against zero:
 with fewer than 3 band endpoints (`MIN_BAND`) the band cannot judge and the rows are INCONCLUSIVE.
 What a server gives is the top-k logprobs of each generated position, not full logits: a logprob the
-candidate does not list counts at its k-th (a lower bound on |dlogprob|, said in the record).
+candidate does not list counts at its k-th (a lower bound on |dlogprob|, said in the record). A candidate whose
+server answers that its logits were NaN/Inf (an HTTP 5xx saying so, as `glmcheck serve` does) is a FAIL row, as
+the same kernel is in process; the reference or a band server doing so is bad input (exit 2), and every other
+server failure is an EndpointError (exit 2).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from glmcheck import __version__
-from glmcheck.checks.band import FAIL
+from glmcheck.arguments import check_count, check_number
+from glmcheck.checks.band import FAIL, BadReference
 from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, summarize
-from glmcheck.arguments import check_count, check_number
+from glmcheck.checks.sweep import Faulted
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
 from glmcheck.records.environment import code_identity
 from glmcheck.sources.completions import Completion, complete
 from glmcheck.sources.endpoint import Endpoint, ServerInfo, check_same_model, describe, parse_endpoints
-from glmcheck.sources.transport import HttpOptions, run_bounded
+from glmcheck.sources.transport import EndpointError, HttpOptions, reports_non_finite, run_bounded
 from glmcheck.sources.window import prompt_window
 
 RecordDir = Path | Callable[[], Path] | None
@@ -49,6 +54,14 @@ class TokenTable:
 
     def token_text(self, token: int) -> str:
         return self._texts[token]
+
+
+@dataclass(frozen=True)
+class NonFiniteAnswer:
+    """A server's answer that its logits were NaN/Inf (`reports_non_finite`): for a candidate a FAIL row, for the
+    reference or a band server bad input."""
+
+    message: str
 
 
 class Servers:
@@ -90,19 +103,32 @@ class Servers:
                        "glmcheck": {k: (info.glmcheck or {}).get(k) for k in stable} if info.glmcheck else None}
                 for name, info in self.infos.items()}
 
-    def ask(self, jobs: list[tuple[str, Endpoint]], prompt, max_tokens: int, logprobs: int) -> dict[str, Completion]:
-        """Each (row name, endpoint) asked for `prompt`, up to `concurrency` at once."""
+    def ask(self, jobs: list[tuple[str, Endpoint]], prompt, max_tokens: int, logprobs: int
+            ) -> dict[str, Completion | NonFiniteAnswer]:
+        """Each (row name, endpoint) asked for `prompt`, up to `concurrency` at once (`judged`)."""
         def work(endpoint: Endpoint) -> Completion:
             return complete(endpoint, prompt, max_tokens, logprobs, self.http(endpoint))
-        return dict(run_bounded(work, jobs, self.concurrency))
+        return self.judged(dict(run_bounded(_answer_or_non_finite(work), jobs, self.concurrency)))
 
     def windows(self, jobs: list[tuple[str, Endpoint]], token_ids: list[int], window: int, logprobs: int
-                ) -> dict[str, list[TopKDistribution]]:
-        """Each (row name, endpoint) asked for the distributions at the last `window` positions of `token_ids`."""
+                ) -> dict[str, list[TopKDistribution] | Faulted]:
+        """Each (row name, endpoint) asked for the distributions at the last `window` positions of `token_ids`; a
+        candidate that answered non-finite logits is `Faulted` there (`judged`)."""
         def work(endpoint: Endpoint) -> list[TopKDistribution]:
             entries = prompt_window(endpoint, token_ids, window, logprobs, self.http(endpoint))
             return [TopKDistribution.of(entry) for entry in entries]
-        return dict(run_bounded(work, jobs, self.concurrency))
+        answers = self.judged(dict(run_bounded(_answer_or_non_finite(work), jobs, self.concurrency)))
+        return {name: Faulted(a.message) if isinstance(a, NonFiniteAnswer) else a for name, a in answers.items()}
+
+    def judged(self, answers: dict) -> dict:
+        """`answers` as they are once no server but a candidate answered non-finite logits; BadReference (bad
+        input, exit 2) naming the reference or band server that did."""
+        candidates = {e.name for e in self.candidates}
+        for name, answer in answers.items():
+            if isinstance(answer, NonFiniteAnswer) and name not in candidates:
+                role = "a band server" if name in {e.name for e in self.band} else "the reference"
+                raise BadReference(f"{answer.message} ({role}: bad input, not a kernel fault)")
+        return answers
 
     def http(self, endpoint: Endpoint):
         if endpoint.name not in self._http:
@@ -114,10 +140,26 @@ class Servers:
             http.close()
 
 
-def _outcome(prompt_id: str, row: str, mine: Completion, ref: Completion, table: TokenTable,
+def _answer_or_non_finite(work: Callable[[Endpoint], object]) -> Callable[[Endpoint], object]:
+    """`work`, answering NonFiniteAnswer where the server said its logits were NaN/Inf (other failures raise)."""
+    def answer(endpoint: Endpoint) -> object:
+        try:
+            return work(endpoint)
+        except EndpointError as err:
+            if not reports_non_finite(err):
+                raise
+            return NonFiniteAnswer(f"server answered non-finite logits: {err}")
+    return answer
+
+
+def _outcome(prompt_id: str, row: str, mine: Completion | NonFiniteAnswer, ref: Completion, table: TokenTable,
              continuation: bool) -> PromptOutcome:
     """One row's outcome on one prompt against the reference's first answer (see module docstring)."""
-    theirs, own = ref.next_token(0), mine.next_token(0)
+    theirs = ref.next_token(0)
+    if isinstance(mine, NonFiniteAnswer):
+        return PromptOutcome(prompt_id, row, -1, math.nan, table.id(theirs.token), theirs.logprob, theirs.gap, False,
+                             math.nan, fault=mine.message)
+    own = mine.next_token(0)
     listed, kth = own.logprob_of(theirs.token)
     dlogprob = abs((listed if listed is not None else kth) - theirs.logprob)
     agree = own.token == theirs.token or listed == own.logprob  # a tie at the top agrees (`judge_prompt`)
@@ -126,6 +168,25 @@ def _outcome(prompt_id: str, row: str, mine: Completion, ref: Completion, table:
     if continuation:
         outcome.divergence = next((i for i, (a, b) in enumerate(zip(mine.tokens, ref.tokens)) if a != b), None)
     return outcome
+
+
+def _saved_outcome(outcome: PromptOutcome, table: TokenTable) -> dict:
+    """An outcome as a resume item: its tokens by text (a table's numbers hold in the process that made them)."""
+    return {**asdict(outcome), "token": _text(table, outcome.token), "ref_token": _text(table, outcome.ref_token)}
+
+
+def _read_outcome(item: dict, table: TokenTable) -> PromptOutcome:
+    """The outcome `_saved_outcome` wrote, its token texts interned in this process's `table`."""
+    return PromptOutcome(**{**item, "token": _number(table, item["token"]), "ref_token": _number(table,
+                                                                                              item["ref_token"])})
+
+
+def _text(table: TokenTable, token: int) -> str | None:
+    return None if token < 0 else table.token_text(token)
+
+
+def _number(table: TokenTable, text: str | None) -> int:
+    return -1 if text is None else table.id(text)
 
 
 def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequence[str | Endpoint] = (), *,
@@ -156,9 +217,9 @@ def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Se
                    "continue_tokens": continue_tokens, "logprobs": logprobs, "tie_gap": tie_gap,
                    "max_dlogprob": max_dlogprob, "gate_ratio": gate_ratio, "code": code_identity()}
     resume = ResumeStore(record_dir, fingerprint, overwrite=overwrite, total=len(chosen), what="prompts")
-    done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
-    directory = resume.start()
     table, outcomes = TokenTable(), []
+    done = {key: [_read_outcome(o, table) for o in payload] for key, payload in resume.done.items()}
+    directory = resume.start()
     jobs = [(servers.reference.name, servers.reference), (rerun, servers.reference)] + \
         [(e.name, e) for e in servers.band + servers.candidates]
     try:
@@ -171,7 +232,7 @@ def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Se
                 ref = answers[servers.reference.name]
                 batch = [_outcome(prompt.id, name, answers[name], ref, table, continue_tokens > 0)
                          for name, _ in jobs[1:]]
-                resume.save(prompt.id, [asdict(o) for o in batch])
+                resume.save(prompt.id, [_saved_outcome(o, table) for o in batch])
                 outcomes += batch
                 bar.update(1)
     finally:

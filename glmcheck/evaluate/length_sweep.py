@@ -10,12 +10,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from glmcheck.arguments import check_count, check_forwards
+from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import band_names
 from glmcheck.checks.common import require_finite
 from glmcheck.checks.distributions import FullDistribution
 from glmcheck.checks.runner import forward_under
-from glmcheck.checks.sweep import geometric_lengths, rerun_name, run_sweep
-from glmcheck.arguments import check_count, check_forwards
+from glmcheck.checks.sweep import Faulted, geometric_lengths, rerun_name, run_sweep
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions
@@ -69,8 +70,17 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     directory = resume.start()
     prompt = model_prompt(setup.spec, model.config.vocab_size, lengths[-1], options.seed, setup.device)
 
-    def distributions(name: str, length: int) -> list[FullDistribution]:
-        logits = forward_under(model, prompt[:, :length], name, setup.options, last_logits=window).captured.logits[0]
+    def distributions(name: str, length: int) -> list[FullDistribution] | Faulted:
+        try:
+            run = forward_under(model, prompt[:, :length], name, setup.options, last_logits=window)
+        except KernelFault as fault:
+            if name == setup.exact or name in band:  # glmcheck's own
+                raise
+            return Faulted(fault.reason)
+        expected, seen = run.missing_calls(model.config.num_hidden_layers, setup.options.tp)
+        if expected:  # a silent no-op
+            return Faulted(f"expected {expected} kernel calls, saw {seen}")
+        logits = run.captured.logits[0]
         if name == setup.exact or name in band:  # NaN in the reference or a band sample: bad input
             require_finite(model, logits, f"logits at {length} tokens", name, setup.exact)
         return [FullDistribution.from_logits(position) for position in logits]

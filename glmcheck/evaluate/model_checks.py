@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from glmcheck.checks.common import ComparisonRow
 from glmcheck.arguments import check_count, check_forwards, check_number
+from glmcheck.checks.common import ComparisonRow
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.evaluate.options import CheckOptions

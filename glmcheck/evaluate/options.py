@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
 from glmcheck.arguments import check_experts, check_layers, check_number, check_seed
+from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
 from glmcheck.model.references import DEFAULT_MODEL
 
 

@@ -8,13 +8,15 @@ INCONCLUSIVE with the questions it would need). `tasks_compare` judges sample lo
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from glmcheck import __version__
-from glmcheck.checks.common import overall_of
 from glmcheck.arguments import check_count
+from glmcheck.checks.band import FAIL, BadReference
+from glmcheck.checks.common import overall_of
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report
@@ -35,20 +37,25 @@ def _rule(max_drop: float, alpha: float, power: float) -> str:
 
 
 def _check_stats(max_drop: float, alpha: float, power: float) -> None:
-    if not (isinstance(max_drop, (int, float)) and 0 <= max_drop < 1):
-        shown = 100 * max_drop if isinstance(max_drop, (int, float)) else max_drop
+    if not (isinstance(max_drop, numbers.Real) and 0 <= max_drop < 1):
+        shown = 100 * max_drop if isinstance(max_drop, numbers.Real) else max_drop
         raise ValueError(f"--max-drop must be in [0, 100) points, got {shown!r}")
-    if not (isinstance(alpha, float | int) and isinstance(power, float | int) and 0 < alpha < power < 1):
+    if not (isinstance(alpha, numbers.Real) and isinstance(power, numbers.Real) and 0 < alpha < power < 1):
         raise ValueError(f"--alpha and --power must satisfy 0 < alpha < power < 1, got {alpha!r} and {power!r}")
 
 
 def judge(reference: dict, candidates: dict[str, dict], control: dict | None, *, max_drop: float, alpha: float,
-          power: float) -> tuple[list[dict], list[str]]:
+          power: float, faults: dict[str, str] | None = None) -> tuple[list[dict], list[str]]:
     """Rows (one per candidate and task) of `paired_verdict` and the warnings. `reference`, each candidate's and
-    `control` map task -> TaskSamples; a task missing from a candidate, or run with another metric, is a ValueError."""
+    `control` map task -> TaskSamples; a task missing from a candidate, or run with another metric, is a ValueError.
+    `faults` maps candidates that gave no answers (their server answered non-finite logits) to why: a FAIL row for
+    each task."""
     from glmcheck.tasks.paired import paired_verdict
 
     rows, warnings = [], []
+    for name, why in (faults or {}).items():
+        rows += [{"candidate": name, "task": task, "metric": ref.metric_key, "verdict": FAIL, "reason": why,
+                  "fault": why} for task, ref in reference.items()]
     for name, theirs in candidates.items():
         for task, ref in reference.items():
             if task not in theirs:
@@ -83,6 +90,7 @@ def tasks(endpoints: Sequence[str | Endpoint], task_names: Sequence[str], *, con
     finished results are kept; its sample logs lie in <record>/samples/<name>/)."""
     from glmcheck.model.load import ModelSpec
     from glmcheck.tasks.harness import TaskSamples, run_tasks
+    from glmcheck.tasks.lm_eval_quiet import NonFiniteServer
 
     _check_stats(max_drop, alpha, power)
     check_count(limit, "--limit")
@@ -104,6 +112,8 @@ def tasks(endpoints: Sequence[str | Endpoint], task_names: Sequence[str], *, con
     resume = ResumeStore(record_dir, fingerprint, overwrite=overwrite, total=len(runs), what="servers")
     directory = resume.start()
     results: dict[str, dict] = {}
+    faults: dict[str, str] = {}
+    candidates = {e.name for e in servers.candidates}
     for name, endpoint in runs:
         if name in resume.done:
             results[name] = {task: TaskSamples(**s) for task, s in resume.done[name].items()}
@@ -112,12 +122,19 @@ def tasks(endpoints: Sequence[str | Endpoint], task_names: Sequence[str], *, con
             if directory else None
         if not quiet:
             print(f"tasks: {', '.join(task_names)} against {name} ({endpoint.url})", flush=True)
-        results[name] = run_tasks(endpoint.url, list(task_names), model=endpoint.model, tokenizer=spec.checkpoint,
-                                  limit=limit, batch_size=batch_size, concurrency=concurrency, output_dir=out,
-                                  quiet=quiet, metric=metric)
+        try:
+            results[name] = run_tasks(endpoint.url, list(task_names), model=endpoint.model,
+                                      tokenizer=spec.checkpoint, limit=limit, batch_size=batch_size,
+                                      concurrency=concurrency, output_dir=out, quiet=quiet, metric=metric)
+        except NonFiniteServer as err:  # a candidate's kernel gave NaN: its FAIL; the reference's: bad input
+            if name not in candidates:
+                raise BadReference(f"{err} (the reference or its control: bad input, not a kernel fault)") from None
+            faults[name] = str(err)
+            continue
         resume.save(name, _samples_record(results[name]))
-    rows, warnings = judge(results[reference.name], {e.name: results[e.name] for e in servers.candidates},
-                           results[control_name], max_drop=max_drop, alpha=alpha, power=power)
+    rows, warnings = judge(results[reference.name], {e.name: results[e.name] for e in servers.candidates
+                                                     if e.name not in faults},
+                           results[control_name], max_drop=max_drop, alpha=alpha, power=power, faults=faults)
     accuracies = {name: {task: s.accuracy for task, s in got.items()} for name, got in results.items()}
     facts = {"gate": _rule(max_drop, alpha, power), "tasks": list(task_names), "limit": limit, "control": control_name,
              "accuracies": accuracies, "lm_eval_version": next(iter(results[reference.name].values())).lm_eval_version,

@@ -25,13 +25,15 @@ from glmcheck.kernels.validate import MAX_HEADS, check_indices, check_topk_lengt
 # From this many heads the per-token path runs the ping-pong tile per 64-head slice (padded): one slice costs ~3.73 ms
 # at 1 x 8192, the Triton tile 3.27 at 16 heads and 4.89 at 32 (docs/performance.md, "Per-token tiles by head count").
 PINGPONG_MIN_HEADS = 17
+UNION_GROUPS = (0, 2, 4, 8)  # the `union` a call may ask for: 0 per-token, else the group size G
 
 
 def union_group(num_heads: int, num_tokens: int, union: int, deterministic: bool) -> int:
     """The union group G a call runs, or 0 for the per-token path (illegal requests fall back)."""
-    if isinstance(union, bool) or not isinstance(union, int) or union < 0:
-        raise ValueError(f"union must be a non-negative int (0 = per-token, G = 2, 4 or 8), got {union!r}")
-    if union <= 1 or deterministic:  # deterministic: a token's output must not depend on its group
+    if isinstance(union, bool) or not isinstance(union, int) or union not in UNION_GROUPS:
+        raise ValueError(f"union must be 0 (per-token) or G = 2, 4 or 8 (adjacent tokens sharing one gather), got "
+                         f"{union!r}")
+    if union == 0 or deterministic:  # deterministic: a token's output must not depend on its group
         return 0
     if not union_is_legal(num_heads, union):
         log_fallback_once(num_heads, union, "G*H must be a power of two in [16, 64]")

@@ -185,8 +185,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                        _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
-    `union` = G in {2, 4, 8} asks for the union fast path: G adjacent tokens share one deduplicated gather (the
-    per-token values up to summation order), where the G*H query tile is 16, 32 or 64 rows; otherwise, with
+    `union` = G in {2, 4, 8} asks for the union fast path (0, the default, the per-token path; any other value is a
+    ValueError): G adjacent tokens share one deduplicated gather (the per-token values up to summation order),
+    where the G*H query tile is 16, 32 or 64 rows; otherwise (logged once), with
     `deterministic=True` (batch-invariant results) and for the T mod G tail tokens the per-token path runs. No host
     sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
     (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no

@@ -7,6 +7,7 @@ never be read at a bf16 stride), wrong shapes, devices and sizes ValueError.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -124,7 +125,7 @@ def check_prefill_args(q: object, kv: object, indices: object, sm_scale: object,
     if d_tail != 0 and not _is_pow2(d_tail):
         raise ValueError(f"d_qk - d_v (the rope tail) must be 0 or a power of two, got {d_tail} "
                          f"(d_qk={d_qk}, d_v={d_v})")
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) \
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real) \
             or not math.isfinite(sm_scale) or sm_scale <= 0:
         raise ValueError(f"sm_scale must be a positive finite float, got {sm_scale!r}")
     indices = check_indices(indices, num_tokens, q.device)

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
+from glmcheck.backends.errors import KernelFault, first_line
 from glmcheck.model.absorbed import absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
 from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, absorbed_mask, install_chunked_indexer
@@ -130,13 +131,36 @@ class SwapSession:
                     plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
                     plans[rank] = plan
                     self.plan_builds[layer] += 1
-                part = self.backend(q_rank, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
+                part = self._call(q_rank, rows, indices, scaling, latent_dim, lengths, plan)
                 self.calls[layer] += 1
-                if tuple(part.shape[:2]) != (q_rank.shape[0], per_rank):
-                    raise ValueError(f"backend {self.name} must return [{q_rank.shape[0]}, {per_rank}, d_v], got "
-                                     f"{list(part.shape)}")
+                check_output(self.name, part, q_rank, latent_dim, self.backend.fp32_output)
                 parts.append(part)
         return parts[0] if self.tp == 1 else torch.cat(parts, dim=1)
+
+    def _call(self, q, rows, indices, scaling, latent_dim, lengths, plan) -> torch.Tensor:
+        """One backend call; a plug-in that raises is a KernelFault naming it (glmcheck's own raise as they are)."""
+        try:
+            return self.backend(q, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
+        except Exception as err:  # noqa: BLE001 - whatever a plug-in raises is its fault: one line, its name
+            if self.backend.built_in or isinstance(err, torch.OutOfMemoryError):
+                raise
+            raise KernelFault(self.name, f"raised {type(err).__name__}: {first_line(err)}") from err
+
+
+def check_output(name: str, out: object, q: torch.Tensor, d_v: int, fp32_output: bool) -> None:
+    """KernelFault unless `out` keeps the kernel contract for `q` [T, H, d_qk]: a tensor [T, H, d_v] on q's device,
+    bf16 (fp32 or fp64 for a backend of `fp32_output`: an exact reference)."""
+    if not isinstance(out, torch.Tensor):
+        raise KernelFault(name, f"returned a {type(out).__name__}, expected a tensor [T, H, d_v]")
+    expected = [q.shape[0], q.shape[1], d_v]
+    if list(out.shape) != expected:
+        raise KernelFault(name, f"returned shape {list(out.shape)}, expected {expected} (the kernel contract)")
+    dtypes = (torch.float32, torch.float64) if fp32_output else (torch.bfloat16,)
+    if out.dtype not in dtypes:
+        raise KernelFault(name, f"returned {str(out.dtype).removeprefix('torch.')}, expected "
+                                f"{' or '.join(str(d).removeprefix('torch.') for d in dtypes)} (the kernel contract)")
+    if out.device != q.device:
+        raise KernelFault(name, f"returned a tensor on {out.device}, expected q's device {q.device}")
 
 
 _SESSIONS: dict[int, SwapSession] = {}  # id(attention module) -> active session

@@ -12,7 +12,9 @@ ValueError whose message is one line: `endpoint NAME (URL): what went wrong`.
 from __future__ import annotations
 
 import json
+import numbers
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +35,21 @@ class EndpointError(ValueError):
     def __init__(self, name: str | None, url: str | None, what: str, status: int | None = None):
         self.name, self.url, self.what, self.status = name, url, one_line(what, 400), status
         super().__init__(f"endpoint {name} ({url}): {self.what}" if name is not None else self.what)
+
+
+# What a server's error message says when the model's logits came out NaN/Inf (`glmcheck serve`: "produced non-finite
+# logits"): an answer about the kernel it runs, not a broken server.
+_NON_FINITE = re.compile(r"non-finite|\bnan\b|not finite", re.IGNORECASE)
+
+
+def says_non_finite(message: str) -> bool:
+    """True when a server's error `message` says its logits were NaN/Inf."""
+    return bool(_NON_FINITE.search(message))
+
+
+def reports_non_finite(err: EndpointError) -> bool:
+    """True when `err` is a server's HTTP 5xx answer whose message says its logits were NaN/Inf."""
+    return err.status is not None and err.status >= 500 and says_non_finite(err.what)
 
 
 def one_line(text: str, limit: int = ERROR_CHARS) -> str:
@@ -70,11 +87,11 @@ class HttpOptions:
     def __post_init__(self):
         for name in ("timeout", "connect_timeout"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0):
+            if not (isinstance(value, numbers.Real) and value > 0):
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
         if not (isinstance(self.retries, int) and not isinstance(self.retries, bool) and self.retries >= 0):
             raise ValueError(f"retries must be an integer >= 0, got {self.retries!r}")
-        if not (isinstance(self.backoff, (int, float)) and self.backoff >= 0):
+        if not (isinstance(self.backoff, numbers.Real) and self.backoff >= 0):
             raise ValueError(f"backoff must be a number of seconds >= 0, got {self.backoff!r}")
 
 

@@ -267,17 +267,16 @@ def run_tasks(url: str, tasks: list[str], *, model: str | None = None, tokenizer
             found[task] = build_task_samples(task, samples, name, filt, version, asked,
                                              reported_value(results.get("results", {}).get(task, {}), name, filt),
                                              None)
-        except ValueError as err:  # judged after the logs are written: a long run is not lost
+        except ValueError as err:  # a metric the task does not have: bad usage, nothing written
             refused.append(err)
-            chosen[task] = {"metric": None, "filter": None, "asked": asked}
             continue
         chosen[task] = {"metric": name, "filter": filt, "asked": asked}
+    if refused:
+        raise ValueError(f"{where}: {refused[0]}" + (f" (and {len(refused) - 1} more tasks)" if len(refused) > 1
+                                                     else ""))
     if out is not None:
         paths = write_sample_logs(out, results, chosen)
         found = {task: _with_source(found[task], paths[task]) for task in found}
-    if refused:
-        raise ValueError(f"{where}: {refused[0]}" + (f" (and {len(refused) - 1} more tasks)" if len(refused) > 1
-                                                     else "") + (f"; the samples are in {out}" if out else ""))
     return found
 
 

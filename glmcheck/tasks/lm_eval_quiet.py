@@ -7,7 +7,10 @@
   collected (torch's collect_env takes 5-10 s a call; `asked["server"]` says what served the run), and the
   working directory's git hash is asked for with git's stderr discarded (`quiet_git_hash`: lm-eval's own call lets
   git print "fatal: not a git repository" to the terminal from any directory outside a repository, --quiet or not).
-- `lm_eval_failure`: what lm-eval raised, as one line with the server's own error message when it gave one.
+- `lm_eval_failure`: what lm-eval raised, as one line with the server's own error message when it gave one
+  (`NonFiniteServer` when that message says its logits were NaN/Inf).
+- `quiet_abandoned_requests`: asyncio's "Task exception was never retrieved" tracebacks of the concurrent requests
+  a failed one left behind are dropped (the first failure is the one reported).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import logging
 from pathlib import Path
 
 from glmcheck.records.environment import git_output
-from glmcheck.sources.transport import one_line
+from glmcheck.sources.transport import one_line, says_non_finite
 
 
 class _Captured(logging.Handler):
@@ -45,11 +48,33 @@ def _not_the_batch_warning(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(BATCH_WARNING)
 
 
+class _AbandonedRequests(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for an aiohttp request: when one of lm-eval's concurrent
+    requests fails (a server died), the gather it waits in raises the first error and the others' failures are left
+    in tasks nobody reads, each logged with its traceback when collected. The first error is what glmcheck reports."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith("Task exception was never retrieved") and error is not None
+                    and type(error).__module__.split(".")[0] in ("aiohttp", "asyncio"))
+
+
+_ABANDONED = _AbandonedRequests()
+
+
+def quiet_abandoned_requests() -> None:
+    """Install `_AbandonedRequests` on asyncio's logger (once; it stays, since the tasks may be collected later)."""
+    logger = logging.getLogger("asyncio")
+    if _ABANDONED not in logger.filters:
+        logger.addFilter(_ABANDONED)
+
+
 @contextlib.contextmanager
 def lm_eval_logging(quiet: bool):
     """lm-eval's logger for the call: WARNING+ captured; quiet: nothing printed (lm-eval's messages and
     every progress bar, which write to stderr), else its progress bars and WARNING+ messages on stderr (its INFO
     lines with LMEVAL_LOG_LEVEL=INFO, lm-eval's own switch)."""
+    quiet_abandoned_requests()
     logger = logging.getLogger("lm_eval")
     saved = (logger.level, logger.propagate, list(logger.handlers))
     captured = _Captured()
@@ -125,12 +150,21 @@ def light_env_info(lm_eval):
             evaluator.get_git_commit_hash = original_git_hash
 
 
+class NonFiniteServer(ValueError):
+    """lm-eval failed because the server answered that its logits were NaN/Inf: about the kernel it serves (a
+    candidate's FAIL), not a broken server."""
+
+
 def lm_eval_failure(err: BaseException, captured: _Captured, where: str) -> ValueError:
-    """One line: what lm-eval raised, with the server's own message when it logged one."""
+    """One line: what lm-eval raised, with the server's own message when it logged one (NonFiniteServer when that
+    message says the logits were NaN/Inf)."""
     text = f"{type(err).__name__}: {one_line(err, 200) or 'no message'}"
     said = [m for m in captured.messages if "Response text" in m or "error message" in m]
     if said:
-        text += f"; the server said: {_server_said(said[-1])}"
+        message = _server_said(said[-1])
+        text += f"; the server said: {message}"
+        if says_non_finite(message):
+            return NonFiniteServer(f"{where}: server answered non-finite logits: {message}")
     return ValueError(f"{where}: lm-eval failed: {text}")
 
 
