@@ -90,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers or triton is imported yet, so bad usage is answered in well under a second), then
     import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
     TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
+    from glmcheck.bytecode import use_private_cache
+    from glmcheck.records.phases import CLOCK, requested
+
+    CLOCK.begin()
+    use_private_cache()  # before torch is imported: a read-only install compiles its sources once, not every run
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ns = build_parser(argv).parse_args(argv)
@@ -100,8 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ns.precheck(ns)
         import glmcheck.kernels  # noqa: F401
 
+        if getattr(ns, "profile", False) or requested():
+            CLOCK.enable()
         with _torchrun(ns):
             code = ns.handler(ns)
+        if CLOCK.profiling:
+            print(f"where the time went (--profile):\n{CLOCK.table()}", file=sys.stderr)
+            CLOCK.disable()
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         return code
     except BrokenPipeError:  # the reader of stdout went away (`glmcheck report DIR | head -1`): stop as SIGPIPE does

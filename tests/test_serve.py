@@ -46,7 +46,7 @@ def client(served):
 def harness_logprobs(served, ids: list[int], backend: str = "reference") -> torch.Tensor:
     """The harness's fp64 log-softmax at every position of `ids` [len, vocab]."""
     logits = forward_under(served.model, torch.tensor([ids]), backend, SwapOptions(), last_logits=len(ids))
-    return torch.log_softmax(logits.captured.logits[0], dim=-1)
+    return torch.log_softmax(logits.captured.logits[0].double(), dim=-1)  # captures keep the model's dtype
 
 
 def complete(client, **body) -> dict:

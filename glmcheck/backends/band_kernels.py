@@ -15,7 +15,11 @@ where `p` is the fp32 probability (`sum_rounded=False`, as the Triton flash tuto
 FlashAttention-2/3 sum the row before the cast) or the rounded P fed to the MMA
 (`sum_rounded=True`: the normaliser then matches the weights exactly); kernels differ, so both are
 legitimate. Output bf16(acc / l). A token with no valid slot gives zeros; a block with no valid
-slot (yet) leaves the state untouched (m stays -inf, exp is taken against 0, so no NaN).
+slot (yet) leaves the state untouched (m stays -inf, exp is taken against 0, so no NaN). A block in which no token
+of a chunk has a valid slot is skipped: it would multiply the state by exp(0) = 1 and add zeros, so skipping it
+changes no value (at most the sign of an accumulator that is exactly zero), and a prompt shorter than top-k (a
+token t selects its t + 1 causal rows, the rest of its slots empty) runs the blocks its prompt fills, not all of
+top-k's.
 
 A split-KV variant (`splits=2`, as flash-decoding and FlashMLA's split kernels cut a long KV range
 across programs) cuts each token's valid slots into two halves by count (the first ceil(n/2) valid
@@ -127,7 +131,10 @@ def _flash_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
     m = torch.full((num_tokens, num_heads, 1), float("-inf"), dtype=torch.float32, device=q.device)
     l = torch.zeros((num_tokens, num_heads, 1), dtype=torch.float32, device=q.device)
     acc = torch.zeros((num_tokens, num_heads, d_v), dtype=torch.float32, device=q.device)
+    occupied = _blocks_occupied(valid, block).tolist()  # a block no token of the chunk uses changes nothing
     for start in starts:
+        if not occupied[start // block]:
+            continue
         ok = valid[:, start:start + block]  # [C, B]
         rows = kv[torch.where(ok, indices[:, start:start + block], 0).long()].float()  # [C, B, D]
         rows = torch.where(ok[..., None], rows, 0.0)  # an unselected slot reads nothing: a NaN in KV row 0 stays out
@@ -142,6 +149,15 @@ def _flash_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
         l = l * alpha + (p16 if sum_rounded else p).sum(dim=-1, keepdim=True)
         m = m_new
     return m, l, acc
+
+
+def _blocks_occupied(valid: torch.Tensor, block: int) -> torch.Tensor:
+    """[ceil(K / block)] bool: whether any token has a valid slot in each block of `block` slots of valid [C, K]."""
+    used = valid.any(dim=0)
+    blocks = -(-used.numel() // block)
+    padded = torch.zeros(blocks * block, dtype=torch.bool, device=valid.device)
+    padded[:used.numel()] = used
+    return padded.view(blocks, block).any(dim=1)
 
 
 def _merge(states: list[State]) -> State:

@@ -1,6 +1,8 @@
-"""fp64 capture of what the checks compare, through hooks that always come off.
+"""Capture of what the checks compare, through hooks that always come off.
 
-`capture(model, session, ...)` records, as float64 CPU tensors:
+`capture(model, session, ...)` records copies that stay where the model runs, in the dtype it produced them
+(the comparisons read them as fp64 there, `glmcheck.checks.metrics`, exactly as an fp64 host copy would hold
+them; `--save-tensors` takes them to the host when the record is written):
 - `latent[l]`  layer l's absorbed latent output [T, H, L] (absorbed backends only);
 - `value[l]`   layer l's per-head value output [T, H, V] (the o_proj input; every backend);
 - `hidden[l]`  layer l's output hidden state [T, hidden] (drift);
@@ -32,12 +34,13 @@ class Captured:
     logits: torch.Tensor | None = None
 
     def record_logits(self, logits: torch.Tensor, last: int = 1) -> None:
-        """Keep the last `last` positions of logits [B, S, vocab] as float64 on the CPU."""
-        self.logits = logits[:, -last:].detach().to("cpu", torch.float64)
+        """Keep a copy of the last `last` positions of logits [B, S, vocab] (their device and dtype)."""
+        self.logits = _kept(logits[:, -last:])
 
 
-def _fp64(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to("cpu", torch.float64)
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of `tensor` on its device, in its dtype (the model may reuse the memory of what it hands a hook)."""
+    return tensor.detach().clone()
 
 
 @contextlib.contextmanager
@@ -51,20 +54,20 @@ def capture(model: torch.nn.Module, session: SwapSession, *, latent_layers=(), v
 
     def listener(layer: int, what: str, tensor: torch.Tensor) -> None:
         if what == "latent_out" and layer in latent_layers:
-            captured.latent[layer] = _fp64(tensor)
+            captured.latent[layer] = _kept(tensor)
         elif what == "indices" and layer in index_layers:
             captured.indices[layer] = tensor.detach().cpu().clone()
 
     def value_hook(layer: int):
         def hook(module, args):
             x = args[0]
-            captured.value[layer] = _fp64(x.reshape(-1, attn[layer].num_heads, attn[layer].v_head_dim))
+            captured.value[layer] = _kept(x.reshape(-1, attn[layer].num_heads, attn[layer].v_head_dim))
         return hook
 
     def hidden_hook(layer: int):
         def hook(module, args, output):
             hidden = output[0] if isinstance(output, tuple) else output
-            captured.hidden[layer] = _fp64(hidden.reshape(-1, hidden.shape[-1]))
+            captured.hidden[layer] = _kept(hidden.reshape(-1, hidden.shape[-1]))
         return hook
 
     try:

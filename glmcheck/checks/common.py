@@ -28,7 +28,7 @@ GATED_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "scale_bias_se", "tem
 
 @dataclass
 class ComparisonRow:
-    """One row of a comparison table (all metrics in float64 on the CPU). `rel_l2` is the distance
+    """One row of a comparison table (all metrics in float64, where the tensors are). `rel_l2` is the distance
     the gate judges (to the exact reference); `extra` holds the further statistics (layer0's
     token_max_rel_l2, scale_bias and temperature_bias), the distance to the baseline kernel and
     check-specific fields.
@@ -66,20 +66,19 @@ class ComparisonRow:
 
 def compare(comparison: str, backend: str, against: str, compared_on: str,
             actual: torch.Tensor, expected: torch.Tensor, *, per_token: bool = False,
-            temperature: torch.Tensor | None = None, **kw) -> ComparisonRow:
+            temperature: torch.Tensor | None = None, finite: metrics.FiniteCache | None = None,
+            **kw) -> ComparisonRow:
     """A row with cosine, rel-L2 and max-abs of actual vs expected (verdict set later); with
     `per_token` (tensors [T, ...]) also token_max_rel_l2 and scale_bias (+ its standard error), and
     with `temperature` (expected's derivative in the softmax scale's relative change, same shape)
-    temperature_bias (+ its standard error): the relative softmax-scale error the difference shows."""
-    row = ComparisonRow(comparison, backend, against, compared_on, metrics.cosine(actual, expected),
-                        metrics.rel_l2(actual, expected), metrics.max_abs(actual, expected), **kw)
-    if per_token:
-        bias, se = metrics.scale_bias(actual, expected)
-        row.extra |= {"token_max_rel_l2": metrics.token_max_rel_l2(actual, expected), "scale_bias": bias,
-                      "scale_bias_se": se}
-        if temperature is not None:
-            bias, se = metrics.direction_bias(actual, expected, temperature)
-            row.extra |= {"temperature_bias": bias, "temperature_bias_se": se}
+    temperature_bias (+ its standard error): the relative softmax-scale error the difference shows.
+    One pass over the pair where the tensors are (`metrics.pair_statistics`); `finite` remembers which
+    tensors were found finite across a check's comparisons."""
+    stats = metrics.pair_statistics(actual, expected, per_token=per_token, direction=temperature if per_token else None,
+                                    finite=finite)
+    row = ComparisonRow(comparison, backend, against, compared_on, stats.pop("cosine"), stats.pop("rel_l2"),
+                        stats.pop("max_abs"), **kw)
+    row.extra |= stats
     return row
 
 

@@ -25,12 +25,13 @@ from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each
 
 
-def _layer_rows(label: str, run: BackendRun, ref: BackendRun, layers: int, tokens: int) -> list[ComparisonRow]:
+def _layer_rows(label: str, run: BackendRun, ref: BackendRun, layers: int, tokens: int,
+                finite: metrics.FiniteCache) -> list[ComparisonRow]:
     rows = []
     for layer in range(layers):
-        actual, expected = run.captured.hidden[layer], ref.captured.hidden[layer]
-        row = ComparisonRow(label, run.name, ref.name, "hidden", metrics.cosine(actual, expected),
-                            metrics.rel_l2(actual, expected), metrics.max_abs(actual, expected), tokens=tokens)
+        stats = metrics.pair_statistics(run.captured.hidden[layer], ref.captured.hidden[layer], finite=finite)
+        row = ComparisonRow(label, run.name, ref.name, "hidden", stats["cosine"], stats["rel_l2"], stats["max_abs"],
+                            tokens=tokens)
         row.extra = {"layer": layer}
         rows.append(row)
     return rows
@@ -52,9 +53,9 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
 
     runs, faults = forward_each(model, input_ids, [exact, exact] + variants + others, options, 2 + band_size,
                                 finite, progress, hidden_layers=range(layers))
-    ref = runs[0]
-    sample_rows = [_layer_rows(f"noise band: {exact} vs itself (rerun)", runs[1], ref, layers, tokens)]
-    sample_rows += [_layer_rows(f"noise band: {r.name} vs {exact}", r, ref, layers, tokens)
+    ref, cache = runs[0], metrics.FiniteCache()
+    sample_rows = [_layer_rows(f"noise band: {exact} vs itself (rerun)", runs[1], ref, layers, tokens, cache)]
+    sample_rows += [_layer_rows(f"noise band: {r.name} vs {exact}", r, ref, layers, tokens, cache)
                     for r in runs[2:2 + band_size]]
     bands = [Band({"rel_l2": [s[layer].rel_l2 for s in sample_rows]}, [exact] + variants) for layer in range(layers)]
     rows = [row for sample in sample_rows for row in sample]
@@ -68,7 +69,7 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
         if expected:
             rows.append(not_called_row(run.name, exact, "hidden", expected, seen, tokens=tokens))
             continue
-        for layer, row in enumerate(_layer_rows(f"{run.name} vs {exact}", run, ref, layers, tokens)):
+        for layer, row in enumerate(_layer_rows(f"{run.name} vs {exact}", run, ref, layers, tokens, cache)):
             row.extra["band_max_rel_l2"] = bands[layer].summary()[2]
             if run.absorbed:
                 judge_row(row, gate, bands[layer])

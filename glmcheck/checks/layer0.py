@@ -16,6 +16,7 @@ from rounding (docs/reliability.md, "Temperature bias").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -42,12 +43,13 @@ TEMPERED_SUFFIX = "@tempered"
 
 @dataclass
 class CheckResult:
-    """Rows, overall verdict, run facts and the tensors worth saving."""
+    """Rows, overall verdict, run facts and the tensors worth saving (or a zero-argument function making them, so
+    that copies are made only when `--save-tensors` asks)."""
 
     rows: list[ComparisonRow]
     verdict: str
     facts: dict = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor] | Callable[[], dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
 def _per_token_name(name: str) -> str | None:
@@ -133,7 +135,8 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
              "band_summary": band.describe(), "exact": exact, "baseline": baseline,
              "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs},
              "plan_builds": {r.name: dict(r.plan_builds) for r in runs}}
-    return CheckResult(rows, overall(rows), facts, _tensors([ref, *by_name.values()]))
+    kept = [ref, *by_name.values()]
+    return CheckResult(rows, overall(rows), facts, lambda: _tensors(kept))
 
 
 def _temperature_direction(model: torch.nn.Module, input_ids: torch.Tensor, exact: str, options: SwapOptions,

@@ -13,6 +13,7 @@ from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
+from glmcheck.records.phases import CLOCK
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _gather_shards(got: Captured) -> None:
 def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str, options: SwapOptions, *,
                   latent_layers=(), value_layers=(), hidden_layers=(), index_layers=(),
                   last_logits: int = 1, time_attention: bool = False) -> BackendRun:
-    """Run `model(input_ids)` with `backend` swapped in; capture what was asked (fp64, CPU);
+    """Run `model(input_ids)` with `backend` swapped in; capture what was asked (on the model's device);
     `time_attention` also times each layer's attention calls (`BackendRun.attention_ms`)."""
     clock = AttentionClock() if time_attention else None
     start = time.perf_counter()
@@ -83,6 +84,7 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
         torch.cuda.synchronize(input_ids.device)
     _gather_shards(got)
     seconds = time.perf_counter() - start
+    CLOCK.add("forwards", seconds)
     return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers), seconds,
                       Counter(session.plan_builds), clock.layer_ms() if clock is not None else None)
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from glmcheck.evaluate.report import Report
+from glmcheck.records.phases import CLOCK
 from glmcheck.records.store import default_run_dir
 
 
@@ -21,9 +22,10 @@ def run_report(ns: argparse.Namespace, command: str, call: Callable[..., Report]
     report = call((out if out is not None else (lambda: default_run_dir(command))) if resumable else None)
     if not report.is_main:
         return report.exit_code
-    directory = report.record_dir or out or default_run_dir(command)
-    report.write(directory, save_tensors=getattr(ns, "save_tensors", False),
-                 overwrite=bool(getattr(ns, "overwrite", False)) and not resumable)
-    print(report.render())
-    print(f"record: {directory}")
+    with CLOCK.phase("write"):
+        directory = report.record_dir or out or default_run_dir(command)
+        report.write(directory, save_tensors=getattr(ns, "save_tensors", False),
+                     overwrite=bool(getattr(ns, "overwrite", False)) and not resumable)
+        print(report.render())
+        print(f"record: {directory}")
     return report.exit_code

@@ -52,6 +52,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "other files stay) instead of refusing it or resuming it")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--profile", action="store_true",
+                        help="print where the run's wall time went (imports, setup, build, forwards, compile, compare, "
+                             "write) on stderr at the end; GLMCHECK_PROFILE=1 does the same for any command")
 
 
 def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:

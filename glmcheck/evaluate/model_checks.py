@@ -32,6 +32,7 @@ from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.model.load import load_model
 from glmcheck.records.environment import config_hash
+from glmcheck.records.phases import CLOCK
 
 RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its items (`ResumeStore`)
 
@@ -45,7 +46,8 @@ def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], f
 
 def _build(setup: Setup, *, layer0_only: bool = False):
     setup.say_warnings()
-    return load_model(setup.spec, setup.device, layer0_only=layer0_only)
+    with CLOCK.phase("build"):
+        return load_model(setup.spec, setup.device, layer0_only=layer0_only)
 
 
 def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None) -> Report:

@@ -20,7 +20,8 @@ from glmcheck.records.store import write_record
 class Report:
     """One check's result. `rows` are the record's rows (dicts), `verdict` PASS / FAIL / INCONCLUSIVE,
     `facts` the check's own facts (gate, band, prompt source...), `model` and `options` what it ran on,
-    `extra` further summary fields (firsttoken's per-backend rows), `tensors` what `--save-tensors` keeps.
+    `extra` further summary fields (firsttoken's per-backend rows), `tensors` what `--save-tensors` keeps (or a
+    zero-argument function that makes it when the record is written).
     `is_main` is False on torchrun ranks other than 0 (they write and print nothing)."""
 
     command: str
@@ -59,5 +60,6 @@ class Report:
         record that was there (other files stay)."""
         if overwrite:
             clear_record(directory)
-        write_record(directory, self.summary(), self.frame(), self.tensors if save_tensors else None)
+        tensors = (self.tensors() if callable(self.tensors) else self.tensors) if save_tensors else None
+        write_record(directory, self.summary(), self.frame(), tensors)
         return directory

@@ -18,6 +18,7 @@ from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.plan import check_fits
 from glmcheck.records.environment import code_identity, config_hash
 from glmcheck.records.layout import clear_record
+from glmcheck.records.phases import CLOCK
 from glmcheck.records.progress import ItemStore
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}
@@ -32,6 +33,10 @@ class Setup:
                  tokens: int | None = None):
         """A check of `one_prompt` (layer0, drift) has its length resolved here: `tokens`, or 4096 on a GPU and
         128 on the CPU, checked against the model's positions and the device's memory (`self.tokens`)."""
+        with CLOCK.phase("setup"):
+            self._resolve(options, layer0_only, one_prompt, tokens)
+
+    def _resolve(self, options: CheckOptions, layer0_only: bool, one_prompt: bool, tokens: int | None) -> None:
         from glmcheck.model import distributed
 
         options.check()

@@ -143,7 +143,7 @@ class Served:
         if expected:
             raise BackendFault(f"backend {self.backend!r} ran {seen} of the {expected} kernel calls a forward "
                                f"needs (a silent no-op)")
-        logits = run.captured.logits[0]
+        logits = run.captured.logits[0].double()
         if not bool(torch.isfinite(logits).all()):
             bad = int((~torch.isfinite(logits)).sum())
             raise BackendFault(f"backend {self.backend!r} produced non-finite logits: {bad} of {logits.numel()} "

@@ -1,0 +1,141 @@
+"""Where a run's wall time went, by phase (`--profile`, or GLMCHECK_PROFILE=1 for any command).
+
+The process's one `CLOCK` adds up wall seconds per phase as the run goes: `imports` (from `glmcheck.cli.main` to the
+first phase: the command's imports of torch, transformers and triton, and its argument checks), `setup` (the
+model's config, backends, memory plan), `build` (the model and its weights), `forwards` (every forward under a
+backend, device synchronised), `compile` (Triton compiling or loading its kernels from its cache, inside the
+forwards; timed through Triton's JIT hooks while profiling), `compare` (the metrics), `write` (the record and its
+tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
+prints them with `other` (the rest) and the total.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+ENV = "GLMCHECK_PROFILE"
+ORDER = ("startup", "imports", "setup", "build", "forwards", "compile", "compare", "write")
+
+
+def requested() -> bool:
+    """True when GLMCHECK_PROFILE asks for the table (1, true, yes)."""
+    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+class PhaseClock:
+    """Wall seconds per phase of one run (module docstring)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.compiled: Counter = Counter()  # kernel name -> variants compiled or loaded from Triton's cache
+        self.began: float | None = None
+        self.profiling = False
+        self._open = 0  # phases in progress (nested ones add to their own name only)
+        self._restore = None  # puts Triton's JIT hooks back (`enable`)
+
+    def begin(self) -> None:
+        """The run starts now (`glmcheck.cli.main`); `startup` is read from the process's start time. Not
+        profiling until `enable`."""
+        self.disable()
+        self.seconds.clear()
+        self.compiled.clear()
+        self.began = time.perf_counter()
+        startup = _seconds_since_process_start()
+        if startup is not None:
+            self.seconds["startup"] = startup
+
+    def enable(self) -> None:
+        """Print the table at the end, and time Triton's compiles (its JIT hooks; none under its interpreter)."""
+        self.profiling = True
+        self._restore = _time_triton_compiles(self)
+
+    def disable(self) -> None:
+        """Stop profiling; Triton's JIT hooks are given back what they held before `enable`."""
+        self.profiling = False
+        restore, self._restore = self._restore, None
+        if restore is not None:
+            restore()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to `name`; the first phase entered closes `imports`."""
+        start = time.perf_counter()
+        if self.began is not None and "imports" not in self.seconds and not self._open:
+            self.seconds["imports"] = start - self.began
+        self._open += 1
+        try:
+            yield
+        finally:
+            self._open -= 1
+            self.seconds[name] += time.perf_counter() - start
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] += seconds
+
+    def table(self) -> str:
+        """The phases, `other` and the total, in seconds and as shares of the total (startup included)."""
+        total = (time.perf_counter() - self.began if self.began is not None else 0.0) + self.seconds.get("startup", 0)
+        shown = {name: self.seconds[name] for name in ORDER if name in self.seconds}
+        if "compile" in shown and "forwards" in shown:  # compiles happen inside the forwards: shown apart
+            shown["forwards"] = max(shown["forwards"] - shown["compile"], 0.0)
+        shown["other"] = max(total - sum(shown.values()), 0.0)
+        width = max(len(n) for n in shown)
+        lines = [f"{'phase':<{width}}  seconds  share"]
+        lines += [f"{name:<{width}}  {value:7.2f}  {100 * value / total if total else 0:4.0f} %"
+                  for name, value in shown.items()]
+        lines.append(f"{'total':<{width}}  {total:7.2f}")
+        if self.compiled:
+            kinds = ", ".join(f"{name} x{count}" for name, count in self.compiled.most_common(6))
+            more = len(self.compiled) - 6
+            lines.append(f"compile: {sum(self.compiled.values())} kernel variants ({kinds}"
+                         f"{f', {more} more kernels' if more > 0 else ''})")
+        return "\n".join(lines)
+
+
+def _seconds_since_process_start() -> float | None:
+    """Seconds since this process started (Linux /proc), None elsewhere."""
+    try:
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return max(uptime - int(fields[19]) / ticks, 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _time_triton_compiles(clock: PhaseClock):
+    """Triton calls `jit_cache_hook` before it compiles (or loads from its disk cache) a kernel variant and
+    `jit_post_compile_hook` after: the time between is `compile`. Returns what puts the former hooks back (None
+    when this Triton has no such hooks)."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return None
+    runtime = getattr(knobs, "runtime", None)
+    if runtime is None or not hasattr(runtime, "jit_cache_hook") or not hasattr(runtime, "jit_post_compile_hook"):
+        return None
+    former = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
+    starts: list[float] = []
+
+    def before(*args, **kwargs) -> bool:
+        starts.append(time.perf_counter())
+        return False  # a true value would skip the compile
+
+    def after(*args, **kwargs) -> None:
+        if starts:
+            clock.add("compile", time.perf_counter() - starts.pop())
+        fn = kwargs.get("fn")
+        clock.compiled[getattr(fn, "name", "kernel")] += 1
+
+    runtime.jit_cache_hook, runtime.jit_post_compile_hook = before, after
+
+    def restore() -> None:
+        runtime.jit_cache_hook, runtime.jit_post_compile_hook = former
+    return restore
+
+
+CLOCK = PhaseClock()

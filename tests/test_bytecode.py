@@ -1,0 +1,53 @@
+"""The private bytecode cache (`glmcheck.bytecode`, issue 55) is used only where an install can neither hold nor
+take its bytecode, and never where the user chose."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from glmcheck.bytecode import needs_private_cache
+
+
+def test_a_package_with_bytecode_or_a_writable_folder_needs_none(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    assert not needs_private_cache(package), "writable"
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"")
+    os.chmod(package / "__pycache__", 0o555)
+    try:
+        assert not needs_private_cache(package), "already compiled"
+    finally:
+        os.chmod(package / "__pycache__", 0o755)
+
+
+def test_a_read_only_folder_is_seen_as_such(tmp_path, monkeypatch):
+    """As a non-root user would see it (root may write anywhere, so the permission answer is stood in for)."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert needs_private_cache(package)
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"")
+    assert not needs_private_cache(package)
+
+
+@pytest.mark.parametrize("env", [{"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPYCACHEPREFIX": "/tmp/theirs"}])
+def test_the_users_choice_stands(env, tmp_path):
+    code = ("import glmcheck.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+            "print(b.use_private_cache(), sys.pycache_prefix)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
+    assert out[0] == "None" and out[1] == env.get("PYTHONPYCACHEPREFIX", "None"), out
+
+
+def test_a_cache_is_made_when_needed(tmp_path):
+    code = ("import glmcheck.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+            "print(b.use_private_cache(), sys.pycache_prefix)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
+    assert out == [str(tmp_path / "glmcheck" / "pycache")] * 2, out
