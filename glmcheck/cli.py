@@ -90,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers or triton is imported yet, so bad usage is answered in well under a second), then
     import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
     TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
-    from glmcheck.bytecode import use_private_cache
-    from glmcheck.records.phases import CLOCK, requested
+    from glmcheck.process.bytecode import use_private_cache
+    from glmcheck.process.phases import CLOCK, requested
 
     CLOCK.begin()
     use_private_cache()  # before torch is imported: a read-only install compiles its sources once, not every run

@@ -1,4 +1,4 @@
-"""The private bytecode cache (`glmcheck.bytecode`, issue 55) is used only where an install can neither hold nor
+"""The private bytecode cache (`glmcheck.process.bytecode`, issue 55) is used only where an install can neither hold nor
 take its bytecode, and never where the user chose."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from glmcheck.bytecode import needs_private_cache
+from glmcheck.process.bytecode import needs_private_cache
 
 
 def test_a_package_with_bytecode_or_a_writable_folder_needs_none(tmp_path):
@@ -37,7 +37,7 @@ def test_a_read_only_folder_is_seen_as_such(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("env", [{"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPYCACHEPREFIX": "/tmp/theirs"}])
 def test_the_users_choice_stands(env, tmp_path):
-    code = ("import glmcheck.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+    code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, **env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
@@ -45,7 +45,7 @@ def test_the_users_choice_stands(env, tmp_path):
 
 
 def test_a_cache_is_made_when_needed(tmp_path):
-    code = ("import glmcheck.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+    code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -22,7 +22,7 @@ from glmcheck.model.absorbed import kernel_indices
 from glmcheck.model.checkpoint import load_checkpoint_model
 from glmcheck.model.indexer_chunks import causal_standin, chunk_rows, chunked_topk, row_chunks
 from glmcheck.model.plan import activation_bytes, check_fits, plan_memory
-from glmcheck.model.references import FIXTURES
+from glmcheck.model.references import MODELS_DIR
 from glmcheck.model.swap import ABSORBED_IMPL, attention_modules
 
 GIB = 2**30
@@ -31,7 +31,7 @@ GIB = 2**30
 @pytest.fixture(scope="module")
 def models():
     return {"tiny": build_dummy_model(make_config("tiny"), seed=3, init="sharp"),
-            "ref-cpu": load_checkpoint_model(FIXTURES / "ref-cpu", device=torch.device("cpu"))}
+            "ref-cpu": load_checkpoint_model(MODELS_DIR / "ref-cpu", device=torch.device("cpu"))}
 
 
 def _prompt(model, tokens: int, batch: int = 1) -> torch.Tensor:

@@ -7,7 +7,7 @@ import re
 import time
 
 from glmcheck import cli
-from glmcheck.records.phases import PhaseClock
+from glmcheck.process.phases import PhaseClock
 
 
 def _table(err: str) -> dict[str, float]:

@@ -13,9 +13,9 @@ from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import CheckpointTokenizer
 from glmcheck.data.prompts import PROMPTS_DIR, load_prompts
 from glmcheck.model.load import ModelSpec, config_of, model_names
-from glmcheck.model.references import DEFAULT_MODEL, FIXTURES, reference_checkpoint
+from glmcheck.model.references import DEFAULT_MODEL, MODELS_DIR, reference_checkpoint
 
-REF_CPU = str(FIXTURES / "ref-cpu")
+REF_CPU = str(MODELS_DIR / "ref-cpu")
 
 
 def test_reference_names_resolve_to_their_fixtures():

@@ -22,13 +22,13 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from glmcheck.model.references import FIXTURES
+from glmcheck.model.references import MODELS_DIR
 from glmcheck.tasks import harness, heldout_mc, lm_eval_quiet
 from glmcheck.tasks.harness import read_samples, run_tasks
 from tests.support.servers import Servers
 
 TASK = heldout_mc.TASK_NAME
-TOKENIZER = FIXTURES / "ref-cpu"
+TOKENIZER = MODELS_DIR / "ref-cpu"
 LIMIT = 24  # questions of the accuracy run: ref-cpu gets 14 right (58 %); 60.5 % over all 400
 FEW = 4  # questions of the second run (its ids are the first run's first FEW)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from glmcheck.model.indexer_scores import index_scores
-from glmcheck.model.references import FIXTURES, REFERENCE_MODELS
+from glmcheck.model.references import MODELS_DIR, REFERENCE_MODELS
 from glmcheck.training import corpus
 from glmcheck.training.export import check_loss, check_windows, read_record
 from glmcheck.training.geometry import REFERENCE_GEOMETRIES, reference_geometry
@@ -19,7 +19,7 @@ from glmcheck.training.loop import build_model, learning_rate
 from glmcheck.training.recipe import train_reference_model
 from glmcheck.training.tokenizer import load_tokenizer
 
-HELDOUT = FIXTURES / "reference-corpus" / "heldout.jsonl.gz"
+HELDOUT = MODELS_DIR / "reference-corpus" / "heldout.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, small_corpus, m
 def test_fixture_heldout_loss_matches_its_record(name):
     """Each committed reference model, loaded as a user loads it, gives the held-out check loss its
     training run recorded (fp32, the committed held-out documents, the checkpoint's tokenizer)."""
-    path = FIXTURES / name
+    path = MODELS_DIR / name
     if not path.is_dir():
         pytest.fail(f"fixture {path} is missing")
     record = read_record(path)

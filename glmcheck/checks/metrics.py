@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from glmcheck.records.phases import CLOCK
+from glmcheck.process.phases import CLOCK
 
 BASIC = ("cosine", "rel_l2", "max_abs")
 PER_TOKEN = ("token_max_rel_l2", "scale_bias", "scale_bias_se")

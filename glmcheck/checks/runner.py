@@ -13,7 +13,7 @@ from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
-from glmcheck.records.phases import CLOCK
+from glmcheck.process.phases import CLOCK
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from glmcheck.evaluate.report import Report
-from glmcheck.records.phases import CLOCK
+from glmcheck.process.phases import CLOCK
 from glmcheck.records.store import default_run_dir
 
 

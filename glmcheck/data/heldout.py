@@ -1,7 +1,7 @@
 """Natural-text prompts from the reference corpus's held-out split.
 
-`fixtures/reference-corpus/heldout.jsonl.gz` holds the documents no reference model trained on
-(Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check on a
+`glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz` (package data) holds the documents
+no reference model trained on (Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check on a
 checkpoint (a reference model or a real GLM one) reads its prompts from there, encoded by the
 checkpoint's own tokenizer: a trained model's distributions on seeded random ids say little. The
 stream is every held-out document as `<bos> text <eos>`, in order; a prompt of N tokens is the
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from glmcheck.model.references import FIXTURES
+from glmcheck.model.references import MODELS_DIR
 
-HELDOUT_FILE = FIXTURES / "reference-corpus" / "heldout.jsonl.gz"
+HELDOUT_FILE = MODELS_DIR / "reference-corpus" / "heldout.jsonl.gz"
 
 
 @lru_cache(maxsize=2)
@@ -27,8 +27,8 @@ def heldout_documents(path: str | None = None):
 
     file = Path(path) if path else HELDOUT_FILE
     if not file.is_file():
-        raise FileNotFoundError(f"the held-out corpus {str(file)!r} does not exist (it ships in the repository's "
-                                "fixtures/reference-corpus/)")
+        raise FileNotFoundError(f"the held-out corpus {str(file)!r} does not exist (it ships in the glmcheck "
+                                "package: reference_models/reference-corpus/)")
     return tuple(load_documents(file))
 
 

@@ -27,7 +27,7 @@ def reads_text(spec: ModelSpec) -> bool:
 
 def prompt_source(spec: ModelSpec) -> str:
     """What `model_prompt` draws from, for records and tables."""
-    return "held-out text (fixtures/reference-corpus)" if reads_text(spec) else "seeded random ids"
+    return "held-out text (reference_models/reference-corpus)" if reads_text(spec) else "seeded random ids"
 
 
 @lru_cache(maxsize=4)

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # imported where a prompt becomes a tensor: the command line 
     import torch
 
 PROMPT_SETS: tuple[str, ...] = ("natural50", "random50", "heldout50")
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"  # the repository's prompts/
+PROMPTS_DIR = Path(str(files("glmcheck") / "resources" / "prompts"))  # package data
 
 
 @dataclass(frozen=True)

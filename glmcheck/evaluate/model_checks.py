@@ -31,8 +31,8 @@ from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.model.load import load_model
+from glmcheck.process.phases import CLOCK
 from glmcheck.records.environment import config_hash
-from glmcheck.records.phases import CLOCK
 
 RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its items (`ResumeStore`)
 

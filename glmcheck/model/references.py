@@ -1,4 +1,5 @@
-"""The trained reference models shipped in the repository's `fixtures/` (Hugging Face layout).
+"""The trained reference models glmcheck ships as package data (Hugging Face layout), under
+`glmcheck/resources/reference_models/`.
 
 `--model ref-cpu` (the default) and `--model ref-gpu` / `ref-gpu-fp8` name these checkpoints:
 GLM-MoE-DSA models trained by `scripts/train_reference_model.py` (recipe:
@@ -9,9 +10,11 @@ peaked and their indexers select like a trained DSA indexer. They load through t
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+# Package data: found where the package is installed (a wheel or a checkout alike), never through the source tree.
+MODELS_DIR = Path(str(files("glmcheck") / "resources" / "reference_models"))
 REFERENCE_MODELS: dict[str, str] = {
     "ref-cpu": "trained CPU-sized GLM-MoE-DSA (tiny geometry: 8 heads, latent 64 + rope 16, index_topk 32, "
                "2,048-id tokenizer)",
@@ -30,9 +33,9 @@ def reference_checkpoint(name: str) -> Path:
     """The checkpoint folder of reference model `name`; FileNotFoundError when it is not there."""
     if name not in REFERENCE_MODELS:
         raise ValueError(f"unknown reference model {name!r}; expected one of {', '.join(REFERENCE_MODELS)}")
-    path = FIXTURES / name
+    path = MODELS_DIR / name
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"reference model {name!r} is not at {path}: it ships in the repository's fixtures/ "
-                                f"(install from a checkout with pip install -e .) or retrain it with "
+        raise FileNotFoundError(f"reference model {name!r} is not at {path}: it ships in the glmcheck package "
+                                f"(resources/reference_models/; reinstall glmcheck) or retrain it with "
                                 f"scripts/train_reference_model.py")
     return path

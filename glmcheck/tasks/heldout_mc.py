@@ -11,8 +11,8 @@ the context (`output_type: multiple_choice`, metric `acc`): one 0/1 per question
 (60.5 %; the first 100: 61 %; pydoc topics 74 %, library code 50 %, codec tables 92 %).
 
 Generation is deterministic (`generate(count, seed)`, seeded `random.Random`, no tokenizer): the
-committed `prompts/heldout_mc.jsonl` is `generate()` written by `dumps`, so a task run never
-generates anything; `tests/test_task_harness.py` regenerates it and checks it is identical.
+committed `glmcheck/resources/prompts/heldout_mc.jsonl` is `generate()` written by `dumps`, so a task run
+never generates anything; `tests/test_task_harness.py` regenerates it and checks it is identical.
 
 - Documents are visited in corpus order, round robin; each gives its lines in a seeded order. A
   line is usable when it can be cut before its k-th word (k >= 1 counting its non-empty words) with
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import random
+from importlib.resources import files
 from pathlib import Path
 
 TASK_NAME = "glmcheck_heldout_mc"
@@ -47,7 +48,7 @@ CHOICES = 4
 CONTEXT_LINES = 4
 MIN_WORDS, MAX_WORDS = 3, 8  # non-empty words after the cut
 MIN_CHARS, MAX_CHARS = 16, 48  # characters after the cut (about 3 characters a token)
-JSONL_FILE = Path(__file__).resolve().parents[2] / "prompts" / "heldout_mc.jsonl"  # the repository's prompts/
+JSONL_FILE = Path(str(files("glmcheck") / "resources" / "prompts" / "heldout_mc.jsonl"))  # package data
 
 
 def _cuts(line: str) -> list[int]:
@@ -141,7 +142,7 @@ def task_config(data_file: str | Path = JSONL_FILE, cache_dir: str | Path | None
     data_file = Path(data_file).resolve()
     if not data_file.is_file():
         raise ValueError(f"task {TASK_NAME}: its questions file {str(data_file)!r} does not exist (it ships in the "
-                         f"repository's prompts/; regenerate it with glmcheck.tasks.heldout_mc.write_jsonl())")
+                         f"glmcheck package's prompts/; regenerate it with glmcheck.tasks.heldout_mc.write_jsonl())")
     dataset_kwargs: dict = {"data_files": {"test": str(data_file)}}
     if cache_dir is not None:
         dataset_kwargs["cache_dir"] = str(Path(cache_dir).resolve())

@@ -1,0 +1,60 @@
+"""The wheel carries what the checks read (issue 58): built from this checkout, installed without -e into a
+folder of its own, it runs layer0 on the default reference model and firsttoken on natural50 from a directory
+outside the checkout (the models, the held-out corpus and the prompt sets are package data)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(site folder, a working directory outside the checkout) with the wheel installed there."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp / "dist"), str(ROOT)], check=True, capture_output=True)
+    wheel = next((tmp / "dist").glob("glmcheck-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"glmcheck/resources/reference_models/ref-cpu/config.json", "glmcheck/resources/prompts/natural50.jsonl",
+            "glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz"} <= names
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp / "site"),
+                    str(wheel)], check=True, capture_output=True)
+    (tmp / "elsewhere").mkdir()
+    return tmp / "site", tmp / "elsewhere"
+
+
+def _run(installed, *args: str) -> subprocess.CompletedProcess:
+    site, cwd = installed
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run([str(site / "bin" / "glmcheck"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_the_installed_copy_is_the_one_that_runs(installed):
+    site, cwd = installed
+    found = subprocess.run([sys.executable, "-c", "import glmcheck; print(glmcheck.__file__)"], cwd=cwd,
+                           env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True).stdout
+    assert found.strip() == str(site / "glmcheck" / "__init__.py"), found
+
+
+def test_layer0_and_firsttoken_run_from_the_wheel(installed):
+    site, cwd = installed
+    layer0 = _run(installed, "layer0", "--backends", "band:5", "--quiet", "--out", "l0")
+    assert layer0.returncode == 0, layer0.stderr[-2000:]
+    summary = json.loads((cwd / "l0" / "summary.json").read_text())
+    assert summary["model"]["reference"] == "ref-cpu" and "held-out" in summary["facts"]["prompt_source"]
+    assert summary["model"]["checkpoint"] == str(site / "glmcheck" / "resources" / "reference_models" / "ref-cpu")
+    first = _run(installed, "firsttoken", "--prompts", "natural50", "--limit", "2", "--backends", "band:5", "--quiet",
+                 "--out", "ft")
+    assert first.returncode in (0, 3), first.stderr[-2000:]
+    rows = json.loads((cwd / "ft" / "summary.json").read_text())["rows"]
+    assert {r["prompt_id"] for r in rows} == {"natural-01", "natural-02"}
