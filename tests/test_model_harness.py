@@ -11,9 +11,10 @@ import torch
 from glmcheck.backends.validation import BackendError, validate_backend
 from glmcheck.checks import metrics
 from glmcheck.checks.capture import capture
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.model import build_dummy_model, make_config, use_backend
-from glmcheck.model.absorbed import fp8_roundtrip_rows, kernel_indices
+from glmcheck.model.absorbed import kernel_indices
 from glmcheck.model.swap import _SESSIONS, attention_modules
 from glmcheck.model.weights import parameter_seed
 
@@ -164,13 +165,23 @@ def test_hooks_and_swap_removed_after_exception(tiny, prompt):
         assert not module.o_proj._forward_pre_hooks
 
 
-def test_fp8_kv_cache_emulation(tiny, prompt):
+def test_fp8_kv_cache_is_the_pool(tiny, prompt, monkeypatch):
+    """Under --kv-cache-dtype fp8_e4m3 every layer's KV rows go through the FP8 pool (e4m3 latent, an fp32 scale
+    per tile, the rope in bf16 unchanged) and the backends read its dequantised rows."""
+    from glmcheck.model import swap
+
+    seen = []
+    real = swap.dequantize_kv_pool
+    monkeypatch.setattr(swap, "dequantize_kv_pool", lambda pool, n, d_rope: seen.append(pool) or real(pool, n,
+                                                                                                      d_rope=d_rope))
     rows = torch.randn(16, 80).to(torch.bfloat16) * torch.logspace(-2, 2, 16).unsqueeze(1).to(torch.bfloat16)
-    back = fp8_roundtrip_rows(rows)
-    rel = (back.float() - rows.float()).norm(dim=1) / rows.float().norm(dim=1)
-    assert (rel < 0.06).all() and (rel > 0).any(), "per-row scale: every row keeps ~3 bits of mantissa"
+    back = dequantize_kv_pool(quantize_kv_pool(rows, d_rope=16), 16, d_rope=16)
+    rel = (back[:, :64].float() - rows[:, :64].float()).norm(dim=1) / rows[:, :64].float().norm(dim=1)
+    assert (rel < 0.06).all() and (rel > 0).any() and torch.equal(back[:, 64:], rows[:, 64:])
     _, bf16 = run(tiny, prompt, "reference")
     _, fp8 = run(tiny, prompt, "reference", kv_cache_dtype="fp8_e4m3")
+    assert len(seen) == tiny.config.num_hidden_layers and seen[0].dtype == torch.uint8
+    assert seen[0].shape[1:] == (64, 1, 64 + 4 + 2 * 16)
     rel_latent = metrics.rel_l2(fp8.latent[0], bf16.latent[0])
     assert 1e-3 < rel_latent < 0.1
 

@@ -44,14 +44,3 @@ def kernel_indices(topk: torch.Tensor) -> torch.Tensor:
     valid = (topk >= 0) & (topk <= position)
     mapped = torch.where(valid, topk.long() + offset, torch.full_like(topk, -1, dtype=torch.long))
     return mapped.reshape(batch * seq, -1).to(torch.int32)
-
-
-def fp8_roundtrip_rows(rows: torch.Tensor) -> torch.Tensor:
-    """Quantise KV rows to FP8 e4m3 with one scale per row, then back to the input dtype.
-
-    Emulates an FP8 KV cache feeding a bf16 kernel: scale = amax(|row|) / 448.
-    """
-    wide = rows.float()
-    scale = wide.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / torch.finfo(torch.float8_e4m3fn).max
-    quantised = (wide / scale).to(torch.float8_e4m3fn)
-    return (quantised.float() * scale).to(rows.dtype)

@@ -11,7 +11,7 @@ and hooks each attention module's `kv_a_layernorm` to see the latent rows. Nothi
 grows with T^2. Every DSA layer ("full" and "shared" indexer layers alike) then computes:
 
     q_abs = (q_nope @ W_UK) ++ q_rope        [T, H, L+R]   (rounded to bf16 once)
-    kv    = latent ++ k_rope                 [T, L+R]      (optionally FP8-rounded per row)
+    kv    = latent ++ k_rope                 [T, L+R]      (optionally through the FP8 pool)
     out   = backend(q_abs, kv, indices)      [T, H, L]     (as tp rank slices of H/tp heads)
     value = out @ W_UVᵀ                      [T, H, V]     -> o_proj
 
@@ -41,7 +41,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
 from glmcheck.backends.errors import KernelFault, first_line
-from glmcheck.model.absorbed import absorb_query, expand_values, fp8_roundtrip_rows, kernel_indices, kv_rows, split_kv_b
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
+from glmcheck.model.absorbed import absorb_query, expand_values, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
 from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, absorbed_mask, install_chunked_indexer
 
@@ -95,8 +96,9 @@ class SwapSession:
         q_abs[..., latent_dim:] = query[..., nope:].transpose(1, 2).float()
         q_abs = q_abs.view(batch * seq, heads, -1)
         rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
-        if self.kv_cache_dtype == "fp8_e4m3":
-            rows = fp8_roundtrip_rows(rows)
+        if self.kv_cache_dtype == "fp8_e4m3":  # the pool engines store; a bf16 kernel reads it dequantised
+            rope = rows.shape[-1] - latent_dim
+            rows = dequantize_kv_pool(quantize_kv_pool(rows, d_rope=rope), rows.shape[0], d_rope=rope)
         indices, lengths, plans = self._kernel_selection(topk)
         self.notify(module.layer_idx, "indices", indices)
         out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, lengths, plans, scaling, latent_dim)
@@ -254,7 +256,9 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 index_budget_bytes: int = INDEX_BUDGET_BYTES) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
-    kv_cache_dtype "fp8_e4m3" rounds the KV rows through FP8 (absorbed backends only);
+    kv_cache_dtype "fp8_e4m3" writes the KV rows to the FP8 pool engines store (`glmcheck.kernels.fp8`: e4m3
+    latent with an fp32 scale per 128 values, rope in bf16) and hands the backends its dequantised rows (absorbed
+    backends only);
     dense_threshold N makes each indexer select every position when the KV length is <= N, so
     those layers attend densely (every causal row) under every backend, hf ones included;
     deterministic asks Triton backends for batch-invariant results (union off); reuse_plans
