@@ -111,8 +111,8 @@ def test_a_candidate_with_nan_logits_fails_and_a_dying_one_is_one_line(servers, 
     broken = Servers()
     try:
         broken.start({"nan": "faulty=tests/support/server_faults.py:faulty"}, env={"GLMCHECK_TEST_FAULT": "nan@1"})
-        broken.start({"dies": "faulty=tests/support/server_faults.py:faulty"}, env={"GLMCHECK_TEST_FAULT": "die@10"})
-        base = ["tasks", "--endpoint", servers.spec("ref"), "--tasks", TASK, "--limit", "8"]
+        broken.start({"dies": "faulty=tests/support/server_faults.py:faulty"}, env={"GLMCHECK_TEST_FAULT": "die@4"})
+        base = ["tasks", "--endpoint", servers.spec("ref"), "--tasks", TASK, "--limit", "4"]
         capfd.readouterr()
         code = cli.main([*base, "--endpoint", broken.spec("nan"), "--quiet", "--out", str(tmp_path / "n")])
         printed = capfd.readouterr()
@@ -131,7 +131,7 @@ def test_a_candidate_with_nan_logits_fails_and_a_dying_one_is_one_line(servers, 
 def test_a_metric_the_task_lacks_is_one_line_and_nothing_written(servers, tmp_path, capsys):
     out = tmp_path / "m"
     code = cli.main(["tasks", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"), "--tasks", TASK,
-                     "--limit", "4", "--metric", "nosuch", "--quiet", "--out", str(out)])
+                     "--limit", "2", "--metric", "nosuch", "--quiet", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "nosuch" in err, err
     assert not (out / "samples").exists() and not (out / "summary.json").exists()
