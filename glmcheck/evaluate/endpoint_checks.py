@@ -16,7 +16,6 @@ server failure is an EndpointError (exit 2).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from glmcheck import __version__
 from glmcheck.arguments import check_count, check_number
 from glmcheck.checks.band import FAIL, BadReference
 from glmcheck.checks.distributions import TopKDistribution
-from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, summarize
+from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, Choice, PromptOutcome, faulted, summarize
 from glmcheck.checks.sweep import Faulted
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
@@ -157,8 +156,7 @@ def _outcome(prompt_id: str, row: str, mine: Completion | NonFiniteAnswer, ref: 
     """One row's outcome on one prompt against the reference's first answer (see module docstring)."""
     theirs = ref.next_token(0)
     if isinstance(mine, NonFiniteAnswer):
-        return PromptOutcome(prompt_id, row, -1, math.nan, table.id(theirs.token), theirs.logprob, theirs.gap, False,
-                             math.nan, fault=mine.message)
+        return faulted(prompt_id, row, Choice(table.id(theirs.token), theirs.logprob, -1, theirs.gap), mine.message)
     own = mine.next_token(0)
     listed, kth = own.logprob_of(theirs.token)
     dlogprob = abs((listed if listed is not None else kth) - theirs.logprob)
