@@ -122,10 +122,14 @@ def test_logits_cli(tmp_path, capsys):
     code, printed, _ = run_cli(["logits", "--tokens", "40,72", "--quiet", "--out", str(tmp_path / "l"),
                                 "--backends", "band:5,hf_sdpa", "--dense-threshold", "40"], capsys)
     assert code == 0, printed
-    assert "final-position logits, 40 tokens (dense attention applied)" in printed
-    assert "final-position logits, 72 tokens\n" in printed
+    assert "next-token distributions at every position, 40 tokens (dense attention applied)" in printed
+    assert "next-token distributions at every position, 72 tokens: KL" in printed
+    assert "the final position alone (one sample: informational), 72 tokens" in printed
     rows = read_record(tmp_path / "l").rows
     assert set(rows["tokens"]) == {40, 72} and rows["argmax_same"].notna().any()
+    judged = rows[rows["backend"] == "band:5"]
+    assert (judged["verdict"] == "PASS").all() and (judged["positions"] == judged["tokens"]).all()
+    assert (judged["mean_kl_low"] <= judged["mean_kl"]).all() and (judged["same_top"] > 0.5).all()
 
 
 def test_firsttoken_cli(tmp_path, capsys):

@@ -1,6 +1,6 @@
-"""The length sweep (`glmcheck sweep`, glmcheck.checks.sweep): its grid, its distance, onsets, and an
-in-process run on the trained CPU model that finds a fault firing past 100 tokens at the next grid point
-while a legitimate kernel stays in the band."""
+"""The length sweep (`glmcheck sweep`, glmcheck.checks.sweep and position_sweep): its grid, the endpoint sweep's
+distance, onsets, and an in-process run on the trained CPU model (one forward per row, positions binned by length)
+that finds a fault firing past position 100 in the bin that holds it while a legitimate kernel stays in the band."""
 
 from __future__ import annotations
 
@@ -71,10 +71,9 @@ def test_onsets():
 
 
 def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
-    """ref-cpu, 32..256 tokens: the fault firing from token 100 on is out from 128 (the grid point after
-    100) and stays out; band:5, a legitimate kernel held out of the band, is never out (at 64 tokens one band
-    variant takes a discrete flip the others do not, so that point is INCONCLUSIVE). Resuming the finished
-    run recomputes nothing; report --plots draws the sweep."""
+    """ref-cpu, 32..256 tokens, one forward per row: the fault firing from position 100 on is out from the bin of
+    lengths 65..128 (the one holding position 100) and stays out; band:5, a legitimate kernel held out of the band,
+    is never out. Resuming the finished run recomputes nothing; report --plots draws the sweep."""
     options = CheckOptions(model="ref-cpu", backends=["band:5", LATE], quiet=True)
     report = sweep(options, tokens=(32, 256), window=16, record_dir=tmp_path / "s")
     assert report.verdict == "FAIL"
@@ -82,6 +81,7 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     assert found["late"]["onset"] == 128 and found["late"]["stays_out"], found
     assert LATE_FROM < 128 and found["band:5"]["onset"] is None and found["band:5"]["verdict"] != "FAIL", found
     assert {r["tokens"] for r in report.rows} == {32, 64, 128, 256}
+    assert report.facts["forwards"] == 2 + 4 + 2 and {r["positions"] for r in report.rows} == {32, 64, 128}
     report.write(report.record_dir)
     again = sweep(options, tokens=(32, 256), window=16, record_dir=tmp_path / "s")
     assert again.facts["resumed_items"] == 4 and again.extra["onsets"] == found

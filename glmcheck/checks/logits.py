@@ -1,11 +1,13 @@
-"""`glmcheck logits`: next-token logits over the full vocabulary, per backend and per length.
+"""`glmcheck logits`: next-token distributions over the full vocabulary, per backend and per length.
 
 For each prompt length the exact reference runs twice and the band's N ideal bf16 kernels once
-each (`glmcheck.checks.band`), then every backend once; the final-position logits are compared in
-float64: cosine, rel-L2 to the exact reference (the judged distance), max-abs, the distance to
-the baseline kernel when there is one, and whether the argmax is the exact reference's.
-Model-level differences are amplified by discrete decisions (expert routing, the indexer's
-top-k), which is why the band has several samples.
+each (`glmcheck.checks.band`), then every backend once, each forward keeping the logits of every position.
+Judged: every position of the forward (`glmcheck.checks.positions`: KL(reference || row) per position, its mean
+with a block-bootstrap interval, percentiles, the same-top rate) beside the band's KL at the same positions
+(`glmcheck.checks.position_gate`). Shown beside it, the final position alone (the seed's table): cosine, rel-L2
+to the exact reference, max-abs, the distance to the baseline kernel when there is one, and whether the argmax is
+the exact reference's. One position is one noisy sample: model-level differences are amplified by discrete
+decisions (expert routing, the indexer's top-k), so its rel-L2 is informational.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import replace
 import torch
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names, pairwise_median
+from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, pairwise_median
 from glmcheck.checks.common import (
     ComparisonRow,
     compare,
@@ -28,68 +30,94 @@ from glmcheck.checks.common import (
     require_finite,
 )
 from glmcheck.checks.layer0 import CheckResult
+from glmcheck.checks.position_gate import PositionBand, PositionGate
+from glmcheck.checks.positions import PositionStatistics, position_statistics, summarize
 from glmcheck.checks.runner import SwapOptions, forward_under
 
 
 def _logits_row(label: str, name: str, reference: str, actual: torch.Tensor, expected: torch.Tensor,
-                tokens: int, dense: bool) -> ComparisonRow:
-    row = compare(label, name, reference, "logits", actual, expected, tokens=tokens,
+                tokens: int, dense: bool, positions: PositionStatistics | None = None) -> ComparisonRow:
+    """A row: the final position's distances (actual / expected [1, T, vocab]: their last position) and, given
+    `positions`, the summary of every position's (`positions.summarize`)."""
+    last, ref_last = actual[:, -1:], expected[:, -1:]
+    row = compare(label, name, reference, "logits", last, ref_last, tokens=tokens,
                   note="dense attention (--dense-threshold)" if dense else "")
-    same = int(actual.argmax()) == int(expected.argmax())
-    row.extra = {"argmax": int(actual.argmax()), "ref_argmax": int(expected.argmax()), "argmax_same": same}
+    same = int(last.argmax()) == int(ref_last.argmax())
+    row.extra = {"argmax": int(last.argmax()), "ref_argmax": int(ref_last.argmax()), "argmax_same": same}
+    if positions is not None:
+        row.extra |= summarize(positions)
     return row
 
 
+def _judge_positions(row: ComparisonRow, positions: PositionStatistics, band: PositionBand,
+                     gate: PositionGate) -> None:
+    """The row's verdict from every position (`PositionGate`), its measures and margin in extra, why in the note."""
+    row.verdict, why, measures = gate.judge(positions, band)
+    row.extra |= measures
+    row.note = "; ".join(x for x in (row.note, why) if x)
+
+
 def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str, options: SwapOptions,
-                 gate: Gate, band_size: int, baseline: str | None, seconds: dict,
+                 position_gate: PositionGate, band_size: int, baseline: str | None, seconds: dict,
                  tensors: dict) -> list[ComparisonRow]:
     """The band rows and every backend's row at one prompt length."""
     tokens, num_layers = input_ids.shape[1], model.config.num_hidden_layers
     what = f"logits at {tokens} tokens"
 
+    def run(name: str):
+        return forward_under(model, input_ids, name, options, last_logits=tokens)
+
     def band_logits(name: str) -> torch.Tensor:
-        logits = forward_under(model, input_ids, name, options).captured.logits
+        logits = run(name).captured.logits
         require_finite(model, logits, what, name, exact)  # NaN in the reference or band: bad input
         return logits
 
-    ref = forward_under(model, input_ids, exact, options)
-    require_finite(model, ref.captured.logits, what, exact, exact)
+    ref = run(exact)
+    reference = ref.captured.logits
+    require_finite(model, reference, what, exact, exact)
     dense = bool(ref.dense_layers)
-    tensors[f"logits/{exact}@{tokens}"] = ref.captured.logits[0, -1].float()
+    tensors[f"logits/{exact}@{tokens}"] = reference[0, -1].float()
     variants = band_names(band_size)
-    samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, band_logits(exact),
-                           ref.captured.logits, tokens, dense)]
-    ideal = []
+    rerun = band_logits(exact)
+    samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, rerun, reference, tokens, dense,
+                           position_statistics(rerun, reference))]
+    ideal, ideal_positions = [], []
     for name in variants:
-        ideal.append(band_logits(name))
-        samples.append(_logits_row(f"noise band: {name} vs {exact} (ideal bf16 kernel)", name, exact,
-                                   ideal[-1], ref.captured.logits, tokens, dense))
+        logits = band_logits(name)
+        ideal.append(logits[:, -1:])
+        ideal_positions.append(position_statistics(logits, reference))
+        samples.append(_logits_row(f"noise band: {name} vs {exact} (ideal bf16 kernel)", name, exact, logits,
+                                   reference, tokens, dense, ideal_positions[-1]))
     band = replace(band_from_rows(samples, [exact] + variants), apart=pairwise_median(ideal))
+    position_band = PositionBand.of(ideal_positions, variants)
     rows, outputs = list(samples), {}
     for name in dict.fromkeys(b for b in backends if b != exact and b not in variants):
         try:
-            run = forward_under(model, input_ids, name, options)
+            run_ = run(name)
         except KernelFault as fault:
             rows.append(fault_row(fault, exact, "logits", tokens=tokens))
             continue
-        seconds[f"{name}@{tokens}"] = round(run.seconds, 3)
-        expected, seen = run.missing_calls(num_layers, options.tp)
+        seconds[f"{name}@{tokens}"] = round(run_.seconds, 3)
+        expected, seen = run_.missing_calls(num_layers, options.tp)
         if expected:
             rows.append(not_called_row(name, exact, "logits", expected, seen, tokens=tokens))
             continue
-        outputs[name] = (run.captured.logits, run.absorbed)
-        tensors[f"logits/{name}@{tokens}"] = run.captured.logits[0, -1].float()
-        row = _logits_row(f"{name} vs {exact}", name, exact, run.captured.logits, ref.captured.logits, tokens, dense)
-        row.extra |= {"kernel_calls": sum(run.calls.values()), "plan_builds": sum(run.plan_builds.values())}
-        if run.absorbed:
-            judge_row(row, gate, band)
+        logits = run_.captured.logits
+        outputs[name] = logits[:, -1:]
+        tensors[f"logits/{name}@{tokens}"] = logits[0, -1].float()
+        positions = position_statistics(logits, reference)
+        row = _logits_row(f"{name} vs {exact}", name, exact, logits, reference, tokens, dense, positions)
+        row.extra |= {"kernel_calls": sum(run_.calls.values()), "plan_builds": sum(run_.plan_builds.values())}
+        if run_.absorbed:
+            _judge_positions(row, positions, position_band, position_gate)
         else:
             row.note = cross_check_note(options)
         rows.append(row)
+        del run_, logits
     if baseline in outputs:
         for row in rows[len(samples):]:
             if row.backend in outputs and row.backend != baseline:
-                actual, expected = outputs[row.backend][0], outputs[baseline][0]
+                actual, expected = outputs[row.backend], outputs[baseline]
                 row.extra[f"rel_l2_vs_{baseline}"] = compare("", "", "", "", actual, expected).rel_l2
     for row in rows:
         row.extra["band_max_rel_l2"] = band.summary()[2]
@@ -97,10 +125,12 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
 
 
 def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: list[str], exact: str = "reference",
-               options: SwapOptions = SwapOptions(), gate: Gate = Gate(), *, band_size: int = DEFAULT_BAND,
+               options: SwapOptions = SwapOptions(), gate: PositionGate = PositionGate(), *,
+               band_size: int = DEFAULT_BAND,
                baseline: str | None = None, on_length: Callable[[int, list[ComparisonRow]], None] | None = None,
                done: dict[int, list[ComparisonRow]] | None = None) -> CheckResult:
-    """Compare final logits for each prompt [1, N] in `prompts` (one per length).
+    """Compare every position's next-token distribution for each prompt [1, N] in `prompts` (one per length),
+    judged by `gate` (module docstring).
 
     `done` maps lengths to rows already computed (a resumed run); those lengths are skipped.
     `on_length` is called after each newly computed length (progress, per-item records).

@@ -146,13 +146,13 @@ def handle_rates(ns: argparse.Namespace) -> int:
     from glmcheck.arguments import check_band, check_count, check_forwards
     from glmcheck.model.load import ModelSpec, config_of, resolve_device
     from glmcheck.model.plan import check_fits
-    from glmcheck.selftest.faults import FAULTS
     from glmcheck.selftest.rates import (
         CHECKS,
         FIRSTTOKEN_PROMPTS,
         FIRSTTOKEN_TOKENS,
         legitimate_backends,
         measure_rates,
+        planted_faults,
         rates_table,
     )
 
@@ -171,7 +171,8 @@ def handle_rates(ns: argparse.Namespace) -> int:
     device = resolve_device(None)
     check_fits(config, ns.tokens, device)
     prompts = FIRSTTOKEN_PROMPTS if "firsttoken" in checks else 1  # forwards per seed and check, at most
-    per_run = prompts * (2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) + len(FAULTS))
+    per_run = prompts * (2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) 
+               + len(planted_faults(ns.tokens)))
     check_forwards(ns.seeds * len(checks) * per_run,
                    f"{ns.seeds} seeds x {len(checks)} checks x {per_run} forwards (--seeds, --checks, --band)")
     say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))

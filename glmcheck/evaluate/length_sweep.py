@@ -1,7 +1,7 @@
-"""`sweep`: the length sweep in process (`glmcheck.checks.sweep`): at each prompt length of a
-geometric grid every backend's next-token distributions at the last W positions of the first L tokens of one long
-natural prompt (held-out text of a checkpoint with a tokenizer, seeded ids otherwise), against the
-exact reference rerun and the band's ideal bf16 kernels at that length."""
+"""`sweep`: the length sweep in process (`glmcheck.checks.position_sweep`): one forward per row over the longest
+length of a geometric grid of one long natural prompt (held-out text of a checkpoint with a tokenizer, seeded ids
+otherwise); every position's next-token distribution against the exact reference's, binned by prompt length and
+judged beside the band's same positions (the exact reference rerun and the band's ideal bf16 kernels)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import band_names
 from glmcheck.checks.common import require_finite
-from glmcheck.checks.distributions import FullDistribution
+from glmcheck.checks.common import overall_of
+from glmcheck.checks.position_gate import PositionGate
+from glmcheck.checks.position_sweep import run_position_sweep
+from glmcheck.checks.positions import position_statistics
 from glmcheck.checks.runner import forward_under
-from glmcheck.checks.sweep import Faulted, geometric_lengths, rerun_name, run_sweep
+from glmcheck.checks.sweep import Faulted, geometric_lengths, onsets, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions
@@ -44,8 +47,10 @@ def check_window(window: int, first: int) -> None:
 def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_octave: int = 1, logprobs: int = 5,
           window: int = 16, record_dir: Path | Callable[[], Path] | None = None, overwrite: bool = False) -> Report:
     """Sweep `tokens` = (first, last) (`geometric_lengths`; default 1024..32768 on a GPU, 32..256 on the CPU)
-    under every backend of `options` (hf_* cross-checks attend densely and are refused). Resumable per
-    length in `record_dir`."""
+    under every backend of `options` (hf_* cross-checks attend densely and are refused): one forward per row over
+    the longest length, its positions binned by length (module docstring). `logprobs` and `window` are checked
+    for the endpoint sweep's sake and recorded; in process every position is compared over the full vocabulary.
+    A finished record in `record_dir` is read back instead of recomputed."""
     check_logprobs(logprobs)
     setup = Setup(options)
     lengths = geometric_lengths(*(tokens or ((1024, 32768) if setup.device.type == "cuda" else (32, 256))),
@@ -58,9 +63,7 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     judged = [b for b in setup.backends if not b.startswith("hf_") and b != setup.exact
               and b not in band_names(setup.band_size)]
     band = band_names(setup.band_size)
-    check_forwards(len(lengths) * (2 + len(band) + len(judged)),
-                   f"{len(lengths)} lengths x {2 + len(band) + len(judged)} forwards (--tokens, --per-octave, --band, "
-                   f"--backends)")
+    check_forwards(2 + len(band) + len(judged), f"{2 + len(band) + len(judged)} forwards (--band, --backends)")
     setup.check_prompt(lengths[-1], "--tokens (its longest length)")
     resume = ResumeStore(record_dir, setup.fingerprint("sweep", lengths=lengths, logprobs=logprobs, window=window,
                                                        seed=options.seed),
@@ -68,36 +71,49 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     done = {int(key): payload for key, payload in resume.done.items()}
     model = _build(setup)
     directory = resume.start()
-    prompt = model_prompt(setup.spec, model.config.vocab_size, lengths[-1], options.seed, setup.device)
+    last = lengths[-1]
+    if len(done) < len(lengths):  # one forward per row covers every length: a partial record is recomputed whole
+        prompt = model_prompt(setup.spec, model.config.vocab_size, last, options.seed, setup.device)
+        rows = _sweep_rows(model, prompt, setup, band, judged, lengths)
+        for length in lengths:
+            resume.save(str(length), [r for r in rows if r["tokens"] == length])
+        done = {}
+    else:
+        rows = [r for length in lengths for r in done[length]]
+    found = onsets(rows, judged)
+    verdict = overall_of([v["verdict"] for v in found.values()])
+    facts = {"lengths": lengths, "statistic": "positions", "reference": setup.exact, "band": band,
+             "gate": f"every position of one forward over {last} tokens, binned by prompt length; a row is out at a "
+                     f"length when its bin fails: {PositionGate().describe()}; onset = the first length out",
+             "source": "in process", "prompt_source": prompt_source(setup.spec), "resumed_items": len(done),
+             "forwards": 2 + len(band) + len(judged)}
+    return _report("sweep", setup, model, verdict, rows, facts, extra={"onsets": found}, record_dir=directory)
 
-    def distributions(name: str, length: int) -> list[FullDistribution] | Faulted:
-        try:
-            run = forward_under(model, prompt[:, :length], name, setup.options, last_logits=window)
-        except KernelFault as fault:
-            if name == setup.exact or name in band:  # glmcheck's own
-                raise
-            return Faulted(fault.reason)
-        expected, seen = run.missing_calls(model.config.num_hidden_layers, setup.options.tp)
-        if expected:  # a silent no-op
-            return Faulted(f"expected {expected} kernel calls, saw {seen}")
-        logits = run.captured.logits[0]
-        if name == setup.exact or name in band:  # NaN in the reference or a band sample: bad input
-            require_finite(model, logits, f"logits at {length} tokens", name, setup.exact)
-        return [FullDistribution.from_logits(position) for position in logits]
 
-    def fetch(length: int) -> dict[str, list[FullDistribution]]:
-        rows = {setup.exact: distributions(setup.exact, length)}
-        rows[rerun_name(setup.exact)] = distributions(setup.exact, length)  # asked again, after the first
-        return rows | {name: distributions(name, length) for name in [*band, *judged]}
+def _sweep_rows(model, prompt, setup: Setup, band: list[str], judged: list[str], lengths: list[int]) -> list[dict]:
+    """One forward per row over `prompt` (every position kept), each against the exact reference's, judged by bin
+    (`run_position_sweep`)."""
+    last = prompt.shape[1]
+    with tqdm(total=2 + len(band) + len(judged), desc="sweep forwards", disable=setup.quiet, leave=False) as bar:
+        def logits(name: str):
+            try:
+                run = forward_under(model, prompt, name, setup.options, last_logits=last)
+            except KernelFault as fault:
+                if name == setup.exact or name in band:  # glmcheck's own
+                    raise
+                return Faulted(fault.reason)
+            finally:
+                bar.update(1)
+            expected, seen = run.missing_calls(model.config.num_hidden_layers, setup.options.tp)
+            if expected:  # a silent no-op
+                return Faulted(f"expected {expected} kernel calls, saw {seen}")
+            if name == setup.exact or name in band:  # NaN in the reference or a band sample: bad input
+                require_finite(model, run.captured.logits, f"logits at {last} tokens", name, setup.exact)
+            return run.captured.logits
 
-    with tqdm(total=len(lengths), initial=len(done), desc="sweep lengths", disable=setup.quiet, leave=False) as bar:
-        def finished(length, rows):
-            resume.save(str(length), rows)
-            bar.update(1)
-
-        result = run_sweep(fetch, setup.exact, band, judged, lengths, k=logprobs, gate_ratio=options.gate_ratio,
-                           window=window, on_length=finished, done=done)
-    facts = {**result.facts, "source": "in process", "prompt_source": prompt_source(setup.spec),
-             "resumed_items": len(done)}
-    return _report("sweep", setup, model, result.verdict, result.rows, facts, extra={"onsets": result.onsets},
-                   record_dir=directory)
+        reference = logits(setup.exact)
+        stats = {}
+        for name in [rerun_name(setup.exact), *band, *judged]:
+            got = logits(setup.exact if name == rerun_name(setup.exact) else name)
+            stats[name] = got if isinstance(got, Faulted) else position_statistics(got, reference)
+    return run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths).rows

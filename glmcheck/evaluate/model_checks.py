@@ -95,9 +95,11 @@ def drift(options: CheckOptions, *, tokens: int | None = None) -> Report:
 
 def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir: RecordDir = None,
            overwrite: bool = False) -> Report:
-    """Final-position logits over the full vocabulary per backend and prompt length (`glmcheck.checks.logits`);
+    """Next-token distributions at every position, over the full vocabulary, per backend and prompt length
+    (`glmcheck.checks.logits`: judged by `glmcheck.checks.position_gate`, the final position shown beside);
     `tokens` defaults to 2048, 4096, 8192 on a GPU and 64, 128 on the CPU. Resumable in `record_dir`."""
     from glmcheck.checks.logits import run_logits
+    from glmcheck.checks.position_gate import PositionGate
 
     setup = Setup(options)
     lengths = list(tokens) if tokens is not None else ([2048, 4096, 8192] if setup.device.type == "cuda" else [64, 128])
@@ -117,7 +119,7 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
             resume.save(str(length), [dataclasses.asdict(r) for r in rows])
             bar.update(1)
 
-        result = run_logits(model, prompts, setup.backends, setup.exact, setup.options, setup.gate,
+        result = run_logits(model, prompts, setup.backends, setup.exact, setup.options, PositionGate(),
                             band_size=setup.band_size, baseline=setup.baseline, on_length=finished, done=done)
     return _report("logits", setup, model, result.verdict, [r.as_dict() for r in result.rows],
                    {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(setup.spec)},

@@ -67,14 +67,14 @@ def _band_line(rows: pd.DataFrame, key: str = "rel_l2") -> str:
 
 
 def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | None = None,
-                      per_token: bool = False) -> str:
-    """One line per row: distances to the exact reference (and the baseline), verdict, note."""
+                      per_token: bool = False, judged: bool = True) -> str:
+    """One line per row: distances to the exact reference (and the baseline), and (`judged`) verdict, note."""
     vs_baseline = f"rel_l2_vs_{baseline}" if baseline and f"rel_l2_vs_{baseline}" in rows else None
     temperature = per_token and "temperature_bias" in rows  # records before it was measured lack the column
     headers = ["comparison", "cosine", "rel L2 (exact)"] + ([f"rel L2 ({baseline})"] if vs_baseline else []) \
         + (["token max rel L2", "scale bias"] if per_token else []) \
         + (["temperature bias"] if temperature else []) + ["max abs"] \
-        + (["argmax"] if with_argmax else []) + ["verdict", "note"]
+        + (["argmax"] if with_argmax else []) + (["verdict", "note"] if judged else [])
     table = []
     for _, r in rows.iterrows():
         line = [r["comparison"], _cell(r, "cosine", "cos"), _cell(r, "rel_l2", "sci")]
@@ -88,8 +88,27 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
         if with_argmax:
             same = r.get("argmax_same")
             line.append(MISSING if _missing(same) else ("same" if bool(same) else "differs"))
-        line += [r["verdict"], r.get("note") or ""]
+        if judged:
+            line += [r["verdict"], r.get("note") or ""]
         table.append(line)
+    return markdown_table(headers, table)
+
+
+def _position_table(rows: pd.DataFrame) -> str:
+    """The all-position statistics of each row (`glmcheck.checks.positions`), its verdict and note."""
+    headers = ["comparison", "mean KL [95 %]", "median KL", "p99 KL", "max KL", "same top", "beyond band",
+               "verdict", "note"]
+    table = []
+    for _, r in rows.iterrows():
+        interval = MISSING if _missing(r.get("mean_kl_low")) else \
+            f"{_cell(r, 'mean_kl', 'sci')} [{_cell(r, 'mean_kl_low', 'sci')}, {_cell(r, 'mean_kl_high', 'sci')}]"
+        if _missing(r.get("mean_kl")):
+            interval = _cell(r, "mean_kl", "sci")
+        same = r.get("same_top")
+        exceed = r.get("exceed")
+        table.append([r["comparison"], interval, _cell(r, "kl_p50", "sci"), _cell(r, "kl_p99", "sci"),
+                      _cell(r, "kl_max", "sci"), MISSING if _missing(same) else f"{float(same):.1%}",
+                      MISSING if _missing(exceed) else f"{float(exceed):.1%}", r["verdict"], r.get("note") or ""])
     return markdown_table(headers, table)
 
 
@@ -102,10 +121,15 @@ def _render_layer0(summary: dict, rows: pd.DataFrame) -> list[str]:
 def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str]:
     parts = []
     for tokens, group in rows.groupby("tokens", sort=False):
-        dense = any(group["note"].fillna("").str.contains("dense"))
-        parts.append(f"final-position logits, {tokens} tokens" + (" (dense attention applied)" if dense else ""))
-        parts.append(_band_line(group))
-        parts.append(_comparison_table(group, True, summary["facts"].get("baseline")))
+        dense = " (dense attention applied)" if any(group["note"].fillna("").str.contains("dense")) else ""
+        if "mean_kl" not in group:  # a record from before every position was judged
+            parts += [f"final-position logits, {tokens} tokens{dense}", _band_line(group),
+                      _comparison_table(group, True, summary["facts"].get("baseline"))]
+            continue
+        parts += [f"next-token distributions at every position, {tokens} tokens{dense}: KL(reference || row) in "
+                  f"nats, judged", _position_table(group),
+                  f"the final position alone (one sample: informational), {tokens} tokens", _band_line(group),
+                  _comparison_table(group, True, summary["facts"].get("baseline"), judged=False)]
     return parts
 
 
@@ -158,10 +182,12 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
     facts = summary.get("facts", {})
     names = list(dict.fromkeys(rows["backend"]))
     marks = {True: " !", False: ""}
+    positions = facts.get("statistic") == "positions"
     table = []
     for tokens, group in rows.groupby("tokens", sort=True):
-        cells = {r["backend"]: _fmt(r["distance"], "sci") + ("?" if r["verdict"] == INCONCLUSIVE else
-                                                             marks.get(r["out"], "")) for _, r in group.iterrows()}
+        cells = {r["backend"]: _fmt(r["distance"], "sci")
+                 + (f" ({float(r['exceed']):.0%})" if positions and not _missing(r.get("exceed")) else "")
+                 + ("?" if r["verdict"] == INCONCLUSIVE else marks.get(r["out"], "")) for _, r in group.iterrows()}
         first = group.iloc[0]
         table.append([str(tokens), _fmt(first["band_max"], "sci"), _fmt(first["limit"], "sci")]
                      + [cells.get(name, MISSING) for name in names])
@@ -170,10 +196,21 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
                  ("no" if o.get("onset") else MISSING), _fmt(o.get("max_distance"), "sci"), o["verdict"]]
                 for name, o in onsets.items()]
     source = facts.get("source", "in process")
-    title = (f"length sweep, {source}: mean |dlogprob| over the reference's top-{facts.get('k')} tokens, median over the "
-             f"last {facts.get('window', 1)} positions of each prompt length (! out of the band, ? the band could not judge)")
+    if positions:
+        title = (f"length sweep, {source}: one forward over {facts['lengths'][-1]} tokens, every position binned by "
+                 f"prompt length; mean KL(reference || row) over each bin's positions (share of them beyond the band; "
+                 f"! out of the band, ? the band could not judge)")
+        headers = ["tokens", "band max mean KL", "limit beyond"]
+    else:
+        title = (f"length sweep, {source}: mean |dlogprob| over the reference's top-{facts.get('k')} tokens, median "
+                 f"over the last {facts.get('window', 1)} positions of each prompt length (! out of the band, ? the "
+                 f"band could not judge)")
+        headers = ["tokens", "band max", "limit"]
+    if positions:
+        table = [line[:2] + [f"{float(line[2]):.0%}" if line[2] not in (MISSING, "nan") else line[2]] + line[3:]
+                 for line in table]
     return [title,
-            markdown_table(["tokens", "band max", "limit", *names], table),
+            markdown_table([*headers, *names], table),
             markdown_table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
 
 

@@ -35,7 +35,7 @@ from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import Prompt, seeded_prompt
 from glmcheck.kernels.union import legal_groups
 from glmcheck.model.load import ModelSpec, load_model
-from glmcheck.selftest.faults import FAULTS
+from glmcheck.selftest.faults import FAULTS, STRUCTURAL_FAULTS, late_fault
 
 CHECKS = ("layer0", "logits", "drift", "firsttoken")
 DEFAULT_CHECKS = ("layer0", "logits", "drift")
@@ -79,12 +79,21 @@ def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def register_faults() -> None:
-    """Make the planted faults available by name (once per process)."""
+def planted_faults(tokens: int) -> dict[str, tuple]:
+    """The planted faults a rate measurement runs at prompts of `tokens`: the catalogue, the structural ones and the
+    fault that starts at 3/4 of the prompt (`glmcheck.selftest.faults.late_fault`)."""
+    name, fn, description = late_fault(tokens)
+    return {**FAULTS, **STRUCTURAL_FAULTS, name: (fn, description)}
+
+
+def register_faults(tokens: int = 64) -> list[str]:
+    """Make the planted faults at prompts of `tokens` available by name (each once per process); their names."""
     known = set(backend_names())
-    for name, (fn, description) in FAULTS.items():
+    faults = planted_faults(tokens)
+    for name, (fn, description) in faults.items():
         if name not in known:
             register_backend(name, fn, description, source="glmcheck.selftest.faults")
+    return list(faults)
 
 
 def legitimate_backends(heads: int, band_size: int) -> list[str]:
@@ -113,7 +122,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                   progress: Callable[[str], None] | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
     docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend)."""
-    register_faults()
+    fault_names = register_faults(tokens)
     device = torch.device(device)
     base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
     tallies: dict[tuple[str, str], Tally] = {}
@@ -131,7 +140,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                 net = load_model(spec, device, layer0_only=layer0_only)
             heads = net.config.num_attention_heads
             legit = legitimate_backends(heads, band_size)
-            backends = legit + list(FAULTS)
+            backends = legit + fault_names
             tokenizer = model_tokenizer(spec, net.config.vocab_size) if reads_text(base) or check == "firsttoken" \
                 else None
             if reads_text(base) and stream is None:
@@ -145,7 +154,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
             if check == "layer0":
                 result = run_layer0(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
             elif check == "logits":
-                result = run_logits(net, [prompt(tokens, seed)], backends, gate=gate, band_size=band_size)
+                result = run_logits(net, [prompt(tokens, seed)], backends, band_size=band_size)
             elif check == "drift":
                 result = run_drift(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
             else:

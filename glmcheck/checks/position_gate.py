@@ -1,0 +1,138 @@
+"""The gate over every position of one forward (`glmcheck.checks.positions`): is a row's next-token distribution
+further from the exact reference than the band's, at more positions than the band's own variants are?
+
+The band here is per position: the KL of each ideal variant (`band:0`..) at each position t. A legitimate kernel is
+one more such variant, so at position t its KL lies among theirs, except where a discrete decision flips (an
+expert routing or a top-k near tie: one variant, or the row, moves a lot at one position and its successors). A
+fault moves many positions (every token it touches, and through the later layers the positions after them). So
+the gate counts positions:
+
+- **exceedance**: the fraction of positions t where KL_row(t) > POSITION_RATIO x max(the band's largest KL at t,
+  the band's floor), the floor being the median over the band of each variant's median KL (positions where every
+  variant happens to sit near 0 allow the typical level, not 0). A row FAILS when more than EXCEED_LIMIT of its
+  positions plus EXCEED_SLACK are beyond: a legitimate row's flips touch a few positions, a fault's effects many;
+  the slack keeps one flip's run of positions from failing a short bin of the length sweep.
+- **median**: the row's median KL over positions at most MEDIAN_RATIO x the band's largest median: a fault that
+  moves every position a little (an output scale) raises the median though no single position stands out.
+
+Both are fractions or quantiles of the positions, so the same limits hold at 256 positions and at 4096. The limits
+are measured (docs/reliability.md, "All-position logits"): false alarms over the legitimate rows (the kernel under
+test, its unions, held-out band variants) and detection of the planted faults, over seeds.
+
+The band cannot judge (INCONCLUSIVE, the rules of `glmcheck.checks.band`) with fewer than MIN_BAND variants, or
+when every variant's KL is 0 at every position (zero width). A row with a NaN KL (a non-finite logit) FAILS.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.checks.band import FAIL, INCONCLUSIVE, MIN_BAND, PASS
+from glmcheck.checks.positions import PositionStatistics
+
+POSITION_RATIO = 3.0  # a position is "beyond the band" above this multiple of the band's largest KL there
+EXCEED_LIMIT = 0.03   # the share of positions beyond the band a row may have ...
+EXCEED_SLACK = 3      # ... plus this many (one discrete flip's run of positions, which weighs in a short bin)
+MEDIAN_RATIO = 2.0    # the row's median KL / the band's largest median
+
+
+@dataclass(frozen=True)
+class PositionBand:
+    """The band's per-position KL: kl [N variants, T] fp64 (host), and the names of its variants."""
+
+    kl: torch.Tensor
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, samples: list[PositionStatistics], names: list[str]) -> PositionBand:
+        if not samples:
+            return cls(torch.zeros(0, 0, dtype=torch.float64), tuple(names))
+        return cls(torch.stack([s.kl.double() for s in samples]), tuple(names))
+
+    def window(self, start: int, stop: int) -> PositionBand:
+        return PositionBand(self.kl[:, start:stop], self.names)
+
+    def medians(self) -> list[float]:
+        return self.kl.median(dim=1).values.tolist() if self.kl.numel() else []
+
+    def floor(self) -> float:
+        medians = self.medians()
+        return statistics.median(medians) if medians else math.nan
+
+    def allowed(self, ratio: float = POSITION_RATIO) -> torch.Tensor:
+        """[T]: the KL a legitimate row may reach at each position."""
+        return ratio * torch.clamp_min(self.kl.max(dim=0).values, self.floor())
+
+    def unfit(self) -> tuple[str, str]:
+        """(kind, why) the band cannot judge, or ("", "")."""
+        variants = self.kl.shape[0]
+        if variants < MIN_BAND:
+            return "few", (f"a band of {variants} ideal variant{'s' if variants != 1 else ''} cannot judge: a gate "
+                           f"needs at least {MIN_BAND} (--band)")
+        if not bool(torch.isfinite(self.kl).all()):
+            return "nonfinite", "a band sample gave a non-finite KL"
+        if self.kl.numel() and float(self.kl.max()) == 0.0:
+            return "zero", ("band of zero width: every variant equals the reference at every position, so no gate "
+                            "can be built on it")
+        return "", ""
+
+
+@dataclass(frozen=True)
+class PositionGate:
+    """The all-position verdict rule (module docstring)."""
+
+    position_ratio: float = POSITION_RATIO
+    exceed_limit: float = EXCEED_LIMIT
+    exceed_slack: int = EXCEED_SLACK
+    median_ratio: float = MEDIAN_RATIO
+
+    def allowed_beyond(self, positions: int) -> float:
+        """How many of `positions` may lie beyond the band."""
+        return self.exceed_limit * positions + self.exceed_slack
+
+    def measure(self, row: PositionStatistics, band: PositionBand) -> dict[str, float]:
+        """exceed (fraction of positions beyond the band), median_kl, band_median_max, and the margin (the larger of
+        exceed / limit and median ratio / its limit; > 1 fails)."""
+        kl = row.kl.double()
+        if kl.numel() == 0 or band.kl.shape[-1] != kl.numel():
+            raise ValueError(f"a row of {kl.numel()} positions against a band of {band.kl.shape[-1]}")
+        beyond = int((~(kl <= band.allowed(self.position_ratio))).sum())  # NaN counts beyond
+        median = float(kl.median()) if bool(torch.isfinite(kl).all()) else math.nan
+        band_median = max(band.medians())
+        median_ratio = median / band_median if band_median > 0 else (math.inf if median > 0 else 0.0)
+        margin = max(beyond / self.allowed_beyond(kl.numel()), median_ratio / self.median_ratio)
+        return {"exceed": beyond / kl.numel(), "beyond": beyond, "median_kl": median, "band_median_max": band_median,
+                "median_ratio": median_ratio, "margin": margin if math.isfinite(median) else math.inf}
+
+    def judge(self, row: PositionStatistics, band: PositionBand) -> tuple[str, str, dict[str, float]]:
+        """(verdict, why, measures) of a row beside the band."""
+        measures = self.measure(row, band)
+        if not math.isfinite(measures["median_kl"]):
+            return FAIL, "non-finite logits", measures
+        why = []
+        allowed = self.allowed_beyond(row.kl.numel())
+        if measures["beyond"] > allowed:
+            why.append(f"{measures['beyond']} of {row.kl.numel()} positions ({measures['exceed']:.1%}) beyond "
+                       f"{self.position_ratio:g} x the band's KL there (at most {allowed:.0f})")
+        if measures["median_ratio"] > self.median_ratio:
+            why.append(f"median KL {measures['median_kl']:.2e} > {self.median_ratio:g} x the band's largest median "
+                       f"{measures['band_median_max']:.2e}")
+        verdict = FAIL if why else PASS
+        kind, unfit = band.unfit()
+        if kind in ("few", "zero"):
+            return INCONCLUSIVE, unfit + f" (the gate alone: {verdict})", measures
+        if kind:
+            return FAIL, unfit, measures
+        return verdict, "; ".join(why), measures
+
+    def describe(self) -> str:
+        return (f"PASS when at most {self.exceed_limit:.0%} of positions + {self.exceed_slack} have a KL(reference || "
+                f"row) above "
+                f"{self.position_ratio:g} x the band's largest KL at that position (at least the band's typical "
+                f"median), and the row's median KL is at most {self.median_ratio:g} x the band's largest median; "
+                f"non-finite logits FAIL; INCONCLUSIVE with fewer than {MIN_BAND} band variants or a band of zero "
+                f"width")

@@ -1,0 +1,133 @@
+"""Statistics over every position of one forward: how far a row's next-token distributions are from the exact
+reference's, position by position, and their summary.
+
+A causal model's forward over T tokens gives the next-token distribution at every position, and DSA's indexer
+selects among positions <= t, so position t's distribution depends on tokens 0..t alone: one forward holds T
+samples of the question "does this kernel change the model's output?", not one. As llama.cpp's KL-divergence tool
+scores every token of a corpus, `position_statistics` gives per position (fp64, where the logits are, in chunks of
+positions so a [T, vocab] fp64 copy never exists whole):
+
+- `kl[t]`  = KL(reference || row) over the full vocabulary, in nats;
+- `same_top[t]` whether the row's most likely token is the reference's;
+- `dlogprob[t]` = |logprob_row(x) - logprob_ref(x)| of the reference's most likely token x.
+
+`summarize` reduces them: the mean KL with a 95 % interval from a circular block bootstrap (neighbouring positions
+share most of their context, so they are not independent samples: blocks keep that correlation), the median, the
+99th and 99.9th percentiles and the maximum, the same-top rate and the mean |dlogprob|. `mean_above(kl, threshold)`
+is the tail statistic the gate judges (`glmcheck.checks.position_gate`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from glmcheck.process.phases import CLOCK
+
+CHUNK_ELEMENTS = 2**24  # logits elements read as fp64 at once (128 MiB a tensor)
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 2026
+
+
+@dataclass(frozen=True)
+class PositionStatistics:
+    """Per-position comparison of a row with the exact reference, on the host: kl, dlogprob [T] fp64, same_top
+    [T] bool (module docstring)."""
+
+    kl: torch.Tensor
+    same_top: torch.Tensor
+    dlogprob: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.kl.numel()
+
+    def window(self, start: int, stop: int) -> PositionStatistics:
+        """Positions start..stop-1 (a bin of the length sweep)."""
+        return PositionStatistics(self.kl[start:stop], self.same_top[start:stop], self.dlogprob[start:stop])
+
+
+def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionStatistics:
+    """Compare logits `row` with `reference` ([T, vocab] or [1, T, vocab], any float dtype, same shape) at every
+    position; fp64 on the reference's device, the [T] results brought to the host once. A non-finite logit makes
+    that position's kl and dlogprob NaN (never a small number)."""
+    if row.shape != reference.shape:
+        raise ValueError(f"row and reference logits must have the same shape, got {tuple(row.shape)} and "
+                         f"{tuple(reference.shape)}")
+    with CLOCK.phase("compare"):
+        row, reference = row.reshape(-1, row.shape[-1]), reference.reshape(-1, reference.shape[-1])
+        positions, vocab = reference.shape
+        step = max(1, CHUNK_ELEMENTS // max(vocab, 1))
+        kl, same, dlogprob = [], [], []
+        for start in range(0, positions, step):
+            ref = torch.log_softmax(reference[start:start + step].to(reference.device, torch.float64), dim=-1)
+            mine = torch.log_softmax(row[start:start + step].to(reference.device, torch.float64), dim=-1)
+            finite = torch.isfinite(ref).all(dim=-1) & torch.isfinite(mine).all(dim=-1)
+            per_kl = (ref.exp() * (ref - mine)).sum(dim=-1)
+            top = ref.argmax(dim=-1, keepdim=True)
+            per_d = (mine.gather(-1, top) - ref.gather(-1, top)).abs().squeeze(-1)
+            kl.append(torch.where(finite, per_kl.clamp_min(0.0), math.nan))
+            dlogprob.append(torch.where(finite, per_d, math.nan))
+            same.append((mine.argmax(dim=-1) == top.squeeze(-1)) & finite)
+        if not kl:
+            empty = torch.zeros(0, dtype=torch.float64)
+            return PositionStatistics(empty, torch.zeros(0, dtype=torch.bool), empty)
+        packed = torch.stack([torch.cat(kl), torch.cat(dlogprob), torch.cat(same).double()]).cpu()
+    return PositionStatistics(packed[0], packed[2].bool(), packed[1])
+
+
+def block_length(positions: int) -> int:
+    """The bootstrap's block: about the cube root of the positions (the usual rate for a mean), at least 1."""
+    return max(1, round(positions ** (1 / 3)))
+
+
+def block_bootstrap_interval(values: torch.Tensor, *, block: int | None = None, resamples: int = BOOTSTRAP_RESAMPLES,
+                             seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> tuple[float, float]:
+    """A `level` interval of the mean of `values` [T] from a circular block bootstrap (blocks of `block`
+    consecutive positions, wrapping at the end; T / block blocks a resample). NaN, NaN for no values or a NaN."""
+    values = values.double().flatten()
+    count = values.numel()
+    if count == 0 or not bool(torch.isfinite(values).all()):
+        return math.nan, math.nan
+    block = block or block_length(count)
+    blocks = max(1, math.ceil(count / block))
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, count, (resamples, blocks), generator=g)
+    picks = (starts[..., None] + torch.arange(block)) % count
+    means = values[picks.reshape(resamples, -1)[:, :count]].mean(dim=1)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(means, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    return low, high
+
+
+def mean_above(kl: torch.Tensor, fraction: float) -> float:
+    """The mean of the largest `fraction` of the values (at least one): the tail a fault on few positions raises,
+    steadier than one percentile. NaN for no values or a NaN among them."""
+    kl = kl.double().flatten()
+    if kl.numel() == 0 or not bool(torch.isfinite(kl).all()):
+        return math.nan
+    count = max(1, math.ceil(fraction * kl.numel()))
+    return float(torch.topk(kl, count).values.mean())
+
+
+TAIL_FRACTION = 0.01  # the tail statistic: the mean of the largest 1 % of the positions' KL
+
+
+def summarize(stats: PositionStatistics) -> dict[str, float]:
+    """The summary of one row's per-position statistics (module docstring); NaN statistics when any position
+    is NaN (a non-finite logit: the row FAILS)."""
+    kl = stats.kl
+    count = kl.numel()
+    finite = count > 0 and bool(torch.isfinite(kl).all())
+    if not finite:
+        nan = math.nan
+        return {"positions": count, "mean_kl": nan, "mean_kl_low": nan, "mean_kl_high": nan, "kl_p50": nan,
+                "kl_p99": nan, "kl_p999": nan, "kl_max": nan, "tail_kl": nan,
+                "same_top": float(stats.same_top.double().mean()) if count else nan, "mean_dlogprob": nan}
+    low, high = block_bootstrap_interval(kl)
+    p50, p99, p999 = torch.quantile(kl, torch.tensor([0.5, 0.99, 0.999], dtype=torch.float64)).tolist()
+    return {"positions": count, "mean_kl": float(kl.mean()), "mean_kl_low": low, "mean_kl_high": high,
+            "kl_p50": p50, "kl_p99": p99, "kl_p999": p999, "kl_max": float(kl.max()),
+            "tail_kl": mean_above(kl, TAIL_FRACTION), "same_top": float(stats.same_top.double().mean()),
+            "mean_dlogprob": float(stats.dlogprob.mean())}

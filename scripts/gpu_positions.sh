@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every position of one forward on the GPU (issue 56; docs/reliability.md, "All-position logits"): the per-position
+# KL data of ref-gpu at 4096 tokens over seeds (scripts/position_kl.py, saved after each seed), then the all-position
+# logits check and the one-forward length sweep with their wall time and phase tables.
+#   bash scripts/gpu_positions.sh OUTDIR
+# SEEDS (default 10), KL_LIMIT (s, default 300: the seeds finished by then are kept), SWEEP (default 1024..32768).
+set -uo pipefail
+out=$(mkdir -p "${1:?usage: gpu_positions.sh OUTDIR}" && cd "$1" && pwd)
+unset TRITON_INTERPRET
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
+if [ -d .whl ]; then
+  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
+  'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1
+cat "$out/versions.txt"
+wall() {  # NAME CMD...: timed, output to OUTDIR/NAME.txt
+  local name=$1; shift; local start rc; start=$(date +%s%N)
+  "$@" > "$out/$name.txt" 2>&1; rc=$?
+  echo "=== $name: $(( ($(date +%s%N) - start) / 1000000 )) ms, rc $rc"
+}
+wall kl timeout "${KL_LIMIT:-300}" python3 scripts/position_kl.py "$out/kl-ref-gpu-4096.pt" --model ref-gpu \
+  --tokens 4096 --seeds "${SEEDS:-10}" --band 8
+tail -n 12 "$out/kl.txt"
+wall sweep python3 -m glmcheck sweep --model ref-gpu --tokens "${SWEEP:-1024..32768}" --quiet --profile \
+  --out "$out/rec-sweep"
+grep -vE "^\|-" "$out/sweep.txt" | tail -n 40
+wall logits python3 -m glmcheck logits --model ref-gpu --tokens 4096 --quiet --profile --out "$out/rec-logits"
+grep -E "^\||^verdict|total|forwards" "$out/logits.txt" | head -n 16

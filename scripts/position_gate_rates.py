@@ -1,0 +1,84 @@
+"""False alarms and detection of the all-position gate (`glmcheck.checks.position_gate`) on saved per-position KL
+(`scripts/position_kl.py`), per row over the seeds, with 95 % Wilson intervals; the same on bins of positions (the
+length sweep's). The tables of docs/reliability.md, "All-position logits".
+
+    python scripts/position_gate_rates.py KL.pt [KL.pt ...] [--band 4] [--bins 32,64,128]
+        [--position-ratio R --exceed-limit L --exceed-slack S --median-ratio M]
+
+The band is band:0..band:N-1 of each seed; legitimate rows: the held-out band variants (band:N..) and the kernel
+under test (per-token, unions); every fault: a detection when it FAILS.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from glmcheck.checks.position_gate import PositionBand, PositionGate
+from glmcheck.checks.positions import PositionStatistics
+from glmcheck.selftest.rates import wilson
+
+
+def _stats(entry: dict, start: int = 0, stop: int | None = None) -> PositionStatistics:
+    return PositionStatistics(entry["kl"].double(), entry["same_top"], entry["dlogprob"].double()).window(
+        start, stop if stop is not None else entry["kl"].numel())
+
+
+def tally(seeds: dict, gate: PositionGate, band_size: int, start: int = 0, stop: int | None = None) -> dict:
+    """{row: [verdicts over seeds]} for every row but the reference and the band."""
+    names = [f"band:{k}" for k in range(band_size)]
+    out: dict[str, list[str]] = {}
+    for rows in seeds.values():
+        band = PositionBand.of([_stats(rows[n], start, stop) for n in names], names)
+        for name, entry in rows.items():
+            if name == "reference" or name in names:
+                continue
+            out.setdefault(name, []).append(gate.judge(_stats(entry, start, stop), band)[0])
+    return out
+
+
+def table(verdicts: dict, title: str) -> str:
+    lines = [title, "| row | kind | FAIL / runs | 95 % interval of the FAIL rate |", "|---|---|---|---|"]
+    for kind in ("legitimate", "fault"):
+        for name, got in verdicts.items():
+            if (name.startswith("fault:")) != (kind == "fault"):
+                continue
+            fails = got.count("FAIL")
+            low, high = wilson(fails, len(got))
+            lines.append(f"| {name} | {kind} | {fails}/{len(got)} | [{low:.2f}, {high:.2f}] |")
+    legit = [v for n, got in verdicts.items() if not n.startswith("fault:") for v in got]
+    fails = legit.count("FAIL")
+    low, high = wilson(fails, len(legit))
+    lines.append(f"\nlegitimate rows pooled: {fails}/{len(legit)} false alarms (95 % up to {high:.1%})")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--band", type=int, default=4)
+    parser.add_argument("--bins", default="")
+    defaults = PositionGate()
+    parser.add_argument("--position-ratio", type=float, default=defaults.position_ratio)
+    parser.add_argument("--exceed-limit", type=float, default=defaults.exceed_limit)
+    parser.add_argument("--exceed-slack", type=int, default=defaults.exceed_slack)
+    parser.add_argument("--median-ratio", type=float, default=defaults.median_ratio)
+    args = parser.parse_args()
+    seeds, meta = {}, {}
+    for path in args.files:
+        data = torch.load(path)
+        seeds.update(data["seeds"])
+        meta = data
+    gate = PositionGate(args.position_ratio, args.exceed_limit, args.exceed_slack, args.median_ratio)
+    print(f"{meta.get('model')}, {meta.get('tokens')} tokens, {len(seeds)} seeds ({min(seeds)}..{max(seeds)}), band of "
+          f"{args.band}; gate: {gate.describe()}\n")
+    print(table(tally(seeds, gate, args.band), "every position"))
+    edges = [0] + [int(x) for x in args.bins.split(",") if x]
+    for start, stop in zip(edges, edges[1:]):
+        print()
+        print(table(tally(seeds, gate, args.band, start, stop), f"positions {start}..{stop - 1} (a sweep bin)"))
+
+
+if __name__ == "__main__":
+    main()
