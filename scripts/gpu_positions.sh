@@ -3,7 +3,7 @@
 # KL data of ref-gpu at 4096 tokens over seeds (scripts/position_kl.py, saved after each seed), then the all-position
 # logits check and the one-forward length sweep with their wall time and phase tables.
 #   bash scripts/gpu_positions.sh OUTDIR
-# SEEDS (default 10), KL_LIMIT (s, default 300: the seeds finished by then are kept), SWEEP (default 1024..32768).
+# SEEDS (default 10), FIRST_SEED (default 0), KL_LIMIT (s, default 300: the seeds finished by then are kept), SWEEP (default 1024..32768).
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_positions.sh OUTDIR}" && cd "$1" && pwd)
 unset TRITON_INTERPRET
@@ -23,9 +23,12 @@ wall() {  # NAME CMD...: timed, output to OUTDIR/NAME.txt
   echo "=== $name: $(( ($(date +%s%N) - start) / 1000000 )) ms, rc $rc"
 }
 wall kl timeout "${KL_LIMIT:-300}" python3 scripts/position_kl.py "$out/kl-ref-gpu-4096.pt" --model ref-gpu \
-  --tokens 4096 --seeds "${SEEDS:-10}" --band 8
+  --tokens 4096 --seeds "${SEEDS:-10}" --first-seed "${FIRST_SEED:-0}" --band 8
 tail -n 12 "$out/kl.txt"
+# the kernel under test, its unions, FlashMLA, and a fault from position 5000 on (its onset belongs in the 8192 bin)
+late=late5000=tests/support/late_fault.py:late_fault_5000
 wall sweep python3 -m glmcheck sweep --model ref-gpu --tokens "${SWEEP:-1024..32768}" --quiet --profile \
+  --backends "triton_sparse_mla,triton_sparse_mla:union2,triton_sparse_mla:union4,triton_sparse_mla:union8,flashmla_sparse,$late" \
   --out "$out/rec-sweep"
 grep -vE "^\|-" "$out/sweep.txt" | tail -n 40
 wall logits python3 -m glmcheck logits --model ref-gpu --tokens 4096 --quiet --profile --out "$out/rec-logits"

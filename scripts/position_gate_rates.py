@@ -3,7 +3,8 @@
 length sweep's). The tables of docs/reliability.md, "All-position logits".
 
     python scripts/position_gate_rates.py KL.pt [KL.pt ...] [--band 4] [--bins 32,64,128]
-        [--position-ratio R --exceed-limit L --exceed-slack S --median-ratio M]
+        [--skip-seeds 0,1] [--position-ratio R --neighbours W --exceed-limit L --exceed-slack S
+         --median-systematic A --median-sampling B]
 
 The band is band:0..band:N-1 of each seed; legitimate rows: the held-out band variants (band:N..) and the kernel
 under test (per-token, unions); every fault: a detection when it FAILS.
@@ -59,18 +60,24 @@ def main() -> None:
     parser.add_argument("files", nargs="+")
     parser.add_argument("--band", type=int, default=4)
     parser.add_argument("--bins", default="")
+    parser.add_argument("--skip-seeds", default="", help="seeds left out (e.g. those a gate was tuned on): 0,1,2")
     defaults = PositionGate()
     parser.add_argument("--position-ratio", type=float, default=defaults.position_ratio)
+    parser.add_argument("--neighbours", type=int, default=defaults.neighbours)
     parser.add_argument("--exceed-limit", type=float, default=defaults.exceed_limit)
     parser.add_argument("--exceed-slack", type=int, default=defaults.exceed_slack)
-    parser.add_argument("--median-ratio", type=float, default=defaults.median_ratio)
+    parser.add_argument("--median-systematic", type=float, default=defaults.median_systematic)
+    parser.add_argument("--median-sampling", type=float, default=defaults.median_sampling)
     args = parser.parse_args()
     seeds, meta = {}, {}
     for path in args.files:
         data = torch.load(path)
         seeds.update(data["seeds"])
         meta = data
-    gate = PositionGate(args.position_ratio, args.exceed_limit, args.exceed_slack, args.median_ratio)
+    for seed in (int(x) for x in args.skip_seeds.split(",") if x):
+        seeds.pop(seed, None)
+    gate = PositionGate(args.position_ratio, args.neighbours, args.exceed_limit, args.exceed_slack,
+                        args.median_systematic, args.median_sampling)
     print(f"{meta.get('model')}, {meta.get('tokens')} tokens, {len(seeds)} seeds ({min(seeds)}..{max(seeds)}), band of "
           f"{args.band}; gate: {gate.describe()}\n")
     print(table(tally(seeds, gate, args.band), "every position"))

@@ -81,7 +81,7 @@ def test_a_blown_up_band_passes_no_broken_kernel(plugins, tmp_path, capsys):
     rows = {line.split("|")[1].strip(): line for line in printed.splitlines()
             if line.startswith("| i44_") and "FAIL" in [cell.strip() for cell in line.split("|")]}
     assert sorted(rows) == sorted(f"{name} vs reference" for name in names), printed
-    assert all("beyond 3 x the band's KL there" in line for line in rows.values()), printed
+    assert all("x the band's KL there" in line for line in rows.values()), printed
     assert "the final position alone (one sample: informational), 96 tokens" in printed
     assert read_record(out).summary["verdict"] == FAIL and cli.main(["report", str(out)]) == code
 

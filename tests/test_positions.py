@@ -90,13 +90,14 @@ def test_the_gate_counts_positions_beyond_the_band_and_watches_the_median():
     gate = PositionGate()
     assert gate.judge(samples[4], band)[0] == "PASS"  # one more draw of the band's own kind
     few = samples[4].kl.clone()
-    few[:8] *= 100  # 2 % of the positions far out: a flip's worth
+    few[:4] *= 100  # 1 % of the positions far out: a flip's worth
     assert gate.judge(PositionStatistics(few, samples[4].same_top, few), band)[0] == "PASS"
     many = samples[4].kl.clone()
     many[::10] = 1e-2  # 10 % of the positions far out
     verdict, why, measures = gate.judge(PositionStatistics(many, samples[4].same_top, many), band)
     assert verdict == "FAIL" and "beyond" in why and measures["exceed"] == pytest.approx(0.1)
-    assert measures["beyond"] == 40 and gate.allowed_beyond(400) == pytest.approx(0.03 * 400 + 3)
+    assert measures["beyond"] == 40 and gate.allowed_beyond(400) == pytest.approx(0.012 * 400 + 2)
+    assert gate.median_limit(400) == pytest.approx(1.4) and gate.median_limit(4096) == pytest.approx(1.25)
     scaled = samples[4].kl * 3  # every position a little: the median moves, few positions stand out
     verdict, why, measures = gate.judge(PositionStatistics(scaled, samples[4].same_top, scaled), band)
     assert verdict == "FAIL" and "median KL" in why and measures["margin"] > 1

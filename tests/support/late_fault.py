@@ -22,3 +22,17 @@ def late_fault(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
         length = None if topk_length is None else topk_length[LATE_FROM:]
         out[LATE_FROM:] = _correct(q[LATE_FROM:], kv, shifted, sm_scale, d_v, topk_length=length)
     return out
+
+
+LATE_FROM_5000 = 5000  # the GPU sweep's fault: inside the bin of lengths 4097..8192
+
+
+def late_fault_5000(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    """As `late_fault`, from position 5000 on (run 35 of the length sweep on ref-gpu, 1024..32768 tokens)."""
+    out = _correct(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
+    if q.shape[0] > LATE_FROM_5000:
+        late = indices[LATE_FROM_5000:]
+        shifted = torch.where(late > 0, late - 1, late)
+        length = None if topk_length is None else topk_length[LATE_FROM_5000:]
+        out[LATE_FROM_5000:] = _correct(q[LATE_FROM_5000:], kv, shifted, sm_scale, d_v, topk_length=length)
+    return out
