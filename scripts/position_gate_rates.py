@@ -22,7 +22,8 @@ from glmcheck.selftest.rates import wilson
 
 
 def _stats(entry: dict, start: int = 0, stop: int | None = None) -> PositionStatistics:
-    return PositionStatistics(entry["kl"].double(), entry["same_top"], entry["dlogprob"].double()).window(
+    dlogprob = entry.get("dlogprob", entry["kl"]).double()  # the compact records of docs/ keep kl and same_top only
+    return PositionStatistics(entry["kl"].double(), entry["same_top"], dlogprob).window(
         start, stop if stop is not None else entry["kl"].numel())
 
 

@@ -6,7 +6,8 @@ prompt: the positions of prompt lengths L_{i-1} + 1 .. L_i (the bin of grid leng
 length 1) are judged together, beside the band's same positions, by the all-position gate
 (`glmcheck.checks.position_gate`). A row is **out** at L_i when its bin FAILS; its onset is the first such bin,
 which holds the position where a fault starts. Rows and onsets have the shape of the windowed sweep
-(`glmcheck.checks.sweep.onsets`); `distance` is the bin's mean KL, `exceed` its share of positions beyond the band.
+(`glmcheck.checks.sweep.onsets`); `distance` is the bin's mean KL, `exceed` its share of positions beyond the band
+and `limit` the share the gate allows in that bin.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
         for name in [rerun, *band, *judged]:
             given = stats[name]
             row = {"tokens": length, "positions": stop - start, "backend": name, "distance": math.nan,
-                   "band_max": band_max, "limit": gate.exceed_limit, "exceed": math.nan, "margin": math.nan,
+                   "band_max": band_max, "limit": gate.allowed_beyond(stop - start) / max(stop - start, 1),
+                   "exceed": math.nan, "margin": math.nan,
                    "unlisted": 0, "role": "judged" if name in judged else "band", "out": None, "verdict": INFO,
                    "note": ""}
             if isinstance(given, Faulted):

@@ -126,13 +126,17 @@ def plot_sweep(record: Record):
     rows = record.rows
     facts = record.summary.get("facts", {})
     ratio = facts.get("gate_ratio", 2.0)
+    positions = facts.get("statistic") == "positions"  # one forward, bins judged by the share of positions beyond
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    judged = rows[rows["role"] == "judged"]
+    judged = rows[rows["role"] == "judged"].copy()
+    if positions:
+        judged["distance"] = judged["exceed"]
     limits = rows.groupby("tokens")["limit"].first().sort_index()
     positive = pd.concat([judged["distance"], limits])
     bottom = max(positive[positive > 0].min() / 10, 1e-9) if (positive > 0).any() else 1e-9
     ax.fill_between(limits.index, bottom, limits.clip(lower=bottom), color="tab:green", alpha=0.15,
-                    label=f"{ratio:g} x the band's max")
+                    label="the share of positions allowed beyond the band" if positions else
+                    f"{ratio:g} x the band's max")
     onsets = record.summary.get("onsets", {})
     for backend, group in judged.groupby("backend", sort=False):
         group = group.sort_values("tokens")
@@ -144,7 +148,8 @@ def plot_sweep(record: Record):
     ax.set_yscale("log")
     ax.set_ylim(bottom=bottom)
     ax.set_xlabel("prompt length (tokens, log scale)")
-    ax.set_ylabel(f"mean |dlogprob| over the reference's top-{facts.get('k', 5)} (nats, log)")
+    ax.set_ylabel("share of the bin's positions beyond the band (log)" if positions else
+                  f"mean |dlogprob| over the reference's top-{facts.get('k', 5)} (nats, log)")
     ax.set_title("length sweep: distance from the reference (dashed: onset)")
     ax.legend(fontsize=8)
     fig.tight_layout()
