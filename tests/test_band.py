@@ -197,13 +197,15 @@ def test_wilson_interval():
 
 @pytest.mark.slow  # ~2 minutes in the interpreter; the 20-seed figures it stands for are measured on the GPU
 def test_verdict_rates_on_tiny():
-    """A CI-sized rates run: layer0 over 3 seeds, no false alarm and every fault caught; logits and
+    """A CI-sized rates run: layer0 over 3 seeds, no false alarm and every fault caught (the five structural ones
+    included); logits and
     drift run once (their rates are reported, not barred). The 20-seed figures: docs/reliability.md."""
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the interpreter only runs CPU tensors
-    tallies = measure_rates("tiny", range(3), 32, ["layer0"], device=device)
+    # 40 tokens: the duplicate-row fault reads tokens 0, 32, ... that have two valid slots (token 0 has one)
+    tallies = measure_rates("tiny", range(3), 40, ["layer0"], device=device)
     legit = [t for t in tallies if t.legitimate]
     faults = [t for t in tallies if not t.legitimate]
-    assert len(faults) == 5 and all(t.runs == 3 for t in tallies)
+    assert len(faults) == 10 and all(t.runs == 3 for t in tallies)
     assert sum(t.fails for t in legit) == 0, [(t.backend, t.margins) for t in legit if t.fails]
     assert all(t.fails == t.runs for t in faults), [(t.backend, t.margins) for t in faults if t.wrong]
     once = measure_rates("tiny", [0], 24, ["logits", "drift"], device=device)
