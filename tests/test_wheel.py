@@ -26,6 +26,10 @@ def installed(tmp_path_factory):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"glmcheck/resources/reference_models/ref-cpu/config.json", "glmcheck/resources/prompts/natural50.jsonl",
             "glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz"} <= names
+    info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+    assert f"{info}/licenses/LICENSE" in names
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata and "Author: glmcheck developers" in metadata
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp / "site"),
                     str(wheel)], check=True, capture_output=True)
     (tmp / "elsewhere").mkdir()
@@ -37,6 +41,22 @@ def _run(installed, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(site)}
     return subprocess.run([str(site / "bin" / "glmcheck"), *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
+
+
+def test_the_versions_that_run_here_are_inside_the_declared_ranges():
+    """The ranges in pyproject.toml are the tested versions: CI's (and the GPU machine's) torch, triton and
+    transformers must lie inside them, so a range that drifts from what is tested fails here."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    ranges = {r.name: r.specifier for r in map(Requirement, declared)}
+    for name in ("torch", "triton", "transformers"):
+        installed = version(name).split("+")[0]  # 2.13.0+cpu: the local label is not part of the range
+        assert ranges[name].contains(installed), (name, installed, str(ranges[name]))
+        assert ranges[name].contains("99") is False, f"{name}: no upper bound, so an untested release would install"
 
 
 def test_the_installed_copy_is_the_one_that_runs(installed):
