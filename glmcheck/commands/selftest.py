@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     for flag, default, help_text in RATES_OPTIONS:
         p.add_argument(flag, type=str if flag == "--checks" else int, default=None,
                        help=f"{help_text} (default {default}; with --model or --checkpoint only)")
+    p.add_argument("--power", action="store_true",
+                   help="with --model / --checkpoint: power curves instead of rates (detection against fault size, "
+                        "per check and fault kind; checks layer0 and logits)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=handle, precheck=precheck)
 
@@ -60,6 +63,7 @@ def precheck(ns: argparse.Namespace) -> None:
                              f"--model / --checkpoint run the verdict rates instead")
         return
     given = [flag for flag, _, _ in RATES_OPTIONS if getattr(ns, flag[2:]) is not None]
+    given += ["--power"] if ns.power else []
     if given:
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the verdict-rates run "
                          f"only: add --model (one of {', '.join(RATE_MODELS)}) or --checkpoint PATH")
@@ -119,8 +123,10 @@ def handle(ns: argparse.Namespace) -> int:
     precheck(ns)
     import glmcheck.kernels  # noqa: F401  (interpreter on CPU-only machines)
     if ns.model is not None or ns.checkpoint is not None:
+        if ns.power and ns.checks is None:
+            ns.checks = "layer0,logits"
         _rates_defaults(ns)
-        return handle_rates(ns)
+        return handle_power(ns) if ns.power else handle_rates(ns)
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
     from glmcheck.selftest.runner import run_selftest
 
@@ -189,3 +195,27 @@ def handle_rates(ns: argparse.Namespace) -> int:
     ok = not layer0 or (missed == 0 and alarms <= 0.05 * runs)
     print(f"layer0 bar (false alarms <= 5 %, every fault caught): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
+
+
+def handle_power(ns: argparse.Namespace) -> int:
+    """`--power`: detection against fault size per check and fault kind (`glmcheck.selftest.power`); exit 0."""
+    from glmcheck.arguments import check_band, check_count
+    from glmcheck.model.load import ModelSpec, resolve_device
+    from glmcheck.selftest.power import POWER_CHECKS, default_base, measure_power, power_table
+
+    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
+        check_count(value, option)
+    check_band(ns.band, held_out=2)  # the base kernel on the CPU is the band variant just past the band
+    checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
+    if not checks or any(c not in POWER_CHECKS for c in checks):
+        raise ValueError(f"--checks must name some of {', '.join(POWER_CHECKS)} with --power, got {ns.checks!r}")
+    if ns.model is not None and ns.checkpoint is not None:
+        raise ValueError("give --model or --checkpoint, not both")
+    spec = ModelSpec(checkpoint=ns.checkpoint) if ns.checkpoint else ModelSpec(ns.model)
+    device = resolve_device(None)
+    say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
+    points = measure_power(spec, range(ns.seeds), ns.tokens, checks, band_size=ns.band, device=device, progress=say)
+    print(f"power curves on {ns.checkpoint or ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of "
+          f"{ns.band}; faults wrap {default_base(device, ns.band)}")
+    print(power_table(points))
+    return 0
