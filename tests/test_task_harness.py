@@ -99,6 +99,48 @@ def test_task_yaml_loads_in_lm_eval_from_any_directory(tmp_path, monkeypatch):
     assert not list(elsewhere.iterdir())  # nothing written where it ran
 
 
+def test_write_yaml_gives_a_folder_that_points_nowhere_into_glmcheck(tmp_path, monkeypatch, capsys):
+    """`glmcheck tasks --write-yaml DIR`: the YAML and its questions in DIR, no path of the source tree or the
+    installation in the YAML, and lm-eval's own loader reads the same 400 questions from another directory."""
+    import datasets.config
+    from lm_eval.tasks import TaskManager
+
+    from glmcheck import cli
+
+    folder = tmp_path / "my-tasks"
+    assert cli.main(["tasks", "--write-yaml", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    assert f"--include_path {folder}" in printed and f"--tasks {TASK}" in printed
+    assert str(TOKENIZER) in printed  # --model ref-cpu (the default): its tokenizer folder
+    text = (folder / f"{TASK}.yaml").read_text()
+    package = Path(heldout_mc.__file__).resolve().parents[1]
+    for tree in (package, package.parent):  # the installed package and the checkout holding it
+        assert str(tree) not in text.replace(str(tmp_path), "")
+    assert str(folder / f"{TASK}.jsonl") in text
+    assert (folder / f"{TASK}.jsonl").read_bytes() == heldout_mc.JSONL_FILE.read_bytes()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))  # not the user's cache
+    task = TaskManager(include_path=str(folder), include_defaults=False).load([TASK])["tasks"][TASK]
+    docs = list(task.test_docs())
+    first = json.loads(heldout_mc.JSONL_FILE.read_text(encoding="utf-8").splitlines()[0])
+    assert len(docs) == 400 and task.doc_to_choice(docs[0]) == first["choices"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--endpoint", "ref=http://127.0.0.1:1", "--tasks", TASK], "drop --endpoint, --tasks"),
+    (["compare", "a", "b"], "drop compare"),
+])
+def test_write_yaml_with_run_options_is_one_line(tmp_path, args, message, capsys):
+    from glmcheck import cli
+
+    assert cli.main(["tasks", "--write-yaml", str(tmp_path / "t"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "t").exists()
+
+
 # ------------------------------------------------------------------------------------------ runs
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from glmcheck.arguments import check_count, check_number, check_out_dir
 
@@ -14,8 +15,9 @@ def add_parser(sub) -> None:
                                    "reference question by question: McNemar's exact test, a paired bootstrap "
                                    "interval, the control pair's own difference and the smallest drop this many "
                                    "questions can detect; PASS, FAIL or INCONCLUSIVE (with the questions needed). "
-                                   "'glmcheck tasks compare A B [...]' judges sample logs made elsewhere. Needs "
-                                   "pip install 'glmcheck[tasks]'.")
+                                   "'glmcheck tasks compare A B [...]' judges sample logs made elsewhere; "
+                                   "'glmcheck tasks --write-yaml DIR' writes glmcheck's own tasks for your own lm_eval "
+                                   "command. Needs pip install 'glmcheck[tasks]'.")
     p.add_argument("compare", nargs="*", metavar="compare A B",
                    help="compare REFERENCE CANDIDATE [...]: lm-eval sample logs (samples_<task>_<date>.jsonl files, "
                         "or folders of them) instead of servers")
@@ -43,11 +45,24 @@ def add_parser(sub) -> None:
                                                "to <out>/samples/<server>/; a rerun resumes finished servers")
     p.add_argument("--overwrite", action="store_true", help="replace the record in --out instead of resuming it")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--write-yaml", default=None, metavar="DIR",
+                   help="write glmcheck's own tasks (YAML and questions) into DIR for lm_eval --include_path DIR, "
+                        "print an lm_eval command for them and exit; runs nothing")
     p.set_defaults(handler=handle, precheck=precheck)
+
+
+# Options that ask for a run: with --write-yaml, which runs nothing, each is refused by name.
+RUN_OPTIONS = (("--endpoint", "endpoint"), ("--tasks", "tasks"), ("--control", "control"), ("--limit", "limit"),
+               ("--metric", "metric"), ("--out", "out"), ("--overwrite", "overwrite"), ("--timeout", "timeout"))
 
 
 def precheck(ns: argparse.Namespace) -> None:
     """What needs no server (`glmcheck.cli` runs it before any heavy import)."""
+    if ns.write_yaml is not None:
+        given = [flag for flag, field in RUN_OPTIONS if getattr(ns, field)] + (["compare"] if ns.compare else [])
+        if given:
+            raise ValueError(f"--write-yaml writes task files and runs nothing: drop {', '.join(given)}")
+        return
     if ns.compare:
         if ns.compare[0] != "compare" or len(ns.compare) < 3:
             raise ValueError(f"expected 'tasks compare REFERENCE CANDIDATE [...]', got {' '.join(ns.compare)!r}")
@@ -75,6 +90,8 @@ def handle(ns: argparse.Namespace) -> int:
     from glmcheck.evaluate import CheckOptions, tasks, tasks_compare
     from glmcheck.sources.transport import HttpOptions
 
+    if ns.write_yaml is not None:
+        return write_yaml(ns)
     stats = {"max_drop": ns.max_drop / 100, "alpha": ns.alpha, "power": ns.power, "metric": ns.metric}
     if ns.compare:
         return run_report(ns, "tasks", lambda _: tasks_compare(ns.compare[1], ns.compare[2:], control=ns.control,
@@ -85,3 +102,19 @@ def handle(ns: argparse.Namespace) -> int:
         tokenizer=CheckOptions(model=ns.model, checkpoint=ns.checkpoint), limit=ns.limit, batch_size=ns.batch_size,
         concurrency=ns.concurrency, http=http, record_dir=record_dir, overwrite=ns.overwrite, quiet=ns.quiet, **stats),
         resumable=True)
+
+
+def write_yaml(ns: argparse.Namespace) -> int:
+    """`--write-yaml DIR`: glmcheck's own tasks for a user's own lm_eval command, and that command."""
+    from glmcheck.model.references import is_reference, reference_checkpoint
+    from glmcheck.tasks.harness import LM_EVAL_MODEL, OWN_TASKS, write_own_task_folders
+
+    written = write_own_task_folders(ns.write_yaml)
+    for path in written:
+        print(f"wrote {path} (its questions beside it)")
+    tokenizer = ns.checkpoint or (reference_checkpoint(ns.model) if is_reference(ns.model) else "TOKENIZER_DIR")
+    include = Path(ns.write_yaml).resolve()
+    print(f"run them with: lm_eval --model {LM_EVAL_MODEL} --model_args base_url=http://HOST:PORT/v1/completions,"
+          f"model=MODEL,tokenizer={tokenizer},tokenizer_backend=huggingface,tokenized_requests=True "
+          f"--include_path {include} --tasks {','.join(OWN_TASKS)}")
+    return 0

@@ -62,6 +62,7 @@ __all__ = [
     "question_id",
     "read_samples",
     "run_tasks",
+    "write_own_task_folders",
     "write_sample_logs",
 ]
 
@@ -70,6 +71,12 @@ LM_EVAL_MODEL = "local-completions"
 OWN_TASKS = {heldout_mc.TASK_NAME: heldout_mc}  # tasks glmcheck defines, by name
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # as glmcheck.data.model_tokenizer
 DEFAULT_MAX_LENGTH = 2048  # lm-eval's, when the server does not say its max_model_len
+
+
+def write_own_task_folders(directory: str | os.PathLike) -> list[Path]:
+    """Write every task glmcheck defines into `directory` for lm-eval's own `--include_path` (each task's YAML
+    with its data beside it: `heldout_mc.write_task_folder`); returns the YAML paths."""
+    return [task.write_task_folder(directory) for task in OWN_TASKS.values()]
 
 
 # ------------------------------------------------------------------------------------------ arguments

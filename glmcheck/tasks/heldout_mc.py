@@ -29,14 +29,16 @@ never generates anything; `tests/test_task_harness.py` regenerates it and checks
 A record: {"id": "heldout-mc-001", "source": document name, "context": str, "choices": [4 str],
 "answer": index of the true continuation}. The lm-eval task (`task_config`, `write_task_yaml`)
 reads the JSONL by its absolute path (`dataset_path: json`, `data_files`), so it works from any
-working directory; `write_task_yaml(directory)` gives a folder that lm-eval's own CLI takes as
-`--include_path`.
+working directory. For lm-eval's own CLI (`--include_path DIR`), `write_task_folder(DIR)` copies the questions
+into DIR beside the YAML and names that copy, so the folder depends on no path of the glmcheck installation
+(`glmcheck tasks --write-yaml DIR`).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 from importlib.resources import files
 from pathlib import Path
 
@@ -175,3 +177,17 @@ def write_task_yaml(directory: str | Path, data_file: str | Path = JSONL_FILE,
     path.write_text(yaml.safe_dump(task_config(data_file, cache_dir), sort_keys=False, allow_unicode=True),
                     encoding="utf-8")
     return path
+
+
+def write_task_folder(directory: str | Path) -> Path:
+    """Write the task for a user's own lm-eval command into `directory` (created): the questions copied there
+    (`<TASK_NAME>.jsonl`) and the YAML naming that copy by its absolute path (datasets reads `data_files`
+    relative to the working directory, not to the YAML), so nothing in the folder points into the glmcheck
+    installation; a moved folder is written again. Returns the YAML's path."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"--write-yaml: {str(directory)!r} exists and is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    questions = directory / f"{TASK_NAME}.jsonl"
+    shutil.copyfile(JSONL_FILE, questions)
+    return write_task_yaml(directory, data_file=questions)
