@@ -62,7 +62,7 @@ def main() -> None:
         for name in rows:
             logits = forward_under(model, prompt, name, options, last_logits=args.tokens).captured.logits[0]
             stats = position_statistics(logits, ref)
-            seed_rows[name] = {"kl": stats.kl.float(), "same_top": stats.same_top, "dlogprob": stats.dlogprob.float()}
+            seed_rows[name] = {"kl": stats.distance.float(), "same_top": stats.same_top, "dlogprob": stats.dlogprob.float()}
         result["seeds"][seed] = seed_rows
         torch.save(result, args.out)
         means = {n: float(v["kl"].mean()) for n, v in seed_rows.items()}

@@ -210,10 +210,12 @@ def test_sigint_mid_run_then_a_rerun_resumes(servers, tmp_path, capsys):
 
 
 def test_sweep_through_servers_finds_the_onset(servers, tmp_path):
-    """The fault firing from token 100 on, served: out from 128 tokens, as in process."""
+    """The fault firing from token 100 on, served: out from 128 tokens, as in process; one request per server covers
+    every length (the servers list the top-k of every position of the longest prompt)."""
     remote = sweep_endpoints([servers.spec("ref"), servers.spec("late")], _band(servers),
                              tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 256), window=16, quiet=True,
                              record_dir=tmp_path / "w")
     local = sweep(CheckOptions(model="ref-cpu", backends=[LATE], band=3, quiet=True), tokens=(32, 256), window=16)
     assert remote.extra["onsets"]["late"]["onset"] == local.extra["onsets"]["late"]["onset"] == 128
-    assert remote.extra["onsets"]["late"]["stays_out"]
+    assert remote.extra["onsets"]["late"]["stays_out"] and remote.verdict == local.verdict == "FAIL"
+    assert remote.facts["requests"] == 2 + 3 + 1 and remote.facts["measure"] == "topk_dlogprob"

@@ -42,9 +42,9 @@ def test_position_statistics_match_a_direct_computation(monkeypatch, chunk):
     row[0, 5] = ref[0, 5]
     stats = position_statistics(row, ref)
     kl, same, d = _direct(row[0], ref[0])
-    assert torch.allclose(stats.kl, kl, rtol=1e-10, atol=1e-14) and torch.equal(stats.same_top, same)
+    assert torch.allclose(stats.distance, kl, rtol=1e-10, atol=1e-14) and torch.equal(stats.same_top, same)
     assert torch.allclose(stats.dlogprob, d, rtol=1e-10, atol=1e-14)
-    assert float(stats.kl[5]) == 0.0 and len(stats) == 40 and stats.kl.dtype == torch.float64
+    assert float(stats.distance[5]) == 0.0 and len(stats) == 40 and stats.distance.dtype == torch.float64
 
 
 def test_a_non_finite_logit_is_nan_at_its_position_and_fails():
@@ -53,7 +53,7 @@ def test_a_non_finite_logit_is_nan_at_its_position_and_fails():
     row[2, 4] = math.nan
     row[4, 1] = math.inf
     stats = position_statistics(row, ref)
-    assert torch.isnan(stats.kl[[2, 4]]).all() and torch.isfinite(stats.kl[[0, 1, 3, 5]]).all()
+    assert torch.isnan(stats.distance[[2, 4]]).all() and torch.isfinite(stats.distance[[0, 1, 3, 5]]).all()
     assert not bool(stats.same_top[2]) and math.isnan(summarize(stats)["mean_kl"])
     band = PositionBand.of([position_statistics(ref + 0.01 * k, ref) for k in (1, 2, 3)], ["a", "b", "c"])
     verdict, why, _ = PositionGate().judge(stats, band)
@@ -89,16 +89,16 @@ def test_the_gate_counts_positions_beyond_the_band_and_watches_the_median():
     band = PositionBand.of(samples[:4], [f"band:{k}" for k in range(4)])
     gate = PositionGate()
     assert gate.judge(samples[4], band)[0] == "PASS"  # one more draw of the band's own kind
-    few = samples[4].kl.clone()
+    few = samples[4].distance.clone()
     few[:4] *= 100  # 1 % of the positions far out: a flip's worth
     assert gate.judge(PositionStatistics(few, samples[4].same_top, few), band)[0] == "PASS"
-    many = samples[4].kl.clone()
+    many = samples[4].distance.clone()
     many[::10] = 1e-2  # 10 % of the positions far out
     verdict, why, measures = gate.judge(PositionStatistics(many, samples[4].same_top, many), band)
     assert verdict == "FAIL" and "beyond" in why and measures["exceed"] == pytest.approx(0.1)
     assert measures["beyond"] == 40 and gate.allowed_beyond(400) == pytest.approx(0.012 * 400 + 2)
     assert gate.median_limit(400) == pytest.approx(1.4) and gate.median_limit(4096) == pytest.approx(1.25)
-    scaled = samples[4].kl * 3  # every position a little: the median moves, few positions stand out
+    scaled = samples[4].distance * 3  # every position a little: the median moves, few positions stand out
     verdict, why, measures = gate.judge(PositionStatistics(scaled, samples[4].same_top, scaled), band)
     assert verdict == "FAIL" and "median KL" in why and measures["margin"] > 1
 
@@ -119,7 +119,7 @@ def test_sweep_bins_and_onset_from_one_set_of_positions():
     assert length_bins([32, 64, 128]) == [(32, 0, 32), (64, 32, 64), (128, 64, 128)]
     g = torch.Generator().manual_seed(9)
     samples = _band(g, 6, positions=256)
-    late = samples[5].kl.clone()
+    late = samples[5].distance.clone()
     late[100:] = 1e-2  # a fault from position 100 on: prompt lengths 101 and more
     stats = {"rerun": PositionStatistics(torch.zeros(256, dtype=torch.float64), samples[0].same_top,
                                          samples[0].dlogprob),

@@ -46,22 +46,22 @@ MEDIAN_SAMPLING = 8.0     # ... or by this / sqrt(positions), the median's sampl
 
 @dataclass(frozen=True)
 class PositionBand:
-    """The band's per-position KL: kl [N variants, T] fp64 (host), and the names of its variants."""
+    """The band's per-position distances: distance [N variants, T] fp64 (host), and the names of its variants."""
 
-    kl: torch.Tensor
+    distance: torch.Tensor
     names: tuple[str, ...]
 
     @classmethod
     def of(cls, samples: list[PositionStatistics], names: list[str]) -> PositionBand:
         if not samples:
             return cls(torch.zeros(0, 0, dtype=torch.float64), tuple(names))
-        return cls(torch.stack([s.kl.double() for s in samples]), tuple(names))
+        return cls(torch.stack([s.distance.double() for s in samples]), tuple(names))
 
     def window(self, start: int, stop: int) -> PositionBand:
-        return PositionBand(self.kl[:, start:stop], self.names)
+        return PositionBand(self.distance[:, start:stop], self.names)
 
     def medians(self) -> list[float]:
-        return self.kl.median(dim=1).values.tolist() if self.kl.numel() else []
+        return self.distance.median(dim=1).values.tolist() if self.distance.numel() else []
 
     def floor(self) -> float:
         medians = self.medians()
@@ -71,7 +71,7 @@ class PositionBand:
         """[T]: the KL a legitimate row may reach at each position: `ratio` x the band's envelope (its largest KL
         over the `neighbours` positions on each side: neighbouring positions share their context, so the level a
         legitimate variant reaches at t it reaches near t), at least `ratio` x the floor."""
-        envelope = self.kl.max(dim=0).values
+        envelope = self.distance.max(dim=0).values
         if neighbours and envelope.numel():
             envelope = torch.nn.functional.max_pool1d(envelope[None, None], 2 * neighbours + 1, stride=1,
                                                       padding=neighbours)[0, 0]
@@ -79,13 +79,13 @@ class PositionBand:
 
     def unfit(self) -> tuple[str, str]:
         """(kind, why) the band cannot judge, or ("", "")."""
-        variants = self.kl.shape[0]
+        variants = self.distance.shape[0]
         if variants < MIN_BAND:
             return "few", (f"a band of {variants} ideal variant{'s' if variants != 1 else ''} cannot judge: a gate "
                            f"needs at least {MIN_BAND} (--band)")
-        if not bool(torch.isfinite(self.kl).all()):
+        if not bool(torch.isfinite(self.distance).all()):
             return "nonfinite", "a band sample gave a non-finite KL"
-        if self.kl.numel() and float(self.kl.max()) == 0.0:
+        if self.distance.numel() and float(self.distance.max()) == 0.0:
             return "zero", ("band of zero width: every variant equals the reference at every position, so no gate "
                             "can be built on it")
         return "", ""
@@ -113,9 +113,9 @@ class PositionGate:
     def measure(self, row: PositionStatistics, band: PositionBand) -> dict[str, float]:
         """exceed (fraction of positions beyond the band), median_kl, band_median_max, and the margin (the larger of
         exceed / limit and median ratio / its limit; > 1 fails)."""
-        kl = row.kl.double()
-        if kl.numel() == 0 or band.kl.shape[-1] != kl.numel():
-            raise ValueError(f"a row of {kl.numel()} positions against a band of {band.kl.shape[-1]}")
+        kl = row.distance.double()
+        if kl.numel() == 0 or band.distance.shape[-1] != kl.numel():
+            raise ValueError(f"a row of {kl.numel()} positions against a band of {band.distance.shape[-1]}")
         beyond = int((~(kl <= band.allowed(self.position_ratio, self.neighbours))).sum())  # NaN counts beyond
         median = float(kl.median()) if bool(torch.isfinite(kl).all()) else math.nan
         band_median = max(band.medians())
@@ -130,11 +130,11 @@ class PositionGate:
         if not math.isfinite(measures["median_kl"]):
             return FAIL, "non-finite logits", measures
         why = []
-        allowed = self.allowed_beyond(row.kl.numel())
+        allowed = self.allowed_beyond(row.distance.numel())
         if measures["beyond"] > allowed:
-            why.append(f"{measures['beyond']} of {row.kl.numel()} positions ({measures['exceed']:.1%}) beyond "
+            why.append(f"{measures['beyond']} of {row.distance.numel()} positions ({measures['exceed']:.1%}) beyond "
                        f"{self.position_ratio:g} x the band's KL there (at most {allowed:.0f})")
-        limit = self.median_limit(row.kl.numel())
+        limit = self.median_limit(row.distance.numel())
         if measures["median_ratio"] > limit:
             why.append(f"median KL {measures['median_kl']:.2e} > {limit:.3g} x the band's largest median "
                        f"{measures['band_median_max']:.2e}")

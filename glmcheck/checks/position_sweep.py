@@ -39,7 +39,7 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
     rows: list[dict] = []
     for length, start, stop in length_bins(lengths):
         bin_band = position_band.window(start, stop)
-        band_means = bin_band.kl.mean(dim=1).tolist() if bin_band.kl.numel() else []
+        band_means = bin_band.distance.mean(dim=1).tolist() if bin_band.distance.numel() else []
         band_max = max(band_means) if band_means else math.nan
         for name in [rerun, *band, *judged]:
             given = stats[name]
@@ -53,7 +53,7 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
                 rows.append(row)
                 continue
             window = given.window(start, stop)
-            row["distance"] = float(window.kl.mean())
+            row["distance"] = float(window.distance.mean())
             if name in judged:
                 verdict, why, measures = gate.judge(window, bin_band)
                 row |= {"exceed": measures["exceed"], "margin": measures["margin"], "verdict": verdict, "note": why,

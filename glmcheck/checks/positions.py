@@ -7,7 +7,8 @@ samples of the question "does this kernel change the model's output?", not one. 
 scores every token of a corpus, `position_statistics` gives per position (fp64, where the logits are, in chunks of
 positions so a [T, vocab] fp64 copy never exists whole):
 
-- `kl[t]`  = KL(reference || row) over the full vocabulary, in nats;
+- `distance[t]` = KL(reference || row) over the full vocabulary, in nats (from a server's top-k lists, which
+  cannot give KL: the mean |dlogprob| over the reference's top-k, `listed_position_statistics`);
 - `same_top[t]` whether the row's most likely token is the reference's;
 - `dlogprob[t]` = |logprob_row(x) - logprob_ref(x)| of the reference's most likely token x.
 
@@ -33,19 +34,22 @@ BOOTSTRAP_SEED = 2026
 
 @dataclass(frozen=True)
 class PositionStatistics:
-    """Per-position comparison of a row with the exact reference, on the host: kl, dlogprob [T] fp64, same_top
-    [T] bool (module docstring)."""
+    """Per-position comparison of a row with the exact reference, on the host: distance, dlogprob [T] fp64,
+    same_top [T] bool. `measure` names the distance: "kl" (KL(reference || row) over the full vocabulary, in
+    process) or "topk_dlogprob" (a server's top-k: `listed_position_statistics`)."""
 
-    kl: torch.Tensor
+    distance: torch.Tensor
     same_top: torch.Tensor
     dlogprob: torch.Tensor
+    measure: str = "kl"
 
     def __len__(self) -> int:
-        return self.kl.numel()
+        return self.distance.numel()
 
     def window(self, start: int, stop: int) -> PositionStatistics:
         """Positions start..stop-1 (a bin of the length sweep)."""
-        return PositionStatistics(self.kl[start:stop], self.same_top[start:stop], self.dlogprob[start:stop])
+        return PositionStatistics(self.distance[start:stop], self.same_top[start:stop], self.dlogprob[start:stop],
+                                  self.measure)
 
 
 def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionStatistics:
@@ -74,7 +78,32 @@ def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionS
             empty = torch.zeros(0, dtype=torch.float64)
             return PositionStatistics(empty, torch.zeros(0, dtype=torch.bool), empty)
         packed = torch.stack([torch.cat(kl), torch.cat(dlogprob), torch.cat(same).double()]).cpu()
-    return PositionStatistics(packed[0], packed[2].bool(), packed[1])
+    return PositionStatistics(packed[0], packed[2].bool(), packed[1], "kl")
+
+
+def listed_position_statistics(row: list, reference: list, k: int) -> PositionStatistics:
+    """The same comparison from what a server lists (`glmcheck.checks.distributions.TopKDistribution`, one per
+    position, oldest first): KL needs the whole vocabulary, so the distance at a position is `topk_distance`, the
+    mean |dlogprob| over the reference's k most likely tokens (a token the row does not list counts at its floor);
+    same_top compares the two lists' first tokens; dlogprob is that of the reference's first token. ValueError when
+    the two give different numbers of positions."""
+    from glmcheck.checks.distributions import topk_distance
+
+    if len(row) != len(reference):
+        raise ValueError(f"a row gave {len(row)} positions where the reference gave {len(reference)}")
+    distance, same, dlogprob = [], [], []
+    for mine, ref in zip(row, reference):
+        distance.append(topk_distance(mine, ref, k)[0])
+        top_ref, top_mine = ref.top(1), mine.top(1)
+        same.append(bool(top_ref) and bool(top_mine) and top_ref[0][0] == top_mine[0][0])
+        if top_ref:
+            listed = mine.logprob_of(top_ref[0][0])
+            dlogprob.append(abs((mine.floor() if listed is None else listed) - top_ref[0][1]))
+        else:
+            dlogprob.append(math.nan)
+    as_tensor = lambda values: torch.tensor(values, dtype=torch.float64)  # noqa: E731
+    return PositionStatistics(as_tensor(distance), torch.tensor(same, dtype=torch.bool), as_tensor(dlogprob),
+                              "topk_dlogprob")
 
 
 def block_length(positions: int) -> int:
@@ -117,7 +146,7 @@ TAIL_FRACTION = 0.01  # the tail statistic: the mean of the largest 1 % of the p
 def summarize(stats: PositionStatistics) -> dict[str, float]:
     """The summary of one row's per-position statistics (module docstring); NaN statistics when any position
     is NaN (a non-finite logit: the row FAILS)."""
-    kl = stats.kl
+    kl = stats.distance
     count = kl.numel()
     finite = count > 0 and bool(torch.isfinite(kl).all())
     if not finite:

@@ -2,9 +2,11 @@
 
 The prompt is built here, as token ids, by the tokenizer of `--model` / `--checkpoint` (the servers must
 serve a model with that tokenizer; ids are sent as they are, so each length is exact): held-out text of
-a checkpoint with a tokenizer, seeded ids otherwise. At each length every server is asked for the
-distributions at the last W positions (`glmcheck.sources.window`: echo / input logprobs), the reference
-twice, and judged as in process (`glmcheck.checks.sweep`) against the reference's rerun and the
+a checkpoint with a tokenizer, seeded ids otherwise. Each server is asked once for the distributions at every
+position of the longest prompt (`glmcheck.sources.window` with the window the whole prompt: echo / input logprobs),
+the reference twice; a server lists the top-k of each position, so the per-position distance is the mean
+|dlogprob| over the reference's top-k (`glmcheck.checks.positions.listed_position_statistics`), binned by prompt
+length and judged as in process (`glmcheck.checks.position_sweep`) against the reference's rerun and the
 `--band-endpoint` servers.
 """
 
@@ -15,7 +17,11 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from glmcheck import __version__
-from glmcheck.checks.sweep import geometric_lengths, rerun_name, run_sweep
+from glmcheck.checks.common import overall_of
+from glmcheck.checks.position_gate import PositionGate
+from glmcheck.checks.position_sweep import run_position_sweep
+from glmcheck.checks.positions import listed_position_statistics
+from glmcheck.checks.sweep import Faulted, geometric_lengths, onsets, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.length_sweep import check_logprobs, check_window
@@ -34,7 +40,9 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
                     concurrency: int = 4, http: HttpOptions | None = None, record_dir: RecordDir = None,
                     overwrite: bool = False, quiet: bool = False) -> Report:
     """Sweep `tokens` = (first, last) against the servers: the first of `endpoints` is the reference, the
-    others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. Resumable per length."""
+    others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. `window` and `gate_ratio` are
+    checked and recorded (every position is judged, by the all-position gate). A finished record in `record_dir` is
+    read back instead of asked again."""
     from glmcheck.checks.band import check_gate_ratio
 
     lengths = geometric_lengths(*tokens, per_octave)
@@ -62,19 +70,30 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
         [(e.name, e) for e in servers.band + servers.candidates]
     band, judged = [e.name for e in servers.band], [e.name for e in servers.candidates]
     try:
-        with tqdm(total=len(lengths), initial=len(done), desc="sweep lengths", disable=quiet, leave=False) as bar:
-            def finished(length, rows):
-                resume.save(str(length), rows)
+        if len(done) < len(lengths):  # one request per server covers every length: a partial record is redone
+            with tqdm(total=1, desc="sweep: every position of each server", disable=quiet, leave=False) as bar:
+                answers = servers.windows(jobs, ids, len(ids), logprobs)
                 bar.update(1)
-
-            result = run_sweep(lambda length: servers.windows(jobs, ids[:length], window, logprobs), reference, band,
-                               judged, lengths, k=logprobs, gate_ratio=gate_ratio, window=window, on_length=finished,
-                               done=done)
+            ref = answers[reference]
+            stats = {name: got if isinstance(got, Faulted) else listed_position_statistics(got, ref, logprobs)
+                     for name, got in answers.items() if name != reference}
+            rows = run_position_sweep(stats, rerun, band, judged, lengths).rows
+            for length in lengths:
+                resume.save(str(length), [r for r in rows if r["tokens"] == length])
+            done = {}
+        else:
+            rows = [r for length in lengths for r in done[length]]
     finally:
         servers.close()
-    facts = {**result.facts, "source": "endpoints", "prompt_source": prompt_source(spec), "resumed_items": len(done)}
-    return Report("sweep", result.verdict, result.rows, facts, {"endpoints": servers.record(), "glmcheck": __version__,
-                                                                 "tokenizer": spec.describe()},
+    found = onsets(rows, judged)
+    facts = {"lengths": lengths, "statistic": "positions", "measure": "topk_dlogprob", "k": logprobs,
+             "reference": reference, "band": band, "source": "endpoints", "prompt_source": prompt_source(spec),
+             "resumed_items": len(done), "requests": len(jobs),
+             "gate": f"every position of one request per server over {lengths[-1]} tokens (the mean |dlogprob| over "
+                     f"the reference's top-{logprobs} at each), binned by prompt length; a row is out at a length when "
+                     f"its bin fails: {PositionGate().describe()}; onset = the first length out"}
+    return Report("sweep", overall_of([v["verdict"] for v in found.values()]), rows, facts,
+                  {"endpoints": servers.record(), "glmcheck": __version__, "tokenizer": spec.describe()},
                   {"endpoints": [servers.reference.spec()] + [e.spec() for e in servers.candidates],
                    "band_endpoints": [e.spec() for e in servers.band], "concurrency": concurrency},
-                  extra={"onsets": result.onsets}, record_dir=directory)
+                  extra={"onsets": found}, record_dir=directory)
