@@ -145,6 +145,8 @@ def test_firsttoken_cli(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, words", [
+    (["logits", "--gate-ratio", "3"], "--gate-ratio applies to layer0, drift and firsttoken; logits judges every"),
+    (["logits", "--max-rel-l2", "0.1"], "--max-rel-l2 applies to layer0"),
     (["layer0", "--tp", "3"], "--tp must divide the 8 attention heads"),
     (["layer0", "--backends", "nope"], "unknown backend 'nope'"),
     (["layer0", "--backends", "triton_sparse_mla:union2", "--tp", "4"], "legal union backends here"),

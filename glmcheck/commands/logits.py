@@ -1,4 +1,4 @@
-"""`glmcheck logits`: next-token logits over the full vocabulary, per backend and length."""
+"""`glmcheck logits`: next-token distributions at every position, over the full vocabulary, per backend and length."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def _lengths(text: str | None, default: str) -> list[int]:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("logits", help="final-position logits per backend and prompt length",
-                       description="Run seeded prompts of each length through the whole model under every "
-                                   "backend and compare the next-token logits (fp64) with the reference.")
+    p = sub.add_parser("logits", help="next-token distributions at every position, per backend and prompt length",
+                       description="Run a prompt of each length through the whole model under every backend and "
+                                   "compare the next-token distribution at every position (KL in fp64) with the "
+                                   "reference's, beside the band's; the final position is shown beside.")
     add_model_options(p)
     p.add_argument("--tokens", default=None, help="comma-separated lengths (default 2048,4096,8192 on a GPU, "
                                                    "64,128 on the CPU)")
@@ -48,6 +49,12 @@ def precheck(ns: argparse.Namespace) -> None:
     if ns.tokens is not None:  # the default depends on the device
         _lengths(ns.tokens, "")
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
+    given = [flag for flag, value in (("--gate-ratio", ns.gate_ratio != 2.0), ("--max-rel-l2", ns.max_rel_l2))
+             if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to layer0, drift and "
+                         f"firsttoken; logits judges every position by the all-position gate, whose limits are "
+                         f"measured (docs/reliability.md, \"All-position logits and the one-forward sweep\")")
 
 
 def handle(ns: argparse.Namespace) -> int:
