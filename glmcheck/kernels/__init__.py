@@ -1,10 +1,11 @@
 """Triton and Gluon sparse-MLA prefill kernels and their launchers (device code and launchers live in separate
 files: `prefill`, `union` and `gluon.launch` launch the kernels of the other files). Importing this package on a
-machine without CUDA turns on Triton's CPU interpreter (TRITON_INTERPRET=1) unless the variable is already set."""
+machine without CUDA turns on Triton's CPU interpreter (TRITON_INTERPRET=1) unless the variable is already set
+(`glmcheck.process.triton_mode`: `import glmcheck` already did so where there is certainly no GPU)."""
 
-from glmcheck.kernels.runtime import ensure_interpreter_without_cuda
+from glmcheck.kernels.runtime import confirm_with_torch
 
-ensure_interpreter_without_cuda()
+confirm_with_torch()
 
 from glmcheck.kernels.plan import SparseMLAPlan, plan_sparse_mla  # noqa: E402
 from glmcheck.kernels.prefill import sparse_mla_prefill  # noqa: E402

@@ -22,7 +22,7 @@ from glmcheck.kernels import tiles
 from glmcheck.kernels.gluon.launch import launch_union_attention_ws, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.plan import PINGPONG_MIN_HEADS, SparseMLAPlan, union_group
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, require_usable_interpreter
 from glmcheck.kernels.union import UnionSets, build_union_sets, launch_union_attention, token_row_sets
 from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
@@ -62,6 +62,7 @@ def _check_device(q: torch.Tensor) -> None:
     if q.device.type != "cuda" and not interpreter_active():
         raise ValueError(f"q must be on a CUDA device (or set TRITON_INTERPRET=1 to run CPU "
                          f"tensors through Triton's interpreter), got {q.device}")
+    require_usable_interpreter()
 
 
 def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,

@@ -1,20 +1,24 @@
-"""Where the Triton kernels run: a CUDA GPU, or the CPU through Triton's interpreter, which Triton chooses when
-a kernel module is imported (TRITON_INTERPRET); without CUDA we set it first."""
+"""Where the Triton kernels run: a CUDA GPU, or the CPU through Triton's interpreter (TRITON_INTERPRET), which
+must be chosen before Triton is imported (`glmcheck.process.triton_mode` chooses it at `import glmcheck` and
+confirms it with torch when this package is imported)."""
 
 from __future__ import annotations
 
 import os
 
-import torch
+from glmcheck.process.triton_mode import confirm_with_torch, late_import_problem
 
-
-def ensure_interpreter_without_cuda() -> None:
-    """Set TRITON_INTERPRET=1 when no CUDA device exists and the user has not chosen."""
-    if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+__all__ = ["confirm_with_torch", "interpreter_active", "require_usable_interpreter"]
 
 
 def interpreter_active() -> bool:
     """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
+
+def require_usable_interpreter() -> None:
+    """Before a kernel runs in the interpreter: RuntimeError (one line, saying what to do) when Triton was imported
+    before the interpreter was turned on, instead of Triton's own error from inside the first kernel."""
+    problem = late_import_problem() if interpreter_active() else None
+    if problem:
+        raise RuntimeError(problem)

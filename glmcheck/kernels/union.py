@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, require_usable_interpreter
 from glmcheck.kernels.token_rows import compact_token_rows_kernel
 from glmcheck.kernels.union_anchor import union_anchor_kernel
 from glmcheck.kernels.union_attention import sparse_mla_union_kernel
@@ -113,6 +113,7 @@ def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | 
                      num_kv_rows: int | None, method: str = "auto") -> UnionSets:
     """`union_dedup` without its argument checks, for callers that validated them (the prefill path: fewer host
     operations per call): indices [T, topk] int32, topk_length [T] int32 or None, one device, `method` legal."""
+    require_usable_interpreter()
     num_groups = indices.shape[0] // G
     topk = indices.shape[1]
     sets = _empty_sets(num_groups, G, topk, indices.device)
