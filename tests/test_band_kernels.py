@@ -156,3 +156,24 @@ def test_blocks_no_token_uses_are_skipped_without_changing_a_value(device, k, mo
     every = band_variant(k)(q, kv, indices, 0.25, 32)
     assert torch.equal(skipped, every)  # == on bf16: a zero's sign aside, the same values
     assert ran and max(ran) < -(-topk // BAND_FAMILY[k].block), "blocks past the prompt were left out"
+
+
+@pytest.mark.parametrize("topk_length", [False, True])
+def test_rows_from_the_fp32_table_are_the_rows_converted_per_block(device, monkeypatch, topk_length):
+    """The band reads a block's rows from an fp32 copy of the KV with a zero row for unselected slots, or (a KV past
+    TABLE_BYTES) converts and masks them per block: the same values, so every variant's output is the same bits. The
+    KV holds -0.0 values and a NaN in row 0, which no token selects (an empty slot must not read it either way)."""
+    from glmcheck.backends import band_kernels
+
+    q, kv, indices, d_v, length = _awkward(device, topk_length)
+    kv = kv.clone()
+    kv[1, :5] = -0.0
+    indices = torch.where(indices == 0, -1, indices)  # no token selects row 0 any more: it holds a NaN
+    kv[0, 3] = float("nan")
+    for k in range(BAND_FAMILY_SIZE):
+        table = band_variant(k)(q, kv, indices, 0.3, d_v, topk_length=length)
+        monkeypatch.setattr(band_kernels, "TABLE_BYTES", 0)
+        per_block = band_variant(k)(q, kv, indices, 0.3, d_v, topk_length=length)
+        monkeypatch.undo()
+        assert torch.equal(table.view(torch.int16), per_block.view(torch.int16)), k
+        assert bool(torch.isfinite(table).all()), k

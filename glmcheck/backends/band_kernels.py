@@ -104,10 +104,11 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     per_token = 4 * (2 * block * d_qk + 4 * num_heads * block + 3 * num_heads * d_v + 8 * num_heads)
     chunk = max(1, budget_bytes // per_token)
     halves = _split_halves(valid) if variant.splits == 2 else [valid]
+    rows = _RowTable.of(args.kv)
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)
         q_chunk, idx = args.q[start:stop].float(), args.indices[start:stop]
-        states = [_flash_state(q_chunk, args.kv, idx, part[start:stop], args.sm_scale, d_v, starts, block,
+        states = [_flash_state(q_chunk, rows, idx, part[start:stop], args.sm_scale, d_v, starts, block,
                                variant.sum_rounded) for part in halves]
         out[start:stop] = _finish(_merge(states), valid[start:stop])
     return out
@@ -122,11 +123,38 @@ def _split_halves(valid: torch.Tensor) -> list[torch.Tensor]:
 
 State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (m [C, H, 1], l [C, H, 1], acc [C, H, d_v]), fp32
 
+TABLE_BYTES = 1 << 30  # the largest fp32 copy of the KV rows a call makes (a prompt's rows; not a serving pool's)
 
-def _flash_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
+
+class _RowTable:
+    """How a block's rows are read: from an fp32 copy of the KV rows with one zero row appended (an unselected
+    slot reads the zero row; one gather, no conversion or masking pass over the block), or, for a KV larger than
+    TABLE_BYTES as fp32, from the bf16 rows converted and masked per block. Both give the same fp32 values, so the
+    products that follow see the same tensors."""
+
+    def __init__(self, kv: torch.Tensor, table: torch.Tensor | None):
+        self.kv, self.table = kv, table
+
+    @classmethod
+    def of(cls, kv: torch.Tensor) -> _RowTable:
+        rows, width = kv.shape
+        if (rows + 1) * width * 4 > TABLE_BYTES:
+            return cls(kv, None)
+        return cls(kv, torch.cat([kv.float(), kv.new_zeros((1, width), dtype=torch.float32)]))
+
+    def gather(self, indices: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+        """[C, B, D] fp32: the rows of `indices` [C, B] where `ok`, zeros elsewhere (a NaN in an unselected row,
+        row 0 included, stays out)."""
+        if self.table is not None:
+            return self.table[torch.where(ok, indices, self.kv.shape[0]).long()]
+        rows = self.kv[torch.where(ok, indices, 0).long()].float()
+        return torch.where(ok[..., None], rows, 0.0)
+
+
+def _flash_state(q: torch.Tensor, kv: _RowTable, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
                  d_v: int, starts: list[int], block: int, sum_rounded: bool) -> State:
-    """The online softmax over one chunk's valid slots: q [C, H, D] fp32, kv [S, D] bf16, indices / valid
-    [C, K]; returns the running max, normaliser and unnormalised output."""
+    """The online softmax over one chunk's valid slots: q [C, H, D] fp32, kv the KV rows [S, D] (`_RowTable`),
+    indices / valid [C, K]; returns the running max, normaliser and unnormalised output."""
     num_tokens, num_heads, _ = q.shape
     m = torch.full((num_tokens, num_heads, 1), float("-inf"), dtype=torch.float32, device=q.device)
     l = torch.zeros((num_tokens, num_heads, 1), dtype=torch.float32, device=q.device)
@@ -136,8 +164,7 @@ def _flash_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, valid
         if not occupied[start // block]:
             continue
         ok = valid[:, start:start + block]  # [C, B]
-        rows = kv[torch.where(ok, indices[:, start:start + block], 0).long()].float()  # [C, B, D]
-        rows = torch.where(ok[..., None], rows, 0.0)  # an unselected slot reads nothing: a NaN in KV row 0 stays out
+        rows = kv.gather(indices[:, start:start + block], ok)  # [C, B, D] fp32
         s = torch.einsum("chd,cbd->chb", q, rows) * sm_scale
         s = s.masked_fill(~ok[:, None, :], float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
