@@ -177,3 +177,19 @@ def test_rows_from_the_fp32_table_are_the_rows_converted_per_block(device, monke
         monkeypatch.undo()
         assert torch.equal(table.view(torch.int16), per_block.view(torch.int16)), k
         assert bool(torch.isfinite(table).all()), k
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_reference_reads_the_same_rows_from_its_table(device, monkeypatch, dtype):
+    """The exact reference's rows from a copy of the KV in its dtype with a zero row for unselected slots, or
+    converted and masked per chunk (a KV past TABLE_BYTES): the same bits; a NaN in unselected row 0 stays out."""
+    from glmcheck.backends import reference
+
+    q, kv, indices, d_v, length = _awkward(device, True)
+    kv = kv.clone()
+    indices = torch.where(indices == 0, -1, indices)
+    kv[0, 3] = float("nan")
+    table = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length, dtype=dtype)
+    monkeypatch.setattr(reference, "TABLE_BYTES", 0)
+    per_chunk = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length, dtype=dtype)
+    assert torch.equal(table, per_chunk) and bool(torch.isfinite(table).all())

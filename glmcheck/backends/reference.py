@@ -31,19 +31,36 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
     valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
     row_bytes = args.topk * d_qk * torch.finfo(dtype).bits // 8
     chunk = max(1, budget_bytes // row_bytes)
+    table = _row_table(args.kv, dtype)
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)
-        out[start:stop] = _reference_chunk(args.q[start:stop].to(dtype), args.kv,
+        out[start:stop] = _reference_chunk(args.q[start:stop].to(dtype), args.kv, table,
                                            args.indices[start:stop], valid[start:stop],
                                            args.sm_scale, d_v)
     return out
 
 
-def _reference_chunk(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
+TABLE_BYTES = 1 << 30  # the largest copy of the KV rows in the reference's dtype a call makes (a prompt's rows)
+
+
+def _row_table(kv: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """kv [S, D] in `dtype` with one zero row appended (index S: what an unselected slot reads), or None for a KV
+    larger than TABLE_BYTES (then the rows are converted and masked per chunk: the same values)."""
+    rows, width = kv.shape
+    if (rows + 1) * width * torch.finfo(dtype).bits // 8 > TABLE_BYTES:
+        return None
+    return torch.cat([kv.to(dtype), kv.new_zeros((1, width), dtype=dtype)])
+
+
+def _reference_chunk(q: torch.Tensor, kv: torch.Tensor, table: torch.Tensor | None, indices: torch.Tensor,
                      valid: torch.Tensor, sm_scale: float, d_v: int) -> torch.Tensor:
-    """One chunk: q [C, H, D] (dtype), kv [S, D] bf16, indices/valid [C, K] -> [C, H, d_v]."""
-    rows = kv[torch.where(valid, indices, 0).long()].to(q.dtype)  # [C, K, D]
-    rows = torch.where(valid[..., None], rows, 0.0)  # an unselected slot reads nothing (a NaN in KV row 0 stays out)
+    """One chunk: q [C, H, D] (dtype), kv [S, D] bf16 (`table`: it in dtype with a zero row appended, or None),
+    indices/valid [C, K] -> [C, H, d_v]."""
+    if table is not None:  # an unselected slot reads the zero row (a NaN in KV row 0 stays out)
+        rows = table[torch.where(valid, indices, kv.shape[0]).long()]  # [C, K, D]
+    else:
+        rows = kv[torch.where(valid, indices, 0).long()].to(q.dtype)
+        rows = torch.where(valid[..., None], rows, 0.0)
     scores = torch.einsum("chd,ckd->chk", q, rows) * sm_scale
     scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
     # All-masked tokens -> 0; a NaN/Inf from q or a selected row propagates: the reference never hides one.
