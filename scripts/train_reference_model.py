@@ -10,7 +10,7 @@ corpus file saved by `--save-corpus` (so another machine trains on the same text
 run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint to glmcheck/resources/reference_models/<name>
 (and, for ref-gpu, its block-FP8 copy to glmcheck/resources/reference_models/<name>-fp8) and the held-out documents to
 glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
-results: docs/model.md, "Reference models".
+results: docs/models.md, "Reference models".
 """
 
 from __future__ import annotations

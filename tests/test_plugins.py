@@ -83,7 +83,8 @@ def test_backends_command_lists_every_source_and_what_runs_here(installed, tmp_p
 
 
 def test_layer0_runs_an_installed_kernel_and_one_named_by_module(installed, tmp_path, monkeypatch, capsys):
-    """The README's end-to-end example: both plugin kernels PASS on the tiny preset and are recorded."""
+    """The plug-in example (docs/kernel.md, "Putting your kernel under test"): both plugin kernels PASS on the tiny
+    preset and are recorded."""
     monkeypatch.chdir(tmp_path)
     shutil.copy(PLUGIN_DIR / "glmcheck_test_plugin.py", tmp_path / "my_local_kernel.py")
     out = tmp_path / "run"

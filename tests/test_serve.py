@@ -322,7 +322,7 @@ def test_a_server_process_answers_and_stops_on_sigterm(client):
 
 
 
-def test_the_readme_says_what_serve_exits_with_on_sigterm():
-    """The server's SIGTERM exit (0, above) is what the README's exit codes say of it, not the checks' 143."""
-    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+def test_the_docs_say_what_serve_exits_with_on_sigterm():
+    """The server's SIGTERM exit (0, above) is what the documented exit codes say of it, not the checks' 143."""
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "checks.md").read_text().split())
     assert "`glmcheck serve` once serving stops gracefully on SIGTERM or SIGINT and exits 0" in text

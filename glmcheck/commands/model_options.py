@@ -37,7 +37,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "present and the model's latent is 512 + 64; 'none' for none)")
     parser.add_argument("--band", type=int, default=DEFAULT_BAND,
                         help=f"legitimate variants in the noise band (default {DEFAULT_BAND}); each costs one "
-                             "forward per prompt (or length): a run is 2 + band + backends forwards")
+                             "forward per prompt (or length): a run is 2 + band + backends forwards (layer0: 3 + band + "
+                             "backends, the exact reference once more at a tempered softmax scale)")
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")

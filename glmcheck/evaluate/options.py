@@ -16,7 +16,7 @@ from glmcheck.model.references import DEFAULT_MODEL
 
 @dataclass
 class CheckOptions:
-    """Which model, which backends, which reference and gate (README, "The checks": each field is the
+    """Which model, which backends, which reference and gate (docs/checks.md, "Options": each field is the
     flag of the same name). `backends` None is every backend available here; `baseline` None is the
     default baseline (FlashMLA where it runs), "none" no baseline; `kv_cache_dtype` None or "bf16" is
     the bf16 KV cache, "fp8_e4m3" an emulated FP8 one."""

@@ -11,7 +11,7 @@ Init scales:
 - `sharp`: as `hf`, but q_b_proj, kv_b_proj and the MoE router use std SHARP_GAIN / sqrt(fan_in),
   so every query and key element has std ~SHARP_GAIN whatever the geometry: attention logits
   have a realistic spread (std ~2.5-3) instead of near-uniform attention over thousands of rows
-  (hf: logit std ~0.04 on `tiny`; measured values in docs/model.md), and router logits have
+  (hf: logit std ~0.04 on `tiny`; measured values in docs/models.md), and router logits have
   decisive margins instead of near-ties that flip experts on any rounding difference.
 """
 
