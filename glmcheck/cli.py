@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "selfcheck": ("selfcheck", "run the kernel on random inputs against the fp64 reference"),
     "selftest": ("selftest", "prove the accuracy suite catches planted kernel faults"),
     "layer0": ("layer0", "layer-0 attention output of every backend vs the reference"),
-    "logits": ("logits", "final-position logits per backend and prompt length"),
+    "logits": ("logits", "next-token distributions at every position, per backend and prompt length"),
     "firsttoken": ("firsttoken", "greedy first token per prompt: argmax agreement and dlogprob"),
     "drift": ("drift", "per-layer hidden-state drift against the reference"),
     "sweep": ("sweep", "where along the prompt length does a backend leave the band?"),
