@@ -127,7 +127,7 @@ def test_a_candidate_server_with_nan_logits_fails_and_the_record_is_written(serv
     assert rows["faulty"]["verdict"] == "FAIL" and "non-finite logits" in rows["faulty"]["note"], rows["faulty"]
     assert rows["kernel"]["verdict"] == "PASS", rows["kernel"]
     report = sweep_endpoints([servers.spec("ref"), nan_server.spec("faulty")], _band(servers),
-                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 64), window=16, quiet=True)
+                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 64), quiet=True)
     assert report.verdict == "FAIL" and report.extra["onsets"]["faulty"]["onset"] == 32
     assert all("non-finite" in r["note"] for r in report.rows if r["backend"] == "faulty")
 
@@ -213,9 +213,9 @@ def test_sweep_through_servers_finds_the_onset(servers, tmp_path):
     """The fault firing from token 100 on, served: out from 128 tokens, as in process; one request per server covers
     every length (the servers list the top-k of every position of the longest prompt)."""
     remote = sweep_endpoints([servers.spec("ref"), servers.spec("late")], _band(servers),
-                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 256), window=16, quiet=True,
+                             tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 256), quiet=True,
                              record_dir=tmp_path / "w")
-    local = sweep(CheckOptions(model="ref-cpu", backends=[LATE], band=3, quiet=True), tokens=(32, 256), window=16)
+    local = sweep(CheckOptions(model="ref-cpu", backends=[LATE], band=3, quiet=True), tokens=(32, 256))
     assert remote.extra["onsets"]["late"]["onset"] == local.extra["onsets"]["late"]["onset"] == 128
     assert remote.extra["onsets"]["late"]["stays_out"] and remote.verdict == local.verdict == "FAIL"
     assert remote.facts["requests"] == 2 + 3 + 1 and remote.facts["measure"] == "topk_dlogprob"

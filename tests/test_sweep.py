@@ -75,7 +75,7 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     lengths 65..128 (the one holding position 100) and stays out; band:5, a legitimate kernel held out of the band,
     is never out. Resuming the finished run recomputes nothing; report --plots draws the sweep."""
     options = CheckOptions(model="ref-cpu", backends=["band:5", LATE], quiet=True)
-    report = sweep(options, tokens=(32, 256), window=16, record_dir=tmp_path / "s")
+    report = sweep(options, tokens=(32, 256), record_dir=tmp_path / "s")
     assert report.verdict == "FAIL"
     found = report.extra["onsets"]
     assert found["late"]["onset"] == 128 and found["late"]["stays_out"], found
@@ -83,13 +83,13 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     assert {r["tokens"] for r in report.rows} == {32, 64, 128, 256}
     assert report.facts["forwards"] == 2 + 4 + 2 and {r["positions"] for r in report.rows} == {32, 64, 128}
     report.write(report.record_dir)
-    again = sweep(options, tokens=(32, 256), window=16, record_dir=tmp_path / "s")
+    again = sweep(options, tokens=(32, 256), record_dir=tmp_path / "s")
     assert again.facts["resumed_items"] == 4 and again.extra["onsets"] == found
     assert [p.name for p in write_plots(tmp_path)] == ["plot-sweep.png"]
 
 
 def test_sweep_cli(tmp_path, capsys):
-    code = cli.main(["sweep", "--tokens", "24..48", "--window", "4", "--backends", "band:5", "--quiet",
+    code = cli.main(["sweep", "--tokens", "24..48", "--backends", "band:5", "--quiet",
                      "--out", str(tmp_path / "c")])
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -101,8 +101,7 @@ def test_sweep_cli(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--tokens", "64"], "--tokens must be A..B"),
     (["--tokens", "64..32"], "--tokens must be A..B"),
-    (["--window", "0"], "--window must be an int >= 1"),
-    (["--tokens", "8..16", "--window", "9"], "--window 9 is longer than the sweep's first length 8"),
+    (["--gate-ratio", "3"], "--gate-ratio applies to layer0, drift and firsttoken; the sweep judges every position"),
     (["--logprobs", "21"], r"--logprobs must be in \[1, 20\]"),
     (["--backends", "hf_sdpa,band:5"], "attend densely"),
 ])

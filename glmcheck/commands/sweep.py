@@ -11,10 +11,11 @@ from glmcheck.commands.model_options import add_model_options, check_model_usage
 
 def add_parser(sub) -> None:
     p = sub.add_parser("sweep", help="where along the prompt length does a backend leave the band?",
-                       description="At each length of a geometric grid, every backend's next-token distribution at the "
-                                   "end of one long natural prompt against the exact reference, beside the band at "
-                                   "that length; reports each backend's onset (the first length out of the band), "
-                                   "whether it stays out, and a plot (report --plots).")
+                       description="One forward (or one request per server) over the longest length of a geometric "
+                                   "grid: every position's next-token distribution against the exact reference's, "
+                                   "binned by prompt length and judged beside the band's same positions; reports "
+                                   "each backend's onset (the first length out of the band), whether it stays out, "
+                                   "and a plot (report --plots).")
     add_model_options(p)
     p.add_argument("--tokens", default=None,
                    help="A..B: the grid runs from A to B tokens, doubling (default 1024..32768 on a GPU or against "
@@ -22,9 +23,9 @@ def add_parser(sub) -> None:
                         "prompt is built with (the servers' model's)")
     p.add_argument("--per-octave", type=int, default=1, help="grid points per doubling of the length (default 1)")
     p.add_argument("--logprobs", type=int, default=5,
-                   help="the distance is the mean |dlogprob| over the reference's top-K tokens (default 5, at most 20)")
-    p.add_argument("--window", type=int, default=16,
-                   help="positions at the end of each length whose distributions are compared, averaged (default 16)")
+                   help="with --endpoint: the top-K each server lists at every position, over which the distance "
+                        "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
+                        "vocabulary")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck)
 
@@ -38,7 +39,12 @@ def precheck(ns: argparse.Namespace) -> None:
     if ns.tokens is not None:
         geometric_lengths(*parse_token_range(ns.tokens), ns.per_octave)
     check_count(ns.logprobs, "--logprobs")
-    check_count(ns.window, "--window")
+    given = [flag for flag, value in (("--gate-ratio", ns.gate_ratio != 2.0), ("--max-rel-l2", ns.max_rel_l2))
+             if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to layer0, drift and "
+                         f"firsttoken; the sweep judges every position by the all-position gate, whose limits are "
+                         f"measured (docs/reliability.md, \"All-position logits and the one-forward sweep\")")
 
 
 def handle(ns: argparse.Namespace) -> int:
@@ -52,9 +58,9 @@ def handle(ns: argparse.Namespace) -> int:
 
         return run_report(ns, "sweep", lambda record_dir: sweep_endpoints(
             ns.endpoint, ns.band_endpoint or [], tokenizer=CheckOptions.from_namespace(ns),
-            tokens=tokens or (1024, 32768), per_octave=ns.per_octave, logprobs=ns.logprobs, window=ns.window,
-            gate_ratio=ns.gate_ratio, concurrency=ns.concurrency or 4, http=http_options(ns), record_dir=record_dir,
-            overwrite=ns.overwrite, quiet=ns.quiet), resumable=True)
+            tokens=tokens or (1024, 32768), per_octave=ns.per_octave, logprobs=ns.logprobs,
+            concurrency=ns.concurrency or 4, http=http_options(ns), record_dir=record_dir, overwrite=ns.overwrite,
+            quiet=ns.quiet), resumable=True)
     return run_report(ns, "sweep", lambda record_dir: sweep(
         CheckOptions.from_namespace(ns), tokens=tokens, per_octave=ns.per_octave, logprobs=ns.logprobs,
-        window=ns.window, record_dir=record_dir, overwrite=ns.overwrite), resumable=True)
+        record_dir=record_dir, overwrite=ns.overwrite), resumable=True)

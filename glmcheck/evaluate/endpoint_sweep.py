@@ -24,7 +24,7 @@ from glmcheck.checks.positions import listed_position_statistics
 from glmcheck.checks.sweep import Faulted, geometric_lengths, onsets, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
-from glmcheck.evaluate.length_sweep import check_logprobs, check_window
+from glmcheck.evaluate.length_sweep import check_logprobs
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
@@ -36,19 +36,15 @@ from glmcheck.sources.transport import HttpOptions
 
 def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequence[str | Endpoint] = (), *,
                     tokenizer: CheckOptions | None = None, tokens: tuple[int, int] = (1024, 32768),
-                    per_octave: int = 1, logprobs: int = 5, window: int = 16, gate_ratio: float = 2.0,
+                    per_octave: int = 1, logprobs: int = 5,
                     concurrency: int = 4, http: HttpOptions | None = None, record_dir: RecordDir = None,
                     overwrite: bool = False, quiet: bool = False) -> Report:
     """Sweep `tokens` = (first, last) against the servers: the first of `endpoints` is the reference, the
-    others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. `window` and `gate_ratio` are
-    checked and recorded (every position is judged, by the all-position gate). A finished record in `record_dir` is
-    read back instead of asked again."""
-    from glmcheck.checks.band import check_gate_ratio
+    others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. A finished record in
+    `record_dir` is read back instead of asked again."""
 
     lengths = geometric_lengths(*tokens, per_octave)
     check_logprobs(logprobs)
-    check_window(window, lengths[0])
-    check_gate_ratio(gate_ratio)
     options = tokenizer or CheckOptions()
     options.check()
     spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, seed=options.seed)
@@ -62,7 +58,7 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
     reference = servers.reference.name
     rerun = rerun_name(reference)
     fingerprint = {"command": "sweep", "servers": servers.identity(), "lengths": lengths, "logprobs": logprobs,
-                   "window": window, "gate_ratio": gate_ratio, "tokenizer": spec.describe(), "code": code_identity()}
+                   "tokenizer": spec.describe(), "code": code_identity()}
     resume = ResumeStore(record_dir, fingerprint, overwrite=overwrite, total=len(lengths), what="lengths")
     done = {int(key): payload for key, payload in resume.done.items()}
     directory = resume.start()

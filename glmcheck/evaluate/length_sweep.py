@@ -37,25 +37,17 @@ def check_logprobs(k: int) -> None:
                          f"got {k}")
 
 
-def check_window(window: int, first: int) -> None:
-    """--window: positions at the end of each length whose distributions are compared."""
-    check_count(window, "--window")
-    if window > first:
-        raise ValueError(f"--window {window} is longer than the sweep's first length {first}")
-
-
 def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_octave: int = 1, logprobs: int = 5,
-          window: int = 16, record_dir: Path | Callable[[], Path] | None = None, overwrite: bool = False) -> Report:
+          record_dir: Path | Callable[[], Path] | None = None, overwrite: bool = False) -> Report:
     """Sweep `tokens` = (first, last) (`geometric_lengths`; default 1024..32768 on a GPU, 32..256 on the CPU)
     under every backend of `options` (hf_* cross-checks attend densely and are refused): one forward per row over
-    the longest length, its positions binned by length (module docstring). `logprobs` and `window` are checked
-    for the endpoint sweep's sake and recorded; in process every position is compared over the full vocabulary.
+    the longest length, its positions binned by length (module docstring). `logprobs` is checked and recorded
+    (the endpoint sweep's top-K); in process every position is compared over the full vocabulary.
     A finished record in `record_dir` is read back instead of recomputed."""
     check_logprobs(logprobs)
     setup = Setup(options)
     lengths = geometric_lengths(*(tokens or ((1024, 32768) if setup.device.type == "cuda" else (32, 256))),
                                 per_octave)
-    check_window(window, lengths[0])
     dense = [b for b in setup.backends if b.startswith("hf_")]
     if dense and options.backend_list() is not None:
         raise ValueError(f"--backends: {', '.join(dense)} attend densely ([T, T] scores) and are cross-checks of the "
@@ -65,7 +57,7 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     band = band_names(setup.band_size)
     check_forwards(2 + len(band) + len(judged), f"{2 + len(band) + len(judged)} forwards (--band, --backends)")
     setup.check_prompt(lengths[-1], "--tokens (its longest length)")
-    resume = ResumeStore(record_dir, setup.fingerprint("sweep", lengths=lengths, logprobs=logprobs, window=window,
+    resume = ResumeStore(record_dir, setup.fingerprint("sweep", lengths=lengths, logprobs=logprobs,
                                                        seed=options.seed),
                          overwrite=overwrite, writable=setup.is_main, total=len(lengths), what="lengths")
     done = {int(key): payload for key, payload in resume.done.items()}
