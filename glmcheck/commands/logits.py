@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 
 from glmcheck.arguments import check_count
-from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -49,12 +49,7 @@ def precheck(ns: argparse.Namespace) -> None:
     if ns.tokens is not None:  # the default depends on the device
         _lengths(ns.tokens, "")
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
-    given = [flag for flag, value in (("--gate-ratio", ns.gate_ratio != 2.0), ("--max-rel-l2", ns.max_rel_l2))
-             if value]
-    if given:
-        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to layer0, drift and "
-                         f"firsttoken; logits judges every position by the all-position gate, whose limits are "
-                         f"measured (docs/reliability.md, \"All-position logits and the one-forward sweep\")")
+    refuse_band_gate_options(ns, "logits")
 
 
 def handle(ns: argparse.Namespace) -> int:

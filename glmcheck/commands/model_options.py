@@ -66,3 +66,14 @@ def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> Non
 
     CheckOptions.from_namespace(ns).check()
     check_out_dir(ns.out, overwrite=getattr(ns, "overwrite", False), resumable=resumable)
+
+
+def refuse_band_gate_options(ns: argparse.Namespace, check: str) -> None:
+    """ValueError naming --gate-ratio / --max-rel-l2 when given to `check` (logits, sweep), which judges every
+    position by the all-position gate instead of a ratio to the band's max."""
+    given = [flag for flag, value in (("--gate-ratio", ns.gate_ratio != 2.0), ("--max-rel-l2", ns.max_rel_l2))
+             if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to layer0, drift and "
+                         f"firsttoken; {check} judges every position by the all-position gate, whose limits are "
+                         f"measured (docs/reliability.md, \"All-position logits and the one-forward sweep\")")

@@ -146,12 +146,33 @@ def handle(ns: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _model_run(ns: argparse.Namespace, known: tuple[str, ...], context: str = ""):
+    """(checks, spec, config, device) of a rates or power run, each option checked (one line naming it)."""
+    from glmcheck.arguments import check_band, check_count
+    from glmcheck.model.load import ModelSpec, config_of, resolve_device
+    from glmcheck.model.plan import check_fits
+
+    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
+        check_count(value, option)
+    check_band(ns.band, held_out=2)  # two band variants held out: the legitimate rows, the power runs' CPU base
+    checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
+    if not checks or any(c not in known for c in checks):
+        raise ValueError(f"--checks must name some of {', '.join(known)}{context}, got {ns.checks!r}")
+    if ns.model is not None and ns.checkpoint is not None:
+        raise ValueError("give --model or --checkpoint, not both")
+    spec = ModelSpec(checkpoint=ns.checkpoint) if ns.checkpoint else ModelSpec(ns.model)
+    config = config_of(spec)
+    if ns.tokens > config.max_position_embeddings:
+        raise ValueError(f"--tokens {ns.tokens}: more than the model's {config.max_position_embeddings} positions")
+    device = resolve_device(None)
+    check_fits(config, ns.tokens, device)
+    return checks, spec, config, device
+
+
 def handle_rates(ns: argparse.Namespace) -> int:
     """`--model`: false-alarm and detection rates; exit 1 when layer0 misses a planted fault or its
     false-alarm rate exceeds 5 %."""
-    from glmcheck.arguments import check_band, check_count, check_forwards
-    from glmcheck.model.load import ModelSpec, config_of, resolve_device
-    from glmcheck.model.plan import check_fits
+    from glmcheck.arguments import check_forwards
     from glmcheck.selftest.rates import (
         CHECKS,
         FIRSTTOKEN_PROMPTS,
@@ -162,20 +183,7 @@ def handle_rates(ns: argparse.Namespace) -> int:
         rates_table,
     )
 
-    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
-        check_count(value, option)
-    check_band(ns.band, held_out=2)  # legitimate_backends holds two band variants out of the band
-    checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
-    if not checks or any(c not in CHECKS for c in checks):
-        raise ValueError(f"--checks must name some of {', '.join(CHECKS)}, got {ns.checks!r}")
-    if ns.model is not None and ns.checkpoint is not None:
-        raise ValueError("give --model or --checkpoint, not both")
-    spec = ModelSpec(checkpoint=ns.checkpoint) if ns.checkpoint else ModelSpec(ns.model)
-    config = config_of(spec)
-    if ns.tokens > config.max_position_embeddings:
-        raise ValueError(f"--tokens {ns.tokens}: more than the model's {config.max_position_embeddings} positions")
-    device = resolve_device(None)
-    check_fits(config, ns.tokens, device)
+    checks, spec, config, device = _model_run(ns, CHECKS)
     prompts = FIRSTTOKEN_PROMPTS if "firsttoken" in checks else 1  # forwards per seed and check, at most
     per_run = prompts * (2 + ns.band + len(legitimate_backends(config.num_attention_heads, ns.band)) 
                + len(planted_faults(ns.tokens)))
@@ -199,20 +207,9 @@ def handle_rates(ns: argparse.Namespace) -> int:
 
 def handle_power(ns: argparse.Namespace) -> int:
     """`--power`: detection against fault size per check and fault kind (`glmcheck.selftest.power`); exit 0."""
-    from glmcheck.arguments import check_band, check_count
-    from glmcheck.model.load import ModelSpec, resolve_device
     from glmcheck.selftest.power import POWER_CHECKS, default_base, measure_power, power_table
 
-    for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
-        check_count(value, option)
-    check_band(ns.band, held_out=2)  # the base kernel on the CPU is the band variant just past the band
-    checks = [c.strip() for c in ns.checks.split(",") if c.strip()]
-    if not checks or any(c not in POWER_CHECKS for c in checks):
-        raise ValueError(f"--checks must name some of {', '.join(POWER_CHECKS)} with --power, got {ns.checks!r}")
-    if ns.model is not None and ns.checkpoint is not None:
-        raise ValueError("give --model or --checkpoint, not both")
-    spec = ModelSpec(checkpoint=ns.checkpoint) if ns.checkpoint else ModelSpec(ns.model)
-    device = resolve_device(None)
+    checks, spec, _, device = _model_run(ns, POWER_CHECKS, " with --power")
     say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
     points = measure_power(spec, range(ns.seeds), ns.tokens, checks, band_size=ns.band, device=device, progress=say)
     print(f"power curves on {ns.checkpoint or ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of "

@@ -6,7 +6,7 @@ import argparse
 
 from glmcheck.arguments import check_count
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
-from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
 
 
 def add_parser(sub) -> None:
@@ -39,12 +39,7 @@ def precheck(ns: argparse.Namespace) -> None:
     if ns.tokens is not None:
         geometric_lengths(*parse_token_range(ns.tokens), ns.per_octave)
     check_count(ns.logprobs, "--logprobs")
-    given = [flag for flag, value in (("--gate-ratio", ns.gate_ratio != 2.0), ("--max-rel-l2", ns.max_rel_l2))
-             if value]
-    if given:
-        raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to layer0, drift and "
-                         f"firsttoken; the sweep judges every position by the all-position gate, whose limits are "
-                         f"measured (docs/reliability.md, \"All-position logits and the one-forward sweep\")")
+    refuse_band_gate_options(ns, "the sweep")
 
 
 def handle(ns: argparse.Namespace) -> int:
