@@ -7,7 +7,7 @@ import re
 import time
 
 from glmcheck import cli
-from glmcheck.process.phases import PhaseClock
+from glmcheck.process.phases import CLOCK, PhaseClock
 
 
 def _table(err: str) -> dict[str, float]:
@@ -22,7 +22,8 @@ def test_layer0_prints_the_phase_table(tmp_path, capsys):
     assert code in (0, 1), err
     phases = _table(err)
     assert {"imports", "setup", "build", "forwards", "compare", "write", "other", "total"} <= set(phases), phases
-    assert phases["forwards"] > 0 and phases["compare"] > 0
+    # the table shows hundredths: on tiny the comparisons can take under 5 ms (0.00 printed); the clock holds them
+    assert phases["forwards"] > 0 and CLOCK.seconds["compare"] > 0
     parts = sum(v for k, v in phases.items() if k != "total")
     assert abs(parts - phases["total"]) <= 0.02 + 0.01 * len(phases), phases  # the shares add up (rounding)
 
