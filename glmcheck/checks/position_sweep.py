@@ -31,8 +31,20 @@ def length_bins(lengths: list[int]) -> list[tuple[int, int, int]]:
     return bins
 
 
+def sweep_outcome(rows: list[dict], judged: list[str], lengths: list[int], source: str = "one forward",
+                  gate: PositionGate = PositionGate()) -> SweepResult:
+    """The onsets, verdict and gate facts of a sweep's rows (fresh, or read back from a record); `source` says
+    what gave the positions ("one forward", "one request per server")."""
+    found = onsets(rows, judged)
+    facts = {"lengths": lengths, "statistic": "positions",
+             "gate": f"every position of {source} over {lengths[-1]} tokens, binned by prompt length; a row is out at "
+                     f"a length when its bin fails: {gate.describe()}; onset = the first length out"}
+    return SweepResult(rows, found, overall_of([v["verdict"] for v in found.values()]), facts)
+
+
 def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: str, band: list[str],
-                       judged: list[str], lengths: list[int], gate: PositionGate = PositionGate()) -> SweepResult:
+                       judged: list[str], lengths: list[int], gate: PositionGate = PositionGate(),
+                       source: str = "one forward") -> SweepResult:
     """Judge `judged` rows bin by bin. `stats` holds each row's per-position statistics against the exact
     reference over the longest length (the rerun's, each band variant's, each judged row's), or a Faulted."""
     position_band = PositionBand.of([stats[name] for name in band], band)
@@ -59,10 +71,4 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
                 row |= {"exceed": measures["exceed"], "margin": measures["margin"], "verdict": verdict, "note": why,
                         "out": None if verdict == INCONCLUSIVE else verdict == FAIL}
             rows.append(row)
-    found = onsets(rows, judged)
-    verdict = overall_of([v["verdict"] for v in found.values()])
-    facts = {"lengths": lengths, "statistic": "positions", "reference": None, "band": band,
-             "gate": f"every position of one forward over {lengths[-1]} tokens, binned by prompt length; a row is out "
-                     f"at a length when its bin fails: {gate.describe()}; onset = the first length out"}
-    return SweepResult(rows, found, verdict, facts)
-
+    return sweep_outcome(rows, judged, lengths, source, gate)

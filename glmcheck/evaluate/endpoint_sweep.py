@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from glmcheck import __version__
-from glmcheck.checks.common import overall_of
-from glmcheck.checks.position_gate import PositionGate
-from glmcheck.checks.position_sweep import run_position_sweep
+from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import listed_position_statistics
-from glmcheck.checks.sweep import Faulted, geometric_lengths, onsets, rerun_name
+from glmcheck.checks.sweep import Faulted, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.length_sweep import check_logprobs
@@ -32,6 +30,9 @@ from glmcheck.model.load import ModelSpec, config_of
 from glmcheck.records.environment import code_identity
 from glmcheck.sources.endpoint import Endpoint
 from glmcheck.sources.transport import HttpOptions
+
+
+SOURCE = "one request per server (the mean |dlogprob| over the reference's top-k at each position)"
 
 
 def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequence[str | Endpoint] = (), *,
@@ -73,23 +74,19 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
             ref = answers[reference]
             stats = {name: got if isinstance(got, Faulted) else listed_position_statistics(got, ref, logprobs)
                      for name, got in answers.items() if name != reference}
-            rows = run_position_sweep(stats, rerun, band, judged, lengths).rows
+            result = run_position_sweep(stats, rerun, band, judged, lengths, source=SOURCE)
             for length in lengths:
-                resume.save(str(length), [r for r in rows if r["tokens"] == length])
+                resume.save(str(length), [r for r in result.rows if r["tokens"] == length])
             done = {}
         else:
-            rows = [r for length in lengths for r in done[length]]
+            result = sweep_outcome([r for length in lengths for r in done[length]], judged, lengths, SOURCE)
     finally:
         servers.close()
-    found = onsets(rows, judged)
-    facts = {"lengths": lengths, "statistic": "positions", "measure": "topk_dlogprob", "k": logprobs,
-             "reference": reference, "band": band, "source": "endpoints", "prompt_source": prompt_source(spec),
-             "resumed_items": len(done), "requests": len(jobs),
-             "gate": f"every position of one request per server over {lengths[-1]} tokens (the mean |dlogprob| over "
-                     f"the reference's top-{logprobs} at each), binned by prompt length; a row is out at a length when "
-                     f"its bin fails: {PositionGate().describe()}; onset = the first length out"}
-    return Report("sweep", overall_of([v["verdict"] for v in found.values()]), rows, facts,
+    facts = {**result.facts, "measure": "topk_dlogprob", "k": logprobs, "reference": reference, "band": band,
+             "source": "endpoints", "prompt_source": prompt_source(spec), "resumed_items": len(done),
+             "requests": len(jobs)}
+    return Report("sweep", result.verdict, result.rows, facts,
                   {"endpoints": servers.record(), "glmcheck": __version__, "tokenizer": spec.describe()},
                   {"endpoints": [servers.reference.spec()] + [e.spec() for e in servers.candidates],
                    "band_endpoints": [e.spec() for e in servers.band], "concurrency": concurrency},
-                  extra={"onsets": found}, record_dir=directory)
+                  extra={"onsets": result.onsets}, record_dir=directory)

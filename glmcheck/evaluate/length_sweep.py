@@ -14,12 +14,10 @@ from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import band_names
 from glmcheck.checks.common import require_finite
-from glmcheck.checks.common import overall_of
-from glmcheck.checks.position_gate import PositionGate
-from glmcheck.checks.position_sweep import run_position_sweep
+from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import position_statistics
 from glmcheck.checks.runner import forward_under
-from glmcheck.checks.sweep import Faulted, geometric_lengths, onsets, rerun_name
+from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions
@@ -66,23 +64,20 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     last = lengths[-1]
     if len(done) < len(lengths):  # one forward per row covers every length: a partial record is recomputed whole
         prompt = model_prompt(setup.spec, model.config.vocab_size, last, options.seed, setup.device)
-        rows = _sweep_rows(model, prompt, setup, band, judged, lengths)
+        result = _sweep(model, prompt, setup, band, judged, lengths)
         for length in lengths:
-            resume.save(str(length), [r for r in rows if r["tokens"] == length])
+            resume.save(str(length), [r for r in result.rows if r["tokens"] == length])
         done = {}
     else:
-        rows = [r for length in lengths for r in done[length]]
-    found = onsets(rows, judged)
-    verdict = overall_of([v["verdict"] for v in found.values()])
-    facts = {"lengths": lengths, "statistic": "positions", "reference": setup.exact, "band": band,
-             "gate": f"every position of one forward over {last} tokens, binned by prompt length; a row is out at a "
-                     f"length when its bin fails: {PositionGate().describe()}; onset = the first length out",
-             "source": "in process", "prompt_source": prompt_source(setup.spec), "resumed_items": len(done),
+        result = sweep_outcome([r for length in lengths for r in done[length]], judged, lengths)
+    facts = {**result.facts, "reference": setup.exact, "band": band, "source": "in process",
+             "prompt_source": prompt_source(setup.spec), "resumed_items": len(done),
              "forwards": 2 + len(band) + len(judged)}
-    return _report("sweep", setup, model, verdict, rows, facts, extra={"onsets": found}, record_dir=directory)
+    return _report("sweep", setup, model, result.verdict, result.rows, facts, extra={"onsets": result.onsets},
+                   record_dir=directory)
 
 
-def _sweep_rows(model, prompt, setup: Setup, band: list[str], judged: list[str], lengths: list[int]) -> list[dict]:
+def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], lengths: list[int]) -> SweepResult:
     """One forward per row over `prompt` (every position kept), each against the exact reference's, judged by bin
     (`run_position_sweep`)."""
     last = prompt.shape[1]
@@ -108,4 +103,4 @@ def _sweep_rows(model, prompt, setup: Setup, band: list[str], judged: list[str],
         for name in [rerun_name(setup.exact), *band, *judged]:
             got = logits(setup.exact if name == rerun_name(setup.exact) else name)
             stats[name] = got if isinstance(got, Faulted) else position_statistics(got, reference)
-    return run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths).rows
+    return run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
