@@ -24,6 +24,8 @@ def test_layer0_prints_the_phase_table(tmp_path, capsys):
     assert {"imports", "setup", "build", "forwards", "compare", "write", "other", "total"} <= set(phases), phases
     # the table shows hundredths: on tiny the comparisons can take under 5 ms (0.00 printed); the clock holds them
     assert phases["forwards"] > 0 and CLOCK.seconds["compare"] > 0
+    assert "torch_bf16" in CLOCK.rows and abs(sum(CLOCK.rows.values()) - CLOCK.seconds["forwards"]) < 1e-9
+    assert re.search(r"^forwards by row \(s, compiles in\): .*torch_bf16 [\d.]+", err, re.MULTILINE), err
     parts = sum(v for k, v in phases.items() if k != "total")
     assert abs(parts - phases["total"]) <= 0.02 + 0.01 * len(phases), phases  # the shares add up (rounding)
 

@@ -84,7 +84,7 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
         torch.cuda.synchronize(input_ids.device)
     _gather_shards(got)
     seconds = time.perf_counter() - start
-    CLOCK.add("forwards", seconds)
+    CLOCK.add_forward(backend, seconds)
     return BackendRun(backend, got, Counter(session.calls), session.absorbed, set(session.dense_layers), seconds,
                       Counter(session.plan_builds), clock.layer_ms() if clock is not None else None)
 

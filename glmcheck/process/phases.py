@@ -32,6 +32,7 @@ class PhaseClock:
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
         self.compiled: Counter = Counter()  # kernel name -> variants compiled or loaded from Triton's cache
+        self.rows: dict[str, float] = defaultdict(float)  # backend -> wall seconds of its forwards (compiles in)
         self.began: float | None = None
         self.profiling = False
         self._open = 0  # phases in progress (nested ones add to their own name only)
@@ -43,6 +44,7 @@ class PhaseClock:
         self.disable()
         self.seconds.clear()
         self.compiled.clear()
+        self.rows.clear()
         self.began = time.perf_counter()
         startup = _seconds_since_process_start()
         if startup is not None:
@@ -76,6 +78,11 @@ class PhaseClock:
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += seconds
 
+    def add_forward(self, backend: str, seconds: float) -> None:
+        """One forward under `backend`: `forwards` and that backend's own total (shown under the table)."""
+        self.seconds["forwards"] += seconds
+        self.rows[backend] += seconds
+
     def table(self) -> str:
         """The phases, `other` and the total, in seconds and as shares of the total (startup included)."""
         total = (time.perf_counter() - self.began if self.began is not None else 0.0) + self.seconds.get("startup", 0)
@@ -88,6 +95,11 @@ class PhaseClock:
         lines += [f"{name:<{width}}  {value:7.2f}  {100 * value / total if total else 0:4.0f} %"
                   for name, value in shown.items()]
         lines.append(f"{'total':<{width}}  {total:7.2f}")
+        if self.rows:
+            slowest = sorted(self.rows.items(), key=lambda item: -item[1])
+            shown_rows = ", ".join(f"{name} {value:.2f}" for name, value in slowest[:8])
+            more = len(slowest) - 8
+            lines.append(f"forwards by row (s, compiles in): {shown_rows}{f', {more} more' if more > 0 else ''}")
         if self.compiled:
             kinds = ", ".join(f"{name} x{count}" for name, count in self.compiled.most_common(6))
             more = len(self.compiled) - 6
