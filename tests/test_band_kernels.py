@@ -8,41 +8,24 @@ import itertools
 import pytest
 import torch
 
-from glmcheck.backends.band_kernels import BAND_FAMILY, BAND_FAMILY_SIZE, FlashVariant, flash_sparse_mla
+from glmcheck.backends.band_kernels import BAND_FAMILY, BAND_FAMILY_SIZE, IMPL_ENV, FlashVariant, flash_sparse_mla
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.checks import metrics
-from glmcheck.data.inputs import random_distinct_indices, random_qkv
+from glmcheck.data.inputs import random_qkv
+from tests.support.band_inputs import awkward, realistic
 
 U = 2.0 ** -8  # bf16 unit roundoff (8 significant bits)
 
 
-def _awkward(device, topk_length: bool):
-    """T = 37 tokens, top-k 75 (no block size divides either), ragged -1 slots, out-of-range rows
-    (>= S and < -1), token 5 without any valid slot; with `topk_length` also a ragged length and a
-    token of length 0."""
-    g = torch.Generator().manual_seed(11)
-    tokens, heads, d_v, d_tail, rows, topk = 37, 4, 32, 16, 200, 75
-    q, kv = random_qkv(tokens, heads, rows, d_v, d_tail, g, "cpu")
-    q = (q.float() * 3).bfloat16()  # scores of spread ~3: peaked softmaxes, the running max moves
-    indices = random_distinct_indices(tokens, topk, rows, g, empty_fraction=0.2)
-    indices[3, 7], indices[4, 60], indices[6, 0] = rows, rows + 50, -7
-    indices[5] = -1
-    length = None
-    if topk_length:
-        length = torch.randint(0, topk + 1, (tokens,), generator=g, dtype=torch.int32)
-        length[9], length[10] = 0, topk
-    device = torch.device(device)
-    return (q.to(device), kv.to(device), indices.to(device), d_v,
-            None if length is None else length.to(device))
-
-
+@pytest.mark.parametrize("impl", ["torch", "triton"])
 @pytest.mark.parametrize("topk_length", [False, True])
-def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length):
+def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length, impl, monkeypatch):
     """Bound per element: |out - exact| <= 3 u max_j |v_j| (u = 2^-8; j over the token's valid rows,
     per value dimension): u from rounding P (a convex combination of the v_j, each weight off by at
     most u), u from the normaliser (rounded P summed, or fp32 P against rounded weights), u from
     rounding the output, plus 1e-6 for the fp32 arithmetic. rel-L2 <= u overall."""
-    q, kv, indices, d_v, length = _awkward(device, topk_length)
+    monkeypatch.setenv(IMPL_ENV, impl)  # both forms of the band (glmcheck.backends.band_triton)
+    q, kv, indices, d_v, length = awkward(device, topk_length)
     exact = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length)
     valid = (indices >= 0) & (indices < kv.shape[0])
     if length is not None:
@@ -61,8 +44,9 @@ def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length
         assert metrics.rel_l2(out, exact) <= U, (k, metrics.rel_l2(out, exact))
 
 
-def test_chunks_do_not_change_the_result(device):
-    q, kv, indices, d_v, length = _awkward(device, True)
+def test_chunks_do_not_change_the_result(device, monkeypatch):
+    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form: tests/test_band_triton.py
+    q, kv, indices, d_v, length = awkward(device, True)
     spec = FlashVariant(16, reverse=True, sum_rounded=True)
     whole = flash_sparse_mla(q, kv, indices, 0.3, d_v, topk_length=length, variant=spec)
     tiny = flash_sparse_mla(q, kv, indices, 0.3, d_v, topk_length=length, variant=spec, budget_bytes=1)
@@ -71,16 +55,6 @@ def test_chunks_do_not_change_the_result(device):
         assert torch.equal(tiny, whole), "every token's arithmetic is independent of its chunk"
     else:  # cuBLAS may pick another algorithm per batch size
         assert metrics.rel_l2(tiny, whole) < 1e-3
-
-
-def _realistic(device):
-    """64 tokens x 8 heads, top-k 512 of 2048 rows, scores of spread ~3, ragged lengths."""
-    g = torch.Generator().manual_seed(5)
-    q, kv = random_qkv(64, 8, 2048, 64, 16, g, "cpu")
-    indices = random_distinct_indices(64, 512, 2048, g)
-    length = torch.randint(256, 513, (64,), generator=g, dtype=torch.int32)
-    device = torch.device(device)
-    return (q.float() * 3).bfloat16().to(device), kv.to(device), indices.to(device), length.to(device)
 
 
 def assert_distinct(outputs: list[torch.Tensor], exact: torch.Tensor) -> None:
@@ -94,7 +68,7 @@ def assert_distinct(outputs: list[torch.Tensor], exact: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("size", [4, 8])
 def test_no_two_band_variants_alike(device, size):
-    q, kv, indices, length = _realistic(device)
+    q, kv, indices, length = realistic(device)
     exact = sparse_mla_reference(q, kv, indices, 0.125, 64, topk_length=length)
     assert_distinct([band_variant(k)(q, kv, indices, 0.125, 64, topk_length=length) for k in range(size)], exact)
 
@@ -136,6 +110,7 @@ def test_blocks_no_token_uses_are_skipped_without_changing_a_value(device, k, mo
     block, value for value."""
     from glmcheck.backends import band_kernels
 
+    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form skips per token, inside its loop
     g = torch.Generator().manual_seed(5)
     tokens, topk = 21, 300
     q, kv = random_qkv(tokens, 4, 64, 32, 16, g, "cpu")
@@ -165,7 +140,8 @@ def test_rows_from_the_fp32_table_are_the_rows_converted_per_block(device, monke
     KV holds -0.0 values and a NaN in row 0, which no token selects (an empty slot must not read it either way)."""
     from glmcheck.backends import band_kernels
 
-    q, kv, indices, d_v, length = _awkward(device, topk_length)
+    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form reads the bf16 rows it selects, masked
+    q, kv, indices, d_v, length = awkward(device, topk_length)
     kv = kv.clone()
     kv[1, :5] = -0.0
     indices = torch.where(indices == 0, -1, indices)  # no token selects row 0 any more: it holds a NaN
@@ -185,7 +161,7 @@ def test_the_reference_reads_the_same_rows_from_its_table(device, monkeypatch, d
     converted and masked per chunk (a KV past TABLE_BYTES): the same bits; a NaN in unselected row 0 stays out."""
     from glmcheck.backends import reference
 
-    q, kv, indices, d_v, length = _awkward(device, True)
+    q, kv, indices, d_v, length = awkward(device, True)
     kv = kv.clone()
     indices = torch.where(indices == 0, -1, indices)
     kv[0, 3] = float("nan")

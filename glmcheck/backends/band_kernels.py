@@ -39,6 +39,7 @@ two of them split) are served; a larger k is a ValueError.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -104,6 +105,9 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     per_token = 4 * (2 * block * d_qk + 4 * num_heads * block + 3 * num_heads * d_v + 8 * num_heads)
     chunk = max(1, budget_bytes // per_token)
     halves = _split_halves(valid) if variant.splits == 2 else [valid]
+    if band_impl(args.q.device) == "triton":
+        _triton_band(args, halves, out, variant, budget_bytes)
+        return out
     rows = _RowTable.of(args.kv)
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)
@@ -112,6 +116,44 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
                                variant.sum_rounded) for part in halves]
         out[start:stop] = _finish(_merge(states), valid[start:stop])
     return out
+
+
+IMPL_ENV = "GLMCHECK_BAND_IMPL"
+
+
+def band_impl(device: torch.device) -> str:
+    """Which form of the band runs on `device`: "triton" (`band_triton`, one pass per token) on a CUDA device,
+    "torch" (this module's block loop) elsewhere; GLMCHECK_BAND_IMPL=torch|triton|auto overrides (triton on the
+    CPU runs in Triton's interpreter). The two forms differ in the order of fp32 sums inside a dot product only
+    (`band_triton` module docstring)."""
+    choice = os.environ.get(IMPL_ENV, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "torch", "triton"):
+        raise ValueError(f"{IMPL_ENV} must be auto, torch or triton, got {choice!r}")
+    if choice == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return choice
+
+
+def _triton_band(args, halves: list[torch.Tensor], out: torch.Tensor, variant: FlashVariant,
+                 budget_bytes: int) -> None:
+    """`flash_sparse_mla` through `band_triton`: each half's state per token chunk (the chunk bounds the fp32
+    states' memory and changes no value), merged and finished as the torch form does."""
+    from glmcheck.backends.band_triton import band_state
+
+    num_tokens, num_heads, _ = args.q.shape
+    part = torch.zeros(args.indices.shape, dtype=torch.int8, device=args.q.device)
+    for code, mask in enumerate(halves, start=1):
+        part[mask] = code
+    q, kv, indices = args.q.contiguous(), args.kv.contiguous(), args.indices.contiguous()
+    valid = halves[0] if len(halves) == 1 else halves[0] | halves[1]
+    chunk = max(1, budget_bytes // (4 * num_heads * (args.d_v + 2) * (len(halves) + 1)))
+    for start in range(0, num_tokens, chunk):
+        stop = min(start + chunk, num_tokens)
+        states = [band_state(q[start:stop], kv, indices[start:stop], part[start:stop], code, args.sm_scale,
+                             args.d_v, block=variant.block, reverse=variant.reverse,
+                             sum_rounded=variant.sum_rounded)
+                  for code in range(1, len(halves) + 1)]
+        out[start:stop] = _finish(_merge(states), valid[start:stop])
 
 
 def _split_halves(valid: torch.Tensor) -> list[torch.Tensor]:

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The band's two forms on the GPU (docs/performance.md, "Time to verdict"; glmcheck.backends.band_triton): the band
+# and reference tests on the device, layer0 timed with each form (cold then warm Triton cache), the two layer0
+# records diffed, then logits on glm-5.2 with the default (Triton) form.
+#   bash scripts/gpu_band_forms.sh OUTDIR        (STEPS picks among "tests layer0 logits"; LIMIT caps logits, s)
+set -uo pipefail
+out=$(mkdir -p "${1:?usage: gpu_band_forms.sh OUTDIR}" && cd "$1" && pwd)
+unset TRITON_INTERPRET
+export PYTHONUNBUFFERED=1
+[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
+if [ -d .whl ]; then
+  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+for step in ${STEPS:-tests layer0 logits}; do
+  case $step in
+    tests) start=$(date +%s)
+           timeout 240 python3 -m pytest -m "gpu or not gpu" -q -p no:cacheprovider tests/test_band_kernels.py \
+             tests/test_band_triton.py > "$out/pytest-band.txt" 2>&1
+           echo "=== band tests on the GPU: rc $?, $(( $(date +%s) - start )) s"; tail -n 3 "$out/pytest-band.txt" ;;
+    layer0) for form in triton torch; do
+              echo "=== layer0, band form $form"
+              GLMCHECK_BAND_IMPL=$form STEPS=layer0 bash scripts/gpu_time_to_verdict.sh "$out/ttv-$form" | \
+                grep -E "^\| |^phase|^forwards|^total|^compile"
+            done
+            python3 scripts/record_diff.py "$out/ttv-triton/$(basename "$PWD")/rec-layer0" \
+              "$out/ttv-torch/$(basename "$PWD")/rec-layer0" > "$out/layer0-diff.txt" 2>&1
+            echo "=== layer0 record, Triton band against torch band: rc $?"; tail -n 30 "$out/layer0-diff.txt" ;;
+    logits) echo "=== logits, band form triton"
+            LIMIT=${LIMIT:-240} STEPS=logits bash scripts/gpu_time_to_verdict.sh "$out/ttv-triton" | \
+              grep -E "^\| |^phase|^forwards|^total|^compile" ;;
+  esac
+done
