@@ -96,9 +96,14 @@ def test_layer0_cli_record_and_report(tmp_path, capsys):
     code, printed, _ = run_cli(["layer0", "--model", "tiny", "--tokens", "64", "--quiet", "--out", str(out),
                                 "--backends", "triton_sparse_mla,triton_sparse_mla:union2,hf_sdpa"], capsys)
     assert code == 0, printed
-    assert "noise band: reference vs itself (rerun)" in printed and "band (5 samples" in printed
-    assert "triton_sparse_mla:union2 vs triton_sparse_mla (per-token)" in printed
-    assert "hf_sdpa vs reference (per-head value output)" in printed
+    assert "| rerun (band) " in printed and "band (5 samples" in printed
+    assert "| triton_sparse_mla:union2 |" in printed and "|   vs triton_sparse_mla " in printed
+    assert "| hf_sdpa (value output) " in printed and "[1] cross-check of the reference" in printed
+    assert all(len(line) <= 120 for line in printed.splitlines())
+    code, wide, _ = run_cli(["report", str(out), "--format", "wide"], capsys)
+    assert "noise band: reference vs itself (rerun)" in wide and "| cosine " in wide
+    assert "triton_sparse_mla:union2 vs triton_sparse_mla (per-token)" in wide
+    assert "hf_sdpa vs reference (per-head value output)" in wide
     record = read_record(out)
     assert record.summary["verdict"] == "PASS" and record.summary["command"] == "layer0"
     env = record.summary["environment"]
@@ -137,8 +142,8 @@ def test_firsttoken_cli(tmp_path, capsys):
                                 "--backends", "band:5", "--continue", "2", "--out", str(tmp_path / "f")],
                                capsys)
     assert code == 0, printed
-    assert "noise band: reference vs itself (rerun)" in printed and "/4" in printed
-    assert "noise band: band:0 vs reference (ideal bf16 kernel)" in printed
+    assert "| rerun (band) " in printed and "/4" in printed and "| band:0 (band) " in printed
+    assert "| same continuations |" in printed and all(len(line) <= 120 for line in printed.splitlines())
     record = read_record(tmp_path / "f")
     assert len(record.rows) == 4 * 6 and set(record.rows["prompt_id"]) == {f"natural-0{i}" for i in range(1, 5)}
     assert record.summary["facts"]["continue_tokens"] == 2

@@ -75,7 +75,8 @@ def test_a_blown_up_band_passes_no_broken_kernel(plugins, tmp_path, capsys):
     each fault moves most of them: all three FAIL, the final position's blown-up band still shown beside."""
     spec, names = plugins
     out = tmp_path / "logits"
-    code = cli.main(["logits", "--model", "tiny", "--tokens", "96", "--backends", spec, "--quiet", "--out", str(out)])
+    code = cli.main(["logits", "--model", "tiny", "--tokens", "96", "--backends", spec, "--quiet", "--out", str(out),
+                     "--format", "wide"])
     printed = capsys.readouterr().out
     assert code == 1, printed
     rows = {line.split("|")[1].strip(): line for line in printed.splitlines()

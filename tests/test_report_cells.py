@@ -32,12 +32,12 @@ def _rows():
 
 
 def _rendered(directory, command: str, rows: list[dict]) -> str:
-    """The tables of a record written and read back."""
+    """The tables of a record written and read back, every column shown (--format wide)."""
     summary = {"command": command, "verdict": FAIL,
                "facts": {"tokens": 8, "baseline": None, "gate": "test", "layers": 1, "band_size": 1}}
     write_record(directory, summary, pd.DataFrame(rows))
     record = read_record(directory)
-    return render(record.summary, record.rows)
+    return render(record.summary, record.rows, "wide")
 
 
 def _line(text: str, start: str) -> list[str]:

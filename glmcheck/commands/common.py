@@ -5,6 +5,7 @@ the model is built: a fresh runs/<command>-<timestamp> is made only once the run
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def run_report(ns: argparse.Namespace, command: str, call: Callable[..., Report]
         directory = report.record_dir or out or default_run_dir(command)
         report.write(directory, save_tensors=getattr(ns, "save_tensors", False),
                      overwrite=bool(getattr(ns, "overwrite", False)) and not resumable)
-        print(report.render())
-        print(f"record: {directory}")
+        form = getattr(ns, "format", "text")
+        print(report.render(form))
+        print(f"record: {directory}", file=sys.stderr if form == "json" else sys.stdout)  # stdout stays JSON
     return report.exit_code

@@ -9,6 +9,7 @@ import argparse
 
 from glmcheck.arguments import check_out_dir
 from glmcheck.checks.band import DEFAULT_BAND
+from glmcheck.commands.output_format import add_format_option
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
 from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
@@ -18,7 +19,7 @@ PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in REFERENCE_MODELS.it
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output."""
+    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output/--format."""
     parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
                         help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
     parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
@@ -53,6 +54,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "other files stay) instead of refusing it or resuming it")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_format_option(parser)
     parser.add_argument("--profile", action="store_true",
                         help="print where the run's wall time went (imports, setup, build, forwards, compile, compare, "
                              "write) on stderr at the end; GLMCHECK_PROFILE=1 does the same for any command")

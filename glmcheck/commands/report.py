@@ -1,8 +1,10 @@
-"""`glmcheck report DIR`: print a record's tables again (markdown document with --md)."""
+"""`glmcheck report DIR`: print a record's tables again (--format: text, md, wide or json)."""
 
 from __future__ import annotations
 
 import argparse
+
+from glmcheck.commands.output_format import add_format_option
 
 
 def add_parser(sub) -> None:
@@ -11,7 +13,8 @@ def add_parser(sub) -> None:
                                    "sweep, union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
                                    "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise.")
     p.add_argument("directory", help="record directory (holds summary.json)")
-    p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata")
+    p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata (--format md)")
+    add_format_option(p)
     p.add_argument("--plots", action="store_true",
                    help="write the notebook's figures as PNG files next to every record under DIRECTORY")
     p.set_defaults(handler=handle)
@@ -36,10 +39,11 @@ def handle(ns: argparse.Namespace) -> int:
 
     record = read_record(ns.directory)
     try:
-        text = render(record.summary, record.rows, md=ns.md)
+        form = "md" if ns.md else ns.format
+        text = render(record.summary, record.rows, form)
     except ValueError as err:
         raise ValueError(f"{ns.directory}: {err}") from None
-    print(text, end="" if ns.md else "\n")
+    print(text, end="" if form == "md" else "\n")
     verdict = record.summary.get("verdict")
     if verdict is None and record.summary.get("command") in TABLE_COMMANDS:
         return 0

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from glmcheck.arguments import check_count, check_number, check_out_dir
+from glmcheck.commands.output_format import add_format_option
 
 
 def add_parser(sub) -> None:
@@ -45,6 +46,7 @@ def add_parser(sub) -> None:
                                                "to <out>/samples/<server>/; a rerun resumes finished servers")
     p.add_argument("--overwrite", action="store_true", help="replace the record in --out instead of resuming it")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_format_option(p)
     p.add_argument("--write-yaml", default=None, metavar="DIR",
                    help="write glmcheck's own tasks (YAML and questions) into DIR for lm_eval --include_path DIR, "
                         "print an lm_eval command for them and exit; runs nothing")

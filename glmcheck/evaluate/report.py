@@ -51,9 +51,10 @@ class Report:
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)
 
-    def render(self) -> str:
-        """The tables `glmcheck report` prints for this record."""
-        return render(self.summary(), self.frame())
+    def render(self, form: str = "text") -> str:
+        """The tables `glmcheck report` prints for this record, in `form` (`glmcheck.records.report.FORMATS`: text
+        fits 120 columns; md, wide, json)."""
+        return render(self.summary(), self.frame(), form)
 
     def write(self, directory: Path, *, save_tensors: bool = False, overwrite: bool = False) -> Path:
         """Write the record to `directory` atomically (summary last); `overwrite` first removes the

@@ -1,17 +1,22 @@
 """Render a run record (summary + rows) as the tables the CLI prints; `glmcheck report` reuses it.
 
-One rendering path for a fresh run and a re-read record, so the two always agree.
+One rendering path for a fresh run and a re-read record, so the two always agree. Four forms (`FORMATS`): `text`
+fits a terminal of 120 columns (`glmcheck.records.terminal`), `wide` every column and note in full, `md` a
+markdown document with the run's metadata, `json` the record's rows (and verdict, facts) as JSON.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 import pandas as pd
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS
-from glmcheck.records.tables import fmt_cosine, fmt_sci, markdown_table
+from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
+from glmcheck.records.json_rows import render_json
+from glmcheck.records.terminal import render_text
 
 MISSING = "-"  # a cell that does not apply (or was not measured); a measured NaN prints `nan`
 LEGACY_MEASURED = frozenset({"cosine", "rel_l2", "max_abs"})  # records from before the `nonfinite` column
@@ -66,8 +71,35 @@ def _band_line(rows: pd.DataFrame, key: str = "rel_l2") -> str:
             f"min {fmt_sci(values[0])} / median {fmt_sci(median)} / max {fmt_sci(values[-1])}")
 
 
+def short_label(comparison: str, previous: str | None = None) -> str:
+    """A comparison's name in a terminal table: the row's backend (its reference is in the title), a band row
+    marked `(band)`, a per-token pair `  vs OTHER` under the row it pairs (`previous`, that row's short label)."""
+    if re.fullmatch(r"noise band: \S+ vs itself \(rerun\)", comparison):
+        return "rerun (band)"
+    if m := re.fullmatch(r"noise band: (\S+) vs \S+( \(ideal bf16 kernel\))?", comparison):
+        return f"{m[1]} (band)"
+    if m := re.fullmatch(r"(\S+) vs (\S+) \(per-token\)", comparison):
+        return f"  vs {m[2]}" if previous == m[1] else f"{m[1]} vs {m[2]}"
+    if m := re.fullmatch(r"(\S+) vs \S+ \(per-head value output\)", comparison):
+        return f"{m[1]} (value output)"
+    if m := re.fullmatch(r"(\S+) vs \S+", comparison):
+        return m[1]
+    return comparison
+
+
+def _short_labels(comparisons) -> list[str]:
+    labels: list[str] = []
+    for comparison in comparisons:
+        labels.append(short_label(comparison, labels[-1] if labels else None))
+    return labels
+
+
+LABEL_LEGEND = ("rows against the exact reference; (band): the band's samples; '  vs X': the row above against X, "
+                "token by token")
+
+
 def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | None = None,
-                      per_token: bool = False, judged: bool = True) -> str:
+                      per_token: bool = False, judged: bool = True) -> Table:
     """One line per row: distances to the exact reference (and the baseline), and (`judged`) verdict, note."""
     vs_baseline = f"rel_l2_vs_{baseline}" if baseline and f"rel_l2_vs_{baseline}" in rows else None
     temperature = per_token and "temperature_bias" in rows  # records before it was measured lack the column
@@ -91,10 +123,13 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
         if judged:
             line += [r["verdict"], r.get("note") or ""]
         table.append(line)
-    return markdown_table(headers, table)
+    short = {"rel L2 (exact)": "rel L2", "token max rel L2": "token max", "temperature bias": "temp. bias",
+             f"rel L2 ({baseline})": f"vs {baseline}"[:12]}
+    return Table(headers, table, short, _short_labels(rows["comparison"]), "note" if judged else None,
+                 ("cosine", "max abs"), legend=LABEL_LEGEND)
 
 
-def _position_table(rows: pd.DataFrame) -> str:
+def _position_table(rows: pd.DataFrame) -> Table:
     """The all-position statistics of each row (`glmcheck.checks.positions`), its verdict and note."""
     headers = ["comparison", "mean KL [95 %]", "median KL", "p99 KL", "max KL", "same top", "beyond band",
                "verdict", "note"]
@@ -109,16 +144,17 @@ def _position_table(rows: pd.DataFrame) -> str:
         table.append([r["comparison"], interval, _cell(r, "kl_p50", "sci"), _cell(r, "kl_p99", "sci"),
                       _cell(r, "kl_max", "sci"), MISSING if _missing(same) else f"{float(same):.1%}",
                       MISSING if _missing(exceed) else f"{float(exceed):.1%}", r["verdict"], r.get("note") or ""])
-    return markdown_table(headers, table)
+    return Table(headers, table, {}, _short_labels(rows["comparison"]), "note", ("median KL", "max KL", "p99 KL"),
+                 legend=LABEL_LEGEND)
 
 
-def _render_layer0(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_layer0(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     baseline = summary["facts"].get("baseline")
     return [f"layer-0 attention output, {summary['facts'].get('tokens')} tokens", _band_line(rows),
             _comparison_table(rows, False, baseline, per_token="token_max_rel_l2" in rows)]
 
 
-def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     parts = []
     for tokens, group in rows.groupby("tokens", sort=False):
         dense = " (dense attention applied)" if any(group["note"].fillna("").str.contains("dense")) else ""
@@ -133,7 +169,7 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str]:
     return parts
 
 
-def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     table = [[r["comparison"], f"{r['agree']}/{r['prompts']}", _fmt(r["mean_dlogprob"], "sci"),
               _fmt(r["max_dlogprob"], "sci"), str(r["wide_flips"]), r["verdict"]]
              + ([str(r["identical_continuations"])] if "identical_continuations" in r else []) + [r.get("note", "")]
@@ -149,18 +185,23 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str]:
         parts.append(f"reference distributions: median top-1 probability {facts['reference_median_top1_prob']:.3f}, "
                      f"median top-1/top-2 gap {facts['reference_median_gap']:.3f} nats, "
                      f"{facts['reference_top1_prob_at_least_0.3']:.0%} of prompts at top-1 >= 0.3")
-    parts.append(markdown_table(headers, table))
+    short = {"argmax agree": "agree", "flips beyond tie gap": "wide flips", headers[-2]: "same continuations"} \
+        if facts.get("continue_tokens") else {"argmax agree": "agree", "flips beyond tie gap": "wide flips"}
+    parts.append(Table(headers, table, short, _short_labels(r["comparison"] for r in summary.get("summary_rows", [])),
+                       "note", legend=f"{LABEL_LEGEND}; agree: the same argmax as the reference; wide flips: flips "
+                                      f"beyond the tie gap"))
     flips = summary.get("disagreements", [])
     if flips:
         parts.append("disagreements (reference top-1 vs backend top-1; gap = reference top-1 minus top-2 logprob):")
-        parts.append(markdown_table(
+        parts.append(Table(
             ["prompt", "backend", "reference token", "ref logprob", "backend token", "logprob", "ref gap", "near tie"],
             [[f["prompt_id"], f["backend"], repr(f["ref_token"]), _fmt(f["ref_logprob"], "f4"), repr(f["token"]),
-              _fmt(f["logprob"], "f4"), _fmt(f["ref_gap"], "f4"), "yes" if f["near_tie"] else "no"] for f in flips]))
+              _fmt(f["logprob"], "f4"), _fmt(f["ref_gap"], "f4"), "yes" if f["near_tie"] else "no"] for f in flips],
+            {"reference token": "ref token", "backend token": "token"}))
     return parts
 
 
-def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     """One line per backend and layer: rel-L2 beside the band's largest at that layer."""
     table = []
     for _, r in rows.iterrows():
@@ -173,10 +214,11 @@ def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str]:
     headers = ["backend", "layer", "cosine", "rel L2 (exact)", "band max rel L2", "max abs", "verdict", "note"]
     return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
             f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun",
-            markdown_table(headers, table)]
+            Table(headers, table, {"rel L2 (exact)": "rel L2", "band max rel L2": "band max"}, note="note",
+                  optional=("cosine", "max abs"))]
 
 
-def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     """Distance per length and row (`!` out of the band, `?` a band that could not judge), then each
     judged row's onset."""
     facts = summary.get("facts", {})
@@ -209,12 +251,11 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str]:
     if positions:
         table = [line[:2] + [f"{float(line[2]):.0%}" if line[2] not in (MISSING, "nan") else line[2]] + line[3:]
                  for line in table]
-    return [title,
-            markdown_table([*headers, *names], table),
-            markdown_table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
+    return [title, Table([*headers, *names], table),
+            Table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
 
 
-def _render_tasks(summary: dict, rows: pd.DataFrame) -> list[str]:
+def _render_tasks(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     """Per task and candidate: the accuracies, the paired table, McNemar's p, the bootstrap interval, the
     control's difference, the detectable drop and the verdict (accuracies and differences in points)."""
     facts = summary.get("facts", {})
@@ -240,7 +281,12 @@ def _render_tasks(summary: dict, rows: pd.DataFrame) -> list[str]:
                "questions needed", "verdict", "reason"]
     title = (f"task accuracy, paired question by question ({facts.get('source', 'endpoints')}; control: "
              f"{facts.get('control') or 'none'})")
-    return [title, markdown_table(headers, table)] + [f"warning: {w}" for w in summary.get("warnings", [])]
+    short = {"questions": "n", "difference (points)": "difference", "only ref / only cand right": "only ref/cand",
+             "McNemar p (drop)": "p (drop)", "control difference": "control", "detectable drop": "detectable",
+             "questions needed": "needed"}
+    optional = ("only ref / only cand right", "questions needed", "control difference", "McNemar p (drop)")
+    return [title, Table(headers, table, short, note="reason", optional=optional, key=2)] \
+        + [f"warning: {w}" for w in summary.get("warnings", [])]
 
 
 # The fields each command's record must hold, checked before it is rendered: in rows.parquet, and per entry of the
@@ -296,12 +342,20 @@ RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _
 TABLE_COMMANDS = ("union-stats", "bench", "bench-model")  # records that carry their printed table
 
 
-def render(summary: dict, rows: pd.DataFrame, md: bool = False) -> str:
-    """The tables of a record, then the gate rule and the verdict (records of TABLE_COMMANDS: the
-    table they printed). ValueError naming the field when the record lacks one its command needs."""
+FORMATS = ("text", "md", "wide", "json")  # --format: a terminal's 120 columns, markdown document, every column, JSON
+
+
+def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
+    """The tables of a record in `form` (one of FORMATS), then the gate rule and the verdict (records of
+    TABLE_COMMANDS: the table they printed). ValueError naming the field when the record lacks one its command
+    needs, or naming --format when `form` is none of FORMATS."""
+    if form not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, got {form!r}")
     command = summary.get("command")
+    if form == "json":
+        return render_json(summary, rows)
     if command in TABLE_COMMANDS and isinstance(summary.get("table"), str):
-        return summary["table"] + ("\n" if md else "")
+        return summary["table"] + ("\n" if form == "md" else "")
     if command not in RENDERERS:
         raise ValueError(f"record of unknown command {command!r}; expected one of "
                          f"{', '.join(list(RENDERERS) + list(TABLE_COMMANDS))}")
@@ -311,16 +365,19 @@ def render(summary: dict, rows: pd.DataFrame, md: bool = False) -> str:
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{command} record lacks what its tables need ({type(err).__name__}: {err})") from None
     facts = summary.get("facts", {})
+    if form == "text":
+        return render_text(parts, facts.get("gate"), summary.get("verdict"))
+    texts = [p.markdown() if isinstance(p, Table) else p for p in parts]
     lines = [f"gate: {facts['gate']}" if "gate" in facts else "", f"verdict: {summary.get('verdict')}"]
-    if md:
+    if form == "md":
         model = summary.get("model", {})
         head = [f"# glmcheck {command}", "",
                 f"- model: {model.get('checkpoint') or model.get('preset')} (config {model.get('config_hash')}), "
                 f"tp {summary.get('options', {}).get('tp')}, exact {summary.get('options', {}).get('exact')}, "
                 f"baseline {summary.get('options', {}).get('baseline')}",
                 f"- environment: {_env_line(summary.get('environment', {}))}", ""]
-        return "\n".join(head) + "\n\n".join(parts) + "\n\n" + "\n".join(x for x in lines if x) + "\n"
-    return "\n\n".join(parts) + "\n" + "\n".join(x for x in lines if x)
+        return "\n".join(head) + "\n\n".join(texts) + "\n\n" + "\n".join(x for x in lines if x) + "\n"
+    return "\n\n".join(texts) + "\n" + "\n".join(x for x in lines if x)
 
 
 def _env_line(env: dict) -> str:
