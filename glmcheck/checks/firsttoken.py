@@ -111,12 +111,15 @@ def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions, exact:
     return logits
 
 
-def greedy_continuation(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int) -> list[int]:
-    """`steps` greedy tokens after `ids` [1, N] (each step re-runs the prefill)."""
+def greedy_continuation(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int,
+                        progress=None) -> list[int]:
+    """`steps` greedy tokens after `ids` [1, N] (each step re-runs the prefill; `progress` updated once a step)."""
     out: list[int] = []
     current = ids
     for _ in range(steps):
         token = int(_logits(model, current, backend, options).argmax())
+        if progress is not None:
+            progress.update(1)
         out.append(token)
         current = torch.cat([current, torch.tensor([[token]], device=ids.device)], dim=1)
     return out
@@ -144,36 +147,46 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
                    band_size: int = DEFAULT_BAND, continue_tokens: int = 0, device: torch.device | str = "cpu",
                    on_prompt: Callable[[Prompt, list[PromptOutcome]], None] | None = None,
                    done: dict[str, list[PromptOutcome]] | None = None,
-                   encoded: dict[str, list[int]] | None = None) -> FirstTokenResult:
+                   encoded: dict[str, list[int]] | None = None, progress=None) -> FirstTokenResult:
     """Run every prompt under the exact reference (twice), the band and each backend; judge (see
     module docstring). `done` maps prompt ids to outcomes already computed (a resumed run); those
     prompts are skipped. `on_prompt` is called after each newly computed prompt. `encoded` maps
-    prompt ids to token ids to use instead of encoding the prompt's text (windows of a token stream)."""
+    prompt ids to token ids to use instead of encoding the prompt's text (windows of a token stream).
+    `progress` is updated once a forward (`forwards_per_prompt` of them a prompt)."""
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     control_name = f"{exact} (rerun)"
     outcomes: list[PromptOutcome] = []
+
+    def logits(ids: torch.Tensor, name: str, prompt_id: str, own: bool = True) -> torch.Tensor:
+        try:
+            return _logits(model, ids, name, options, exact if own else None, prompt_id)
+        finally:
+            if progress is not None:
+                progress.update(1)
     for prompt in prompts:
         if done and prompt.id in done:
             outcomes += done[prompt.id]
             continue
         tokens = encoded[prompt.id] if encoded and prompt.id in encoded else tokenizer.encode(prompt.prompt)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        ref_choice, ref_logprobs = choose(_logits(model, ids, exact, options, exact, prompt.id))
-        ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens) \
+        ref_choice, ref_logprobs = choose(logits(ids, exact, prompt.id))
+        ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens, progress) \
             if continue_tokens else []
-        batch = [judge_prompt(prompt.id, control_name, _logits(model, ids, exact, options, exact, prompt.id),
-                              ref_choice, ref_logprobs)]
-        batch += [judge_prompt(prompt.id, name, _logits(model, ids, name, options, exact, prompt.id), ref_choice,
-                               ref_logprobs) for name in variants]
+        batch = [judge_prompt(prompt.id, control_name, logits(ids, exact, prompt.id), ref_choice, ref_logprobs)]
+        batch += [judge_prompt(prompt.id, name, logits(ids, name, prompt.id), ref_choice, ref_logprobs)
+                  for name in variants]
         for name in others:
             try:
-                outcome = judge_prompt(prompt.id, name, _logits(model, ids, name, options), ref_choice, ref_logprobs)
+                outcome = judge_prompt(prompt.id, name, logits(ids, name, prompt.id, own=False), ref_choice,
+                                       ref_logprobs)
             except KernelFault as fault:
                 batch.append(faulted(prompt.id, name, ref_choice, fault.reason))
+                if progress is not None:
+                    progress.update(continue_tokens)  # the continuation it will not run
                 continue
             if continue_tokens:
-                mine = greedy_continuation(model, ids, name, options, continue_tokens)
+                mine = greedy_continuation(model, ids, name, options, continue_tokens, progress)
                 outcome.divergence = _first_divergence(mine, ref_continuation)
             batch.append(outcome)
         outcomes += batch
@@ -182,6 +195,14 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
     cross_checks = {name: cross_check_note(options) for name in others if name.startswith("hf_")}
     return summarize(outcomes, [control_name] + variants + others, control_name, tokenizer, gate_ratio,
                      max_dlogprob, tie_gap, continue_tokens, variants, cross_checks)
+
+
+def forwards_per_prompt(backends: list[str], exact: str, band_size: int, continue_tokens: int = 0) -> int:
+    """The forwards `run_firsttoken` runs a prompt: the reference twice, the band, each other backend, and with a
+    continuation one prefill a step for the reference and each other backend."""
+    variants = band_names(band_size)
+    others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
+    return 2 + band_size + len(others) + continue_tokens * (1 + len(others))
 
 
 def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,

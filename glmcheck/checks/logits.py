@@ -59,13 +59,17 @@ def _judge_positions(row: ComparisonRow, positions: PositionStatistics, band: Po
 
 def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str, options: SwapOptions,
                  position_gate: PositionGate, band_size: int, baseline: str | None, seconds: dict,
-                 tensors: dict) -> list[ComparisonRow]:
-    """The band rows and every backend's row at one prompt length."""
+                 tensors: dict, progress=None) -> list[ComparisonRow]:
+    """The band rows and every backend's row at one prompt length (`progress` updated once a forward)."""
     tokens, num_layers = input_ids.shape[1], model.config.num_hidden_layers
     what = f"logits at {tokens} tokens"
 
     def run(name: str):
-        return forward_under(model, input_ids, name, options, last_logits=tokens)
+        try:
+            return forward_under(model, input_ids, name, options, last_logits=tokens)
+        finally:
+            if progress is not None:
+                progress.update(1)
 
     def band_logits(name: str) -> torch.Tensor:
         logits = run(name).captured.logits
@@ -128,12 +132,13 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
                options: SwapOptions = SwapOptions(), gate: PositionGate = PositionGate(), *,
                band_size: int = DEFAULT_BAND,
                baseline: str | None = None, on_length: Callable[[int, list[ComparisonRow]], None] | None = None,
-               done: dict[int, list[ComparisonRow]] | None = None) -> CheckResult:
+               done: dict[int, list[ComparisonRow]] | None = None, progress=None) -> CheckResult:
     """Compare every position's next-token distribution for each prompt [1, N] in `prompts` (one per length),
     judged by `gate` (module docstring).
 
     `done` maps lengths to rows already computed (a resumed run); those lengths are skipped.
-    `on_length` is called after each newly computed length (progress, per-item records).
+    `on_length` is called after each newly computed length (per-item records); `progress` is updated once a
+    forward (2 + band_size + the other backends a length).
     """
     rows: list[ComparisonRow] = []
     tensors: dict[str, torch.Tensor] = {}
@@ -144,7 +149,7 @@ def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: li
             rows += done[tokens]
             continue
         length_rows = _length_rows(model, input_ids, backends, exact, options, gate, band_size, baseline,
-                                   seconds, tensors)
+                                   seconds, tensors, progress)
         rows += length_rows
         if on_length is not None:
             on_length(tokens, length_rows)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tqdm import tqdm
 
 from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
@@ -19,6 +18,7 @@ from glmcheck.checks.positions import position_statistics
 from glmcheck.checks.runner import forward_under
 from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report
@@ -81,7 +81,7 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
     """One forward per row over `prompt` (every position kept), each against the exact reference's, judged by bin
     (`run_position_sweep`)."""
     last = prompt.shape[1]
-    with tqdm(total=2 + len(band) + len(judged), desc="sweep forwards", disable=setup.quiet, leave=False) as bar:
+    with forward_bar(2 + len(band) + len(judged), "sweep forwards", setup.quiet) as bar:
         def logits(name: str):
             try:
                 run = forward_under(model, prompt, name, setup.options, last_logits=last)

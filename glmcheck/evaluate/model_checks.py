@@ -21,12 +21,11 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from tqdm import tqdm
-
 from glmcheck.arguments import check_count, check_forwards, check_number
 from glmcheck.checks.common import ComparisonRow
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
@@ -69,8 +68,7 @@ def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None
     model = _build(setup, layer0_only=True)
     ids = text_prompt(text_ids, tokens, setup.device) if text_ids is not None else \
         model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
-    with tqdm(total=setup.forwards + 1, desc="layer0 backends", disable=setup.quiet, leave=False) as bar, \
-            torch.inference_mode():
+    with forward_bar(setup.forwards + 1, "layer0 forwards", setup.quiet) as bar, torch.inference_mode():
         result = run_layer0(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
                             band_size=setup.band_size, baseline=setup.baseline, progress=bar)
     return _report("layer0", setup, model, result.verdict, [r.as_dict() for r in result.rows],
@@ -86,7 +84,7 @@ def drift(options: CheckOptions, *, tokens: int | None = None) -> Report:
     length = setup.tokens
     model = _build(setup)
     ids = model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
-    with tqdm(total=setup.forwards, desc="drift backends", disable=setup.quiet, leave=False) as bar:
+    with forward_bar(setup.forwards, "drift forwards", setup.quiet) as bar:
         result = run_drift(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
                            band_size=setup.band_size, progress=bar)
     return _report("drift", setup, model, result.verdict, [r.as_dict() for r in result.rows],
@@ -114,13 +112,13 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
     model = _build(setup)
     directory = resume.start()
     prompts = [model_prompt(setup.spec, model.config.vocab_size, n, options.seed + n, setup.device) for n in lengths]
-    with tqdm(total=len(lengths), initial=len(done), desc="logits lengths", disable=setup.quiet, leave=False) as bar:
+    with forward_bar(len(lengths) * setup.forwards, "logits forwards", setup.quiet, len(done) * setup.forwards) as bar:
         def finished(length, rows):
             resume.save(str(length), [dataclasses.asdict(r) for r in rows])
-            bar.update(1)
 
         result = run_logits(model, prompts, setup.backends, setup.exact, setup.options, PositionGate(),
-                            band_size=setup.band_size, baseline=setup.baseline, on_length=finished, done=done)
+                            band_size=setup.band_size, baseline=setup.baseline, on_length=finished, done=done,
+                            progress=bar)
     return _report("logits", setup, model, result.verdict, [r.as_dict() for r in result.rows],
                    {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(setup.spec)},
                    tensors=result.tensors, record_dir=directory)
@@ -132,7 +130,7 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
     """The greedy first token of each prompt per backend (`glmcheck.checks.firsttoken`): `prompts` a set
     name or a JSONL path (default heldout50 on a reference model, natural50 otherwise), the first `limit`
     of them; `continue_tokens` > 0 also compares greedy continuations. Resumable in `record_dir`."""
-    from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, run_firsttoken
+    from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, forwards_per_prompt, run_firsttoken
     from glmcheck.data.prompts import load_prompts
 
     setup = Setup(options)
@@ -157,16 +155,15 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
     done = {key: [PromptOutcome(**o) for o in payload] for key, payload in resume.done.items()}
     model = _build(setup)
     directory = resume.start()
-    with tqdm(total=len(chosen), initial=len(done), desc="firsttoken prompts", disable=setup.quiet,
-              leave=False) as bar:
+    each = forwards_per_prompt(setup.backends, setup.exact, setup.band_size, continue_tokens)
+    with forward_bar(len(chosen) * each, "firsttoken forwards", setup.quiet, len(done) * each) as bar:
         def finished(prompt, outcomes):
             resume.save(prompt.id, [dataclasses.asdict(o) for o in outcomes])
-            bar.update(1)
 
         result = run_firsttoken(model, tokenizer, chosen, setup.backends, setup.exact, setup.options,
                                 gate_ratio=options.gate_ratio, max_dlogprob=max_dlogprob, band_size=setup.band_size,
                                 tie_gap=tie_gap, continue_tokens=continue_tokens, device=setup.device,
-                                on_prompt=finished, done=done)
+                                on_prompt=finished, done=done, progress=bar)
     facts = {**result.facts, "prompt_set": prompt_set, "prompts": len(chosen), "resumed_items": len(done)}
     return _report("firsttoken", setup, model, result.verdict, [dataclasses.asdict(o) for o in result.outcomes], facts,
                    extra={"summary_rows": result.summary_rows, "disagreements": result.disagreements},
