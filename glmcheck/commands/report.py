@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from glmcheck.commands.output_format import add_format_option
 
@@ -28,7 +29,7 @@ def handle(ns: argparse.Namespace) -> int:
 
         for record_dir in find_records(ns.directory):
             check_writable_dir(record_dir, "--plots")
-        written = write_plots(ns.directory)
+        written = write_plots(ns.directory, lambda path, why: print(f"skipped {path}: {why}", file=sys.stderr))
         if not written:
             raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep, tasks) under {ns.directory}")
         for path in written:

@@ -1,10 +1,11 @@
 """Figures drawn from run records (never from a model): used by `glmcheck report --plots` and
 by notebooks/drift.ipynb, so both show the same pictures.
 
-- `plot_layer0`: layer-0 rel-L2 per backend against the gate (gate_ratio x the noise band's max).
+- `plot_layer0`: layer-0 rel-L2 of every row, the band's rows too, each judged row marked by its verdict, against
+  the gate (gate_ratio x the noise band's max).
 - `plot_drift`: per-layer rel-L2 per backend (log scale), the gate over the noise band shaded.
-- `plot_firsttoken`: |Δ logprob| histogram per backend, and agreement vs the reference's
-  top-1/top-2 gap (near ties).
+- `plot_firsttoken`: per backend, one row each: |Δ logprob| per prompt, and agreement vs the reference's
+  top-1/top-2 gap (near ties), each row's verdict named.
 - `plot_union`: union-of-G ratio vs sequence length.
 - `plot_sweep`: each row's distance from the reference against the prompt length, the gate over the
   band shaded, each onset marked.
@@ -14,9 +15,11 @@ by notebooks/drift.ipynb, so both show the same pictures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 import numpy as np
 import pandas as pd
 
@@ -29,25 +32,46 @@ def _is_band_row(comparison: str) -> bool:
     return comparison.startswith("noise band:")
 
 
+VERDICT_COLORS = {"PASS": "tab:green", "FAIL": "tab:red", "INCONCLUSIVE": "tab:orange"}
+BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"  # the band's rows; rows shown but not judged (cross-checks)
+
+
 def plot_layer0(record: Record):
-    """Bar chart of layer-0 rel-L2 per comparison (log scale) with the gate band."""
-    rows = record.rows
+    """One bar per row (log scale): the band's rows grey, each judged row coloured and labelled by its verdict, an
+    informational row blue; the gate (gate_ratio x the band's max) shaded and the band's max drawn."""
+    rows = record.rows.iloc[::-1]  # the table's order, top to bottom
     ratio = record.summary.get("options", {}).get("gate_ratio", 2.0)
     bound = record.summary.get("options", {}).get("max_rel_l2")
-    band = rows[rows["comparison"].map(_is_band_row)]["rel_l2"].max()
-    shown = rows[~rows["comparison"].map(_is_band_row)]
-    fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.35, FIGSIZE[1]))
-    values = shown["rel_l2"].clip(lower=1e-12)
-    colors = ["tab:red" if v == "FAIL" else "tab:blue" for v in shown["verdict"]]
-    ax.barh(shown["comparison"], values, color=colors)
-    ax.axvspan(1e-12, ratio * band, color="tab:green", alpha=0.15, label=f"{ratio:g} x the band's max")
+    band_rows = rows["comparison"].map(_is_band_row)
+    band = rows[band_rows]["rel_l2"].max()
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.6, max(FIGSIZE[1], 0.32 * len(rows) + 1.2)))
+    values = rows["rel_l2"].fillna(0).clip(lower=1e-12)
+    colors = [BAND_COLOR if is_band else VERDICT_COLORS.get(v, INFO_COLOR) for is_band, v in
+              zip(band_rows, rows["verdict"])]
+    y = np.arange(len(rows))
+    ax.barh(y, values, color=colors)
+    ax.set_yticks(y, [c.replace("noise band: ", "band: ").replace(" (ideal bf16 kernel)", "")
+                      .replace(" (per-head value output)", " (value output)") for c in rows["comparison"]], fontsize=8)
+    for i, (is_band, verdict, value) in enumerate(zip(band_rows, rows["verdict"], values)):
+        if not is_band and verdict in VERDICT_COLORS:
+            ax.text(value * 1.08, i, verdict, va="center", fontsize=7, color=VERDICT_COLORS[verdict])
+        elif value <= 1e-12:
+            ax.text(0.01, i, "0 (bit for bit)", va="center", fontsize=7, color="0.4", transform=ax.get_yaxis_transform())
+    if band > 0:
+        ax.axvspan(1e-12, ratio * band, color="tab:green", alpha=0.12, label=f"gate: {ratio:g} x the band's max")
+        ax.axvline(band, color=BAND_COLOR, linestyle=":", label="the band's max")
     if bound:
         ax.axvline(bound, color="tab:red", linestyle="--", label=f"cap {bound:g}")
     ax.set_xscale("log")
-    ax.set_xlim(left=max(values.min() / 3, 1e-9))
-    ax.set_xlabel("rel-L2 against the reference (dimensionless, log scale)")
-    ax.set_title(f"layer-0 attention output, {record.summary['facts'].get('tokens')} tokens")
-    ax.legend(loc="lower right", fontsize=8)
+    positive = values[values > 1e-12]
+    ax.set_xlim(left=max(positive.min() / 3, 1e-9) if len(positive) else 1e-9, right=values.max() * 3)
+    ax.set_xlabel("rel-L2 against the exact reference (log scale)")
+    ax.set_title(f"layer-0 attention output, {record.summary['facts'].get('tokens')} tokens: "
+                 f"{record.summary.get('verdict')}")
+    keys = [Patch(color=BAND_COLOR, label="the band's rows")] + \
+        [Patch(color=c, label=v) for v, c in VERDICT_COLORS.items()] + [Patch(color=INFO_COLOR, label="not judged")]
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + keys, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -78,29 +102,41 @@ def plot_drift(record: Record):
     return fig
 
 
+MARKERS = "os^Dv<>pPX*h"
+
+
 def plot_firsttoken(record: Record):
-    """(left) |Δ logprob| histogram on agreeing prompts; (right) agreement vs reference gap."""
+    """One row per backend, the band's rows first and grey: (left) |Δ logprob| of the reference's token on each
+    prompt; (right) each prompt at the reference's top-1/top-2 gap, a filled mark where the backend agrees and a red
+    x where it flips, the tie gap dashed. Each backend its own row and marker, so none hides another."""
     rows = record.rows
-    fig, (left, right) = plt.subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
-    for backend, group in rows.groupby("backend", sort=False):
-        agreeing = group[group["agree"]]["dlogprob"].clip(lower=1e-9)
-        if len(agreeing):
-            bins = np.logspace(-9, 1, 41)
-            left.hist(agreeing, bins=bins, alpha=0.5, label=backend)
-        jitter = np.random.default_rng(0).uniform(-0.06, 0.06, len(group))
-        right.scatter(group["ref_gap"], group["agree"].astype(float) + jitter, s=14, alpha=0.7, label=backend)
+    names = list(dict.fromkeys(rows["backend"]))
+    verdicts = {r["backend"]: r["verdict"] for r in record.summary.get("summary_rows", [])}
+    fig, (left, right) = plt.subplots(1, 2, sharey=True,
+                                      figsize=(FIGSIZE[0] * 1.5, max(FIGSIZE[1], 0.35 * len(names) + 1.4)))
+    jitter = np.random.default_rng(0).uniform(-0.18, 0.18, len(rows))
+    for i, name in enumerate(names):
+        mine = rows["backend"] == name
+        group, offset = rows[mine], jitter[mine.to_numpy()]
+        band = name.startswith("band:") or name.endswith("(rerun)")
+        color = BAND_COLOR if band else VERDICT_COLORS.get(verdicts.get(name), INFO_COLOR)
+        marker = MARKERS[i % len(MARKERS)]
+        y = len(names) - 1 - i + offset
+        left.scatter(group["dlogprob"].fillna(0).clip(lower=1e-9), y, s=16, marker=marker, color=color, alpha=0.8)
+        agree = group["agree"].astype(bool).to_numpy()
+        right.scatter(group["ref_gap"][agree], y[agree], s=16, marker=marker, color=color, alpha=0.8)
+        right.scatter(group["ref_gap"][~agree], y[~agree], s=40, marker="x", color="tab:red")
+    labels = [f"{n} ({verdicts[n]})" if verdicts.get(n) in VERDICT_COLORS else n for n in names]
+    left.set_yticks(range(len(names)), labels[::-1], fontsize=8)
     tie_gap = record.summary.get("facts", {}).get("tie_gap")
     if tie_gap:
-        right.axvline(tie_gap, color="gray", linestyle="--", label=f"tie gap {tie_gap:g} nats")
+        right.axvline(tie_gap, color="gray", linestyle="--", label=f"tie gap {tie_gap:.3g} nats")
+        right.legend(fontsize=8, loc="lower right")
     left.set_xscale("log")
-    left.set_xlabel("|Δ logprob| of the chosen token on agreeing prompts (nats, log scale; 0 at 1e-9)")
-    left.set_ylabel("prompts")
-    left.legend(fontsize=8)
-    right.set_xlabel("reference top-1 minus top-2 logprob (nats)")
-    right.set_ylabel("agrees with the reference (1 = yes)")
-    right.set_yticks([0, 1])
-    right.legend(fontsize=8)
-    fig.suptitle(f"greedy first token, {record.summary.get('facts', {}).get('prompt_set')}")
+    left.set_xlabel("|Δ logprob| of the reference's token, per prompt (nats, log; 0 at 1e-9)", fontsize=8)
+    right.set_xlabel("reference top-1 minus top-2 logprob (nats); x: a flip", fontsize=8)
+    fig.suptitle(f"greedy first token, {record.summary.get('facts', {}).get('prompt_set')} "
+                 f"(grey: the band; green PASS, red FAIL, orange INCONCLUSIVE)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -187,13 +223,19 @@ PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_first
             "sweep": plot_sweep, "tasks": plot_tasks}
 
 
-def write_plots(directory: str | Path) -> list[Path]:
-    """Draw every plottable record under `directory`; PNGs go next to each record. Returns them."""
+def write_plots(directory: str | Path, on_skip: Callable[[Path, str], None] | None = None) -> list[Path]:
+    """Draw every plottable record under `directory`; PNGs go next to each record. Returns them; `on_skip(record
+    directory, why)` hears of each record not drawn."""
     written = []
     for record_dir in find_records(directory):
         record = read_record(record_dir)
-        plotter = PLOTTERS.get(record.summary.get("command"))
-        if plotter is None or not isinstance(record.rows, pd.DataFrame) or record.rows.empty:
+        command = record.summary.get("command")
+        plotter = PLOTTERS.get(command)
+        why = f"no plot for a {command} record (plots: {', '.join(PLOTTERS)})" if plotter is None else \
+            "the record has no rows" if not isinstance(record.rows, pd.DataFrame) or record.rows.empty else ""
+        if why:
+            if on_skip is not None:
+                on_skip(Path(record_dir), why)
             continue
         fig = plotter(record)
         path = Path(record_dir) / f"plot-{record.summary['command']}.png"
