@@ -31,9 +31,9 @@ by_command = {}
 for record in records:
     by_command.setdefault(record.summary["command"], []).append(record)
 print({command: len(found) for command, found in by_command.items()})"""))
-cells.append(nbf.v4.new_markdown_cell("""## 1. Layer-0 error per backend against the control band
-The band is `gate_ratio x max(control, floor)`: the control is the reference against its own
-rerun, the floor the reference rounded to bf16 (an ideal bf16 kernel)."""))
+cells.append(nbf.v4.new_markdown_cell("""## 1. Layer-0 error per backend against the noise band
+The band: the exact reference against its own rerun and several ideal bf16 kernels (`band:K`); a row
+passes within `gate_ratio x` the band's max (grey bars: the band; each judged row marked by its verdict)."""))
 cells.append(nbf.v4.new_code_cell("""for record in by_command.get("layer0", []):
     print(render(record.summary, record.rows))
     fig = plot_layer0(record)

@@ -3,7 +3,8 @@
 Usage: python scripts/make_sample_records.py [--out fixtures/results-sample]
 Runs, on the CPU with the `tiny` preset: layer0 (128 tokens), drift (128 tokens), firsttoken
 (natural50, all 50 prompts), logits (64,128) and union-stats (calibrated and uniform synthetic
-indices). Each is the plain CLI command; the records are what those commands write.
+indices). Each is the plain CLI command; the records are what those commands write (less a resumable run's
+finished items). tests/test_sample_records.py fails when today's commands write records of another format.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from glmcheck import cli
+from glmcheck.records.layout import ITEMS_DIR
 
 BACKENDS = "triton_sparse_mla,triton_sparse_mla:union2,triton_sparse_mla:union4,torch_bf16,hf_sdpa"
 RUNS = {
@@ -37,6 +39,7 @@ def main() -> int:
         if code not in (0, 1):
             print(f"{name}: exit {code}", file=sys.stderr)
             return code
+        shutil.rmtree(root / name / ITEMS_DIR, ignore_errors=True)  # a resumable run's finished items: not the record
     return 0
 
 
