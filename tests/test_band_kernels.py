@@ -161,7 +161,6 @@ def test_the_reference_reads_the_same_rows_from_its_table(device, monkeypatch, d
     converted and masked per chunk (a KV past TABLE_BYTES): the same bits; a NaN in unselected row 0 stays out."""
     from glmcheck.backends import reference
 
-    monkeypatch.setenv(reference.IMPL_ENV, "torch")  # the fp32 Triton form: tests/test_reference_triton.py
     q, kv, indices, d_v, length = awkward(device, True)
     kv = kv.clone()
     indices = torch.where(indices == 0, -1, indices)

@@ -4,14 +4,11 @@ Same arguments as `glmcheck.kernels.sparse_mla_prefill`: per token, a softmax ov
 valid selected rows only (valid: slot below topk_length[t], row in [0, S)); rows with no valid
 slot give zeros, and a NaN/Inf in q or in a selected KV row reaches the output (never zeroed).
 Tokens are processed in chunks so memory stays bounded at T = 8192, topk = 2048 (about
-`budget_bytes` for the gathered rows of one chunk). On a CUDA device the fp32 reference runs as one Triton
-kernel (`reference_triton`; `reference_impl`). The noise band's flash-style bf16
+`budget_bytes` for the gathered rows of one chunk). The noise band's flash-style bf16
 variants (`band_variant`) live in `glmcheck.backends.band_kernels`.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -31,10 +28,6 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
     out = torch.zeros((num_tokens, num_heads, d_v), dtype=dtype, device=args.q.device)
     if num_tokens == 0 or args.topk == 0:
         return out
-    if dtype == torch.float32 and reference_impl(args.q.device) == "triton":
-        from glmcheck.backends.reference_triton import reference_fp32
-
-        return reference_fp32(args.q, args.kv, args.indices, args.topk_length, args.sm_scale, d_v)
     valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
     row_bytes = args.topk * d_qk * torch.finfo(dtype).bits // 8
     chunk = max(1, budget_bytes // row_bytes)
@@ -45,21 +38,6 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
                                            args.indices[start:stop], valid[start:stop],
                                            args.sm_scale, d_v)
     return out
-
-
-IMPL_ENV = "GLMCHECK_REFERENCE_IMPL"
-
-
-def reference_impl(device: torch.device) -> str:
-    """Which form of the fp32 reference runs on `device`: "triton" (`reference_triton`, two passes per token) on a
-    CUDA device, "torch" (gather and softmax per token chunk) elsewhere; GLMCHECK_REFERENCE_IMPL=torch|triton|auto
-    overrides (triton on the CPU runs in Triton's interpreter). The fp64 reference is always the torch form."""
-    choice = os.environ.get(IMPL_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "torch", "triton"):
-        raise ValueError(f"{IMPL_ENV} must be auto, torch or triton, got {choice!r}")
-    if choice == "auto":
-        return "triton" if device.type == "cuda" else "torch"
-    return choice
 
 
 TABLE_BYTES = 1 << 30  # the largest copy of the KV rows in the reference's dtype a call makes (a prompt's rows)
