@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from glmcheck import cli
-from glmcheck.evaluate import CheckOptions, firsttoken, firsttoken_endpoints, sweep, sweep_endpoints
+from glmcheck.evaluate import CheckOptions, firsttoken, firsttoken_endpoints, logits, sweep, sweep_endpoints
 from glmcheck.records.layout import FINGERPRINT_FILE, ITEMS_DIR
 from tests.support.servers import Servers
 from tests.support.signals import default_sigint
@@ -219,3 +219,26 @@ def test_sweep_through_servers_finds_the_onset(servers, tmp_path):
     assert remote.extra["onsets"]["late"]["onset"] == local.extra["onsets"]["late"]["onset"] == 128
     assert remote.extra["onsets"]["late"]["stays_out"] and remote.verdict == local.verdict == "FAIL"
     assert remote.facts["requests"] == 2 + 3 + 1 and remote.facts["measure"] == "topk_dlogprob"
+
+
+def test_logits_through_servers_judges_every_position_of_one_prompt(servers, tmp_path, capsys):
+    """`glmcheck logits --endpoint`: every position of one prompt, beside the band servers (the sweep's one-bin
+    form): the fault firing from token 100 on FAILs at 256 tokens, the kernel PASSes, as in process."""
+    out = tmp_path / "l"
+    args = ["logits", "--model", "ref-cpu", "--tokens", "256", "--quiet", "--out", str(out),
+            "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"), "--endpoint", servers.spec("late")]
+    for spec in _band(servers):
+        args += ["--band-endpoint", spec]
+    code, err = _cli(args, capsys)
+    assert code == 1, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["facts"]["lengths"] == [256] and summary["facts"]["measure"] == "topk_dlogprob"
+    verdicts = {row["backend"]: row["verdict"] for row in summary["rows"] if row.get("verdict") in ("PASS", "FAIL")}
+    assert verdicts == {"kernel": "PASS", "late": "FAIL"}, verdicts
+    local = logits(CheckOptions(model="ref-cpu", backends=["triton_sparse_mla", LATE], band=3, quiet=True),
+                   tokens=[256])
+    local_verdicts = {row["backend"]: row["verdict"] for row in local.rows if row.get("verdict") in ("PASS", "FAIL")}
+    assert local_verdicts == {"triton_sparse_mla": "PASS", "late": "FAIL"}, local_verdicts
+    code, err = _cli(["logits", "--model", "ref-cpu", "--tokens", "128,256", "--endpoint", servers.spec("ref")],
+                     capsys)
+    assert code == 2 and "name one length" in err and "Traceback" not in err

@@ -6,7 +6,10 @@ import argparse
 from collections import Counter
 
 from glmcheck.arguments import check_count
+from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
+
+ENDPOINT_TOKENS = 4096  # against servers: one prompt of this many tokens unless --tokens names another
 
 
 def _lengths(text: str | None, default: str) -> list[int]:
@@ -37,18 +40,29 @@ def add_parser(sub) -> None:
                                    "reference's, beside the band's; the final position is shown beside.")
     add_model_options(p)
     p.add_argument("--tokens", default=None, help="comma-separated lengths (default 2048,4096,8192 on a GPU, "
-                                                   "64,128 on the CPU)")
+                                                   "64,128 on the CPU); with --endpoint one length (default "
+                                                   f"{ENDPOINT_TOKENS}), the prompt built with --model's tokenizer")
     p.add_argument("--dense-threshold", type=int, default=None,
                    help="layers whose KV length is <= N attend densely, for every absorbed backend")
+    p.add_argument("--logprobs", type=int, default=5,
+                   help="with --endpoint: the top-K each server lists at every position, over which the distance "
+                        "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
+                        "vocabulary")
+    add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck)
 
 
 def precheck(ns: argparse.Namespace) -> None:
     """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
     check_model_usage(ns, resumable=True)
+    check_endpoint_usage(ns)
     if ns.tokens is not None:  # the default depends on the device
-        _lengths(ns.tokens, "")
+        lengths = _lengths(ns.tokens, "")
+        if ns.endpoint and len(lengths) != 1:
+            raise ValueError(f"--tokens: with --endpoint logits judges every position of one prompt; name one length, "
+                             f"got {len(lengths)} ({ns.tokens!r}); `glmcheck sweep --endpoint` bins one prompt by length")
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
+    check_count(ns.logprobs, "--logprobs")
     refuse_band_gate_options(ns, "logits")
 
 
@@ -57,6 +71,13 @@ def handle(ns: argparse.Namespace) -> int:
     from glmcheck.evaluate import CheckOptions, logits
 
     lengths = _lengths(ns.tokens, "") if ns.tokens is not None else None  # None: the device's default lengths
+    if ns.endpoint:
+        from glmcheck.evaluate import logits_endpoints
+
+        return run_report(ns, "sweep", lambda record_dir: logits_endpoints(
+            ns.endpoint, ns.band_endpoint or [], tokenizer=CheckOptions.from_namespace(ns),
+            tokens=lengths[0] if lengths else ENDPOINT_TOKENS, logprobs=ns.logprobs, concurrency=ns.concurrency or 4,
+            http=http_options(ns), record_dir=record_dir, overwrite=ns.overwrite, quiet=ns.quiet), resumable=True)
     return run_report(ns, "logits", lambda record_dir: logits(CheckOptions.from_namespace(ns), tokens=lengths,
                                                               record_dir=record_dir, overwrite=ns.overwrite),
                       resumable=True)

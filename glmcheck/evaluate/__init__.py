@@ -15,10 +15,11 @@ import importlib
 _WHERE = {"CheckOptions": "options", "Report": "report", "Setup": "setup", "layer0": "model_checks",
           "logits": "model_checks", "firsttoken": "model_checks", "drift": "model_checks", "sweep": "length_sweep",
           "firsttoken_endpoints": "endpoint_checks",
-          "sweep_endpoints": "endpoint_sweep",
+          "sweep_endpoints": "endpoint_sweep", "logits_endpoints": "endpoint_sweep",
           "tasks": "task_checks", "tasks_compare": "task_checks"}
 
-__all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "sweep"]
+__all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "logits_endpoints",
+           "sweep", "sweep_endpoints"]
 
 
 def __getattr__(name: str):

@@ -90,3 +90,17 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
                   {"endpoints": [servers.reference.spec()] + [e.spec() for e in servers.candidates],
                    "band_endpoints": [e.spec() for e in servers.band], "concurrency": concurrency},
                   extra={"onsets": result.onsets}, record_dir=directory)
+
+
+def logits_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequence[str | Endpoint] = (), *,
+                     tokenizer: CheckOptions | None = None, tokens: int = 4096, logprobs: int = 5,
+                     concurrency: int = 4, http: HttpOptions | None = None, record_dir: RecordDir = None,
+                     overwrite: bool = False, quiet: bool = False) -> Report:
+    """The all-position logits check against servers (`glmcheck logits --endpoint ...`): every position of one
+    prompt of `tokens` tokens judged at once, beside the reference's rerun and the band servers: the sweep's
+    one-bin form (`sweep_endpoints` with tokens=(tokens, tokens)), so its record is a sweep record of one length."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"--tokens must be one positive int against servers, got {tokens!r}")
+    return sweep_endpoints(endpoints, band_endpoints, tokenizer=tokenizer, tokens=(tokens, tokens), per_octave=1,
+                           logprobs=logprobs, concurrency=concurrency, http=http, record_dir=record_dir,
+                           overwrite=overwrite, quiet=quiet)
