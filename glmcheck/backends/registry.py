@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
+from glmcheck.backends.flashmla_kv import flashmla_kv_prefill
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill
@@ -85,6 +86,8 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "triton_sparse_mla:union8": (_triton(8), "the kernel under test, union of 8 adjacent tokens"),
     "torch_bf16": (torch_bf16_sparse_prefill, "plain PyTorch gather + bmm in bf16"),
     "flashmla_sparse": (flashmla_sparse_prefill, "FlashMLA sparse prefill, heads zero-padded to 64 (SM90)"),
+    "flashmla_kv": (flashmla_kv_prefill, "FlashMLA's FP8 sparse decode kernel at prefill on the FP8 pool, every "
+                                         "token a batch entry, heads padded to 64 / 128 (SM90; FP8 KV only)"),
 }
 
 

@@ -10,7 +10,8 @@ with caveats:
   (the kernel called directly falls back silently instead);
 - `deterministic`: union backends run the per-token path, with a warning;
 - `flashmla_sparse`: error unless on CUDA capability 9.x with FlashMLA loadable, and (when
-  `latent_dims` is given) the model's latent is 512 + 64 rope (d_qk 576), the only one it takes.
+  `latent_dims` is given) the model's latent is 512 + 64 rope (d_qk 576), the only one it takes;
+- `flashmla_kv`: the same, and an FP8 KV cache (`kv_cache_dtype` "fp8_e4m3"): it reads the FP8 pool.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def _check_triton_device(device: torch.device) -> list[str]:
 
 
 def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
-                     deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
+                     deterministic: bool = False, latent_dims: tuple[int, int] | None = None,
+                     kv_cache_dtype: str | None = None) -> list[str]:
     """Raise BackendError if `name` cannot run; return warnings otherwise (see module docstring).
     A backend of an installed package's entry point is loaded here (`resolve_backend`)."""
     if name not in HF_NAMES:
@@ -70,12 +72,14 @@ def validate_backend(name: str, *, device: torch.device, heads_per_rank: int,
             choices = ", ".join(f"triton_sparse_mla:union{g}" for g in legal) or "none (use triton_sparse_mla)"
             raise BackendError(f"{name} is illegal with {heads_per_rank} heads per rank (G*H must be a power "
                                f"of two in [16, 64]); legal union backends here: {choices}")
-    if name == "flashmla_sparse":
+    if name == "flashmla_kv" and kv_cache_dtype != "fp8_e4m3":
+        raise BackendError("flashmla_kv reads the FP8 KV pool: run it with --kv-cache-dtype fp8_e4m3")
+    if name in ("flashmla_sparse", "flashmla_kv"):
         if not flashmla_supports(latent_dims):
-            raise BackendError(f"flashmla_sparse takes a {LATENT_DIMS[0]} + {LATENT_DIMS[1]} rope latent (d_qk "
+            raise BackendError(f"{name} takes a {LATENT_DIMS[0]} + {LATENT_DIMS[1]} rope latent (d_qk "
                                f"{sum(LATENT_DIMS)}) only; this model's is {latent_dims[0]} + {latent_dims[1]}")
         if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
-            raise BackendError(f"flashmla_sparse needs an SM90 GPU (H100/H200), got device {device}")
+            raise BackendError(f"{name} needs an SM90 GPU (H100/H200), got device {device}")
         ok, why = flashmla_available()
         if not ok:
             raise BackendError(why)
@@ -89,7 +93,8 @@ def resolve_backend_names(specs: list[str]) -> list[str]:
 
 
 def validate_backends(names: list[str], *, device: torch.device, heads: int, tp: int,
-                      deterministic: bool = False, latent_dims: tuple[int, int] | None = None) -> list[str]:
+                      deterministic: bool = False, latent_dims: tuple[int, int] | None = None,
+                      kv_cache_dtype: str | None = None) -> list[str]:
     """Validate the TP degree and every backend; returns warnings, raises ValueError/BackendError."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
         raise ValueError(f"tp must be a positive int dividing the {heads} attention heads, got {tp!r}")
@@ -98,5 +103,5 @@ def validate_backends(names: list[str], *, device: torch.device, heads: int, tp:
     warnings: list[str] = []
     for name in dict.fromkeys(names):
         warnings += validate_backend(name, device=device, heads_per_rank=heads // tp, deterministic=deterministic,
-                                     latent_dims=latent_dims)
+                                     latent_dims=latent_dims, kv_cache_dtype=kv_cache_dtype)
     return list(dict.fromkeys(warnings))

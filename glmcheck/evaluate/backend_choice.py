@@ -20,16 +20,19 @@ def _flashmla_here(device: torch.device, latent_dims: tuple[int, int] | None) ->
 
 
 def default_backends(device: torch.device, heads_per_rank: int,
-                     latent_dims: tuple[int, int] | None = None) -> list[str]:
+                     latent_dims: tuple[int, int] | None = None, kv_cache_dtype: str | None = None) -> list[str]:
     """The kernels under test and the independent cross-checks that can run here for this head count
     (and latent geometry, when given). The naive `torch_bf16` baseline is left to `--backends`: its
     bf16 scores put it outside the band at GLM-5.2 scale (1.09e-2 on the H200), so in the default set
-    it would fail every default run for a reason that is not the kernel's."""
+    it would fail every default run for a reason that is not the kernel's. Over an FP8 KV cache FlashMLA's FP8
+    kernel (`flashmla_kv`, the engines' pick there) joins FlashMLA's bf16 one."""
     names = ["triton_sparse_mla"]
     names += [f"triton_sparse_mla:union{g}" for g in legal_groups(heads_per_rank)]
     names += ["hf_sdpa"]
     if _flashmla_here(device, latent_dims):
         names.append("flashmla_sparse")
+        if kv_cache_dtype == "fp8_e4m3":
+            names.append("flashmla_kv")
     return names
 
 
@@ -44,11 +47,13 @@ class BackendChoice:
 
 def choose_backends(named: list[str] | None, *, device: torch.device, heads: int, tp: int,
                     latent_dims: tuple[int, int], band_size: int, exact: str, baseline: str | None,
-                    deterministic: bool) -> BackendChoice:
+                    deterministic: bool, kv_cache_dtype: str | None = None) -> BackendChoice:
     """`named` (None: `default_backends`) resolved and validated with the exact reference; `baseline` None is
     FlashMLA where it runs, "none" or "" none. ValueError when no backend is under test (the exact reference,
     the band's variants and hf_* cross-checks are not judged) or one cannot run here."""
-    backends = resolve_backend_names(named if named is not None else default_backends(device, heads // tp, latent_dims))
+    if named is None:
+        named = default_backends(device, heads // tp, latent_dims, kv_cache_dtype)
+    backends = resolve_backend_names(named)
     band = band_names(band_size)
     if not [b for b in backends if b != exact and b not in band and not b.startswith("hf_")]:
         raise ValueError(f"--backends names no backend under test (got {', '.join(backends)}; the exact reference, "
@@ -59,5 +64,5 @@ def choose_backends(named: list[str] | None, *, device: torch.device, heads: int
     if chosen is not None and chosen not in backends:
         backends.append(chosen)
     warnings = validate_backends([exact] + backends, device=device, heads=heads, tp=tp, deterministic=deterministic,
-                                 latent_dims=latent_dims)
+                                 latent_dims=latent_dims, kv_cache_dtype=kv_cache_dtype)
     return BackendChoice(backends, chosen, warnings)

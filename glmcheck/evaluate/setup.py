@@ -55,7 +55,8 @@ class Setup:
         choice = choose_backends(options.backend_list(), device=self.device, heads=heads, tp=tp,
                                  latent_dims=(self.config.kv_lora_rank, self.config.qk_rope_head_dim),
                                  band_size=self.band_size, exact=self.exact, baseline=options.baseline,
-                                 deterministic=options.deterministic)
+                                 deterministic=options.deterministic,
+                                 kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype)
         self.backends, self.baseline, self.warnings = choice.backends, choice.baseline, choice.warnings
         # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
         self.options = SwapOptions(tp=1 if self.dist else tp,

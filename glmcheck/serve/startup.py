@@ -101,7 +101,8 @@ def prepare(settings: ServeSettings) -> ServePlan:
     backend = resolve_backend_names([settings.backend.strip()])[0]
     warnings = validate_backends([backend], device=device, heads=heads, tp=settings.tp,
                                  deterministic=settings.deterministic,
-                                 latent_dims=(config.kv_lora_rank, config.qk_rope_head_dim))
+                                 latent_dims=(config.kv_lora_rank, config.qk_rope_head_dim),
+                                 kv_cache_dtype=settings.kv_cache_dtype)
     if settings.kv_cache_dtype == "fp8_e4m3" and backend.startswith("hf_"):
         raise ValueError(f"--kv-cache-dtype fp8_e4m3 feeds the absorbed backends only, not {backend}")
     vocab = int(config.vocab_size)

@@ -1,0 +1,87 @@
+"""FlashMLA's FP8 sparse decode kernel used at prefill, as the engines use it on an FP8 KV cache (`flashmla_kv`).
+
+SGLang on SM90 picks FlashMLA's FP8 sparse *decode* kernel for DSA prefill over an FP8 cache, and vLLM does the
+same at few heads per rank: every prefill token is a batch entry of one query reading DeepSeek-V3.2's FP8 sparse
+pool (`glmcheck.kernels.fp8`: 656 bytes a token, paged 64 tokens a block). This backend does that:
+
+- the rows it is given are written to that pool. They must already be FP8 values (a run with
+  `--kv-cache-dtype fp8_e4m3` hands every backend the dequantised pool's rows): re-quantising FP8 values with
+  power-of-two scales gives back the same values, so the kernel reads exactly the cache the other rows read. Rows
+  off the FP8 grid are a ValueError (an FP8 kernel on a bf16 cache would be judged on its quantisation error);
+- q becomes [T, 1, H', 576] with the heads zero-padded to 64 or 128 (the only head counts the kernel takes), the
+  indices [T, 1, top-k'] padded with -1 to a multiple of 128;
+- the V3.2 layout takes no `topk_length`: the slots at or past a token's length are set to -1 instead.
+
+Found like `flashmla_sparse` (`glmcheck.backends.flashmla.find_flashmla`), through the library's torch op
+`_flashmla_C.sparse_decode_fwd` (the library-path and vllm forms; the Python packages' wrappers are not used). Its
+trailing optional arguments beyond the ones passed here are given None, read from the op's schema.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from glmcheck.backends.flashmla import LATENT_DIMS, FlashMLAUnavailable, find_flashmla
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
+from glmcheck.kernels.validate import check_prefill_args
+
+HEAD_COUNTS = (64, 128)  # the decode kernel's query heads
+TOPK_MULTIPLE = 128
+
+
+def _decode_op():
+    """The loaded library's sparse decode op, or FlashMLAUnavailable saying why."""
+    flash = find_flashmla()
+    ops = getattr(torch.ops, "_flashmla_C", None)
+    op = getattr(ops, "sparse_decode_fwd", None) if ops is not None else None
+    if op is None:
+        raise FlashMLAUnavailable(f"flashmla_kv needs FlashMLA's torch op _flashmla_C.sparse_decode_fwd (the "
+                                  f"library path or vllm form); the FlashMLA found ({flash.source}) has none")
+    return op
+
+
+def fp8_pool_of(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
+    """The FP8 pool [pages, 64, 1, 656] uint8 holding the rows `kv` [S, 576] bf16 exactly; ValueError when a row is
+    not an FP8 value of that layout (module docstring)."""
+    pool = quantize_kv_pool(kv, d_rope=d_rope)
+    back = dequantize_kv_pool(pool, kv.shape[0], d_rope=d_rope)
+    finite = torch.isfinite(kv).all(dim=1)  # a NaN / Inf row is stored as FP8 stores it: it must still reach q
+    if not torch.equal(back[finite].view(torch.int16), kv[finite].view(torch.int16)):
+        raise ValueError("flashmla_kv reads DSA's FP8 KV pool: its rows must be the pool's FP8 values (run the check "
+                         "with --kv-cache-dtype fp8_e4m3); these rows are not")
+    return pool
+
+
+def flashmla_kv_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                        d_v: int = 512, *, topk_length: torch.Tensor | None = None) -> torch.Tensor:
+    """Sparse-MLA prefill through FlashMLA's FP8 sparse decode kernel (module docstring); same arguments and contract
+    as `glmcheck.kernels.sparse_mla_prefill` (H <= 128 heads), returns [T, H, d_v] bf16."""
+    args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
+    num_tokens, num_heads, d_qk = args.q.shape
+    if (d_v, d_qk - d_v) != LATENT_DIMS:
+        raise ValueError(f"flashmla_kv takes a {LATENT_DIMS[0]} + {LATENT_DIMS[1]} rope latent (d_qk "
+                         f"{sum(LATENT_DIMS)}) only, got d_v {d_v}, d_qk {d_qk}")
+    op = _decode_op()
+    out = torch.zeros((num_tokens, num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
+    if num_tokens == 0 or args.topk == 0:
+        return out
+    pool = fp8_pool_of(args.kv, d_qk - d_v)
+    heads = next(h for h in HEAD_COUNTS if h >= num_heads)
+    q4 = torch.zeros((num_tokens, 1, heads, d_qk), dtype=torch.bfloat16, device=args.q.device)
+    q4[:, 0, :num_heads] = args.q
+    idx = args.indices
+    if args.topk_length is not None:  # the V3.2 layout takes no lengths: slots past a token's length are empty
+        slots = torch.arange(args.topk, device=idx.device)[None, :]
+        idx = torch.where(slots < args.topk_length[:, None].clamp(0, args.topk), idx, -1)
+    idx = torch.where((idx >= 0) & (idx < args.num_kv_rows), idx, -1).to(torch.int32)
+    padded = -(-args.topk // TOPK_MULTIPLE) * TOPK_MULTIPLE
+    if padded != args.topk:
+        idx = torch.nn.functional.pad(idx, (0, padded - args.topk), value=-1)
+    call = [q4, pool.view(torch.float8_e4m3fn), idx[:, None, :].contiguous(), None, None, None, None, None, None,
+            None, d_v, float(args.sm_scale)]
+    call += [None] * (len(op.default._schema.arguments) - len(call))
+    result = op(*call)
+    out[:] = result[0][:, 0, :num_heads]
+    empty = ~(idx >= 0).any(dim=1)  # a token with no valid slot gives zeros, as the contract says
+    out[empty] = 0
+    return out
