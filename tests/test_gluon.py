@@ -10,7 +10,7 @@ from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.checks import metrics
 from glmcheck.data.indices import drifting_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
-from glmcheck.kernels import sparse_mla_prefill, tiles, union_dedup
+from glmcheck.kernels import prefill, sparse_mla_prefill, tiles, union_dedup
 from tests.support.checks import assert_close_to_reference
 from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, set_indices, spy_union_launches
 
@@ -185,8 +185,8 @@ def test_gpu_ws_tile_matches_triton_tile(monkeypatch, heads, G):  # the ping-pon
     assert not out.isnan().any(), "the warp-specialised tile left outputs unwritten"
     ref = sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length)
     assert_close_to_reference(out, ref)
-    triton_tile = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G,
-                                     _tile=tiles.table_tile("union", 64, device))  # a given tile keeps Triton
+    triton_tile = prefill.prefill_forced(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G,
+                                         tile=tiles.table_tile("union", 64, device))  # a given tile keeps Triton
     assert kinds == ["ws", "triton"]
     assert metrics.rel_l2(out, triton_tile) <= UNION_VS_PER_TOKEN_REL_L2
     again = sparse_mla_prefill(q, kv, indices, 576 ** -0.5, 512, topk_length=topk_length, union=G)

@@ -20,7 +20,7 @@ from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model import plan as plan_module
 from glmcheck.model.absorbed import kernel_indices
 from glmcheck.model.checkpoint import load_checkpoint_model
-from glmcheck.model.indexer_chunks import causal_standin, chunk_rows, chunked_topk, row_chunks
+from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, causal_standin, chunk_rows, chunked_topk, forced_chunks, row_chunks
 from glmcheck.model.plan import activation_bytes, check_fits, plan_memory
 from glmcheck.model.references import MODELS_DIR
 from glmcheck.model.swap import ABSORBED_IMPL, attention_modules
@@ -105,9 +105,9 @@ def test_row_chunks_cover_the_rows_evenly():
         row_chunks(10, 0)
 
 
-def _run(model, ids, backend="reference", **kw):
+def _run(model, ids, backend="reference", index_rows: int | None = None, **kw):
     indices = {}
-    with use_backend(model, backend, **kw) as session, torch.inference_mode():
+    with forced_chunks(rows=index_rows), use_backend(model, backend, **kw) as session, torch.inference_mode():
         session.listeners.append(lambda layer, what, t: indices.setdefault(layer, t.clone()) if what == "indices"
                                  else None)
         logits = model(ids, logits_to_keep=1).logits
@@ -151,7 +151,7 @@ def test_shared_layers_reuse_their_full_layers_topk_under_chunking(models):
 def test_the_swap_restores_the_indexer_and_mask_also_after_an_error(models):
     model = models["tiny"]
     indexers = [attn.indexer for attn in attention_modules(model) if attn.indexer is not None]
-    with pytest.raises(RuntimeError, match="planted"), use_backend(model, "reference", index_rows=5):
+    with pytest.raises(RuntimeError, match="planted"), forced_chunks(rows=5), use_backend(model, "reference"):
         assert all("forward" in vars(ix) for ix in indexers)
         assert model.config._attn_implementation == ABSORBED_IMPL
         raise RuntimeError("planted")
@@ -159,8 +159,8 @@ def test_the_swap_restores_the_indexer_and_mask_also_after_an_error(models):
     with use_backend(model, "hf_sdpa"):
         assert all("forward" not in vars(ix) for ix in indexers)  # the dense path stays transformers' own
     for bad in (0, -3, True, 2.5):
-        with pytest.raises(ValueError, match=f"index_rows must be a positive int, got {bad!r}"), \
-                use_backend(model, "reference", index_rows=bad):
+        with pytest.raises(ValueError, match=f"rows must be a positive int, got {bad!r}"), \
+                forced_chunks(rows=bad), use_backend(model, "reference"):
             pass
 
 
@@ -188,12 +188,13 @@ class _Allocations(TorchDispatchMode):
         return out
 
 
-def _measure(model, tokens: int, **kw) -> _Allocations:
+def _measure(model, tokens: int, index_budget_bytes: int = INDEX_BUDGET_BYTES, **kw) -> _Allocations:
     """Allocations of one forward under the fp32 reference with token chunks of 64 KiB (its own budget)."""
     ids = _prompt(model, tokens)
     backend = Backend("reference", functools.partial(sparse_mla_reference, dtype=torch.float32, budget_bytes=2**16),
                       "fp32 reference, small token chunks", fp32_output=True)
-    with use_backend(model, backend, **kw), torch.inference_mode(), _Allocations() as seen:
+    with forced_chunks(budget_bytes=index_budget_bytes), use_backend(model, backend, **kw), torch.inference_mode(), \
+            _Allocations() as seen:
         model(ids, logits_to_keep=1)
     return seen
 

@@ -9,15 +9,21 @@ from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.data.indices import drifting_indices
 from glmcheck.data.inputs import poisoned_out, random_inputs, random_qkv
 from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.kernels.prefill import prefill_forced
 from tests.support.checks import assert_close_to_reference
 
 # (T, S, topk, d_v, d_tail): an odd T, a wider head dim, no rope tail, a tail narrower than 16.
 BASE_SHAPES = [(37, 160, 64, 64, 16), (16, 96, 48, 128, 32), (9, 40, 24, 32, 0), (7, 30, 16, 16, 8)]
 
 
-def run_kernel(inp, device, **kwargs) -> torch.Tensor:
+def run_kernel(inp, device, kv_int64: bool | None = None, **kwargs) -> torch.Tensor:
+    """The public op, or its testing entry point where `kv_int64` forces the row addressing."""
     out = poisoned_out(inp.q.shape[0], inp.q.shape[1], inp.d_v, device)
-    result = sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, inp.d_v, out=out, **kwargs)
+    if kv_int64 is None:
+        result = sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, inp.d_v, out=out, **kwargs)
+    else:
+        result = prefill_forced(inp.q, inp.kv, inp.indices, inp.sm_scale, inp.d_v, out=out, kv_int64=kv_int64,
+                                **kwargs)
     assert result is out
     return out
 
@@ -104,8 +110,8 @@ def test_kv_and_index_layouts(device):
 
 def test_int32_and_int64_addressing_bitwise_equal(device):
     inp = random_inputs(19, 8, 100, 48, 64, 16, seed=19, device=device, empty_fraction=0.2)
-    narrow = run_kernel(inp, device, _kv_int64=False)
-    wide = run_kernel(inp, device, _kv_int64=True)
+    narrow = run_kernel(inp, device, kv_int64=False)
+    wide = run_kernel(inp, device, kv_int64=True)
     assert torch.equal(narrow, wide)
 
 

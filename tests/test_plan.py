@@ -106,11 +106,11 @@ def test_gpu_plan_on_every_tile_gives_the_same_bits(heads, union, tile, with_len
     assert prefill.kernel_route(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, union=union).tile == tile
     plan = plan_sparse_mla(indices, num_kv_rows=kv_rows, num_heads=heads, topk_length=lengths, union=union)
     for kv_int64 in (None, True):
-        direct = sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, union=union,
-                                    _kv_int64=kv_int64)
+        direct = prefill.prefill_forced(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, union=union,
+                                        kv_int64=kv_int64)
         out = torch.full_like(direct, float("nan"))
-        sparse_mla_prefill(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, plan=plan, out=out,
-                           _kv_int64=kv_int64)
+        prefill.prefill_forced(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths, plan=plan, out=out,
+                               kv_int64=kv_int64)
         assert torch.equal(out, direct), f"{tile}: a ready plan changed the output"
     exact = sparse_mla_reference(q, kv, indices, 0.04, GPU_D_V, topk_length=lengths)
     assert metrics.rel_l2(out, exact) < 3e-3

@@ -17,14 +17,17 @@ def test_route_names_the_tiles_by_head_count_and_group(monkeypatch, heads, union
     """Where the Gluon tiles run (faked here: they need an sm_90 GPU), the route takes the ping-pong
     tile per 64-head slice from PINGPONG_MIN_HEADS heads on, the Triton per-token kernel below,
     the 64-row Gluon tiles for G*H = 64 and the Triton union tile for smaller union tiles; the
-    T mod G tail tokens take the per-token tile of their head count. A given _tile keeps Triton."""
+    T mod G tail tokens take the per-token tile of their head count. A given tile keeps Triton."""
     from glmcheck.kernels.gluon import launch
-    from glmcheck.kernels.prefill import kernel_route
+    from glmcheck.kernels.plan import union_group
+    from glmcheck.kernels.prefill import kernel_route, plan_route
     from glmcheck.kernels.tiles import Tile
+    from glmcheck.kernels.validate import check_prefill_args
     monkeypatch.setattr(launch, "ws_available", lambda device: True)
     q, kv = torch.zeros((tokens, heads, 576), dtype=torch.bfloat16), torch.zeros((32, 576), dtype=torch.bfloat16)
     indices = torch.zeros((tokens, 8), dtype=torch.int32)
     got = kernel_route(q, kv, indices, 0.1, 512, union=union)
     assert (got.tile, got.group, got.tail) == route
-    forced = kernel_route(q, kv, indices, 0.1, 512, union=union, _tile=Tile(64, 4, 2))
+    args = check_prefill_args(q, kv, indices, 0.1, 512, None)
+    forced = plan_route(args, union_group(heads, tokens, union, False), Tile(64, 4, 2))
     assert forced.tile.startswith("triton")

@@ -37,19 +37,19 @@ def test_injected_out_of_resources_steps_down_once_per_shape(device, monkeypatch
     inp = random_inputs(11, 8, 64, 40, 64, 16, seed=5, device=device)
     start = Tile(block_n=64, num_warps=4, num_stages=3)
     out = poisoned_out(11, 8, 64, device)
-    sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, out=out, _tile=start)
+    prefill.prefill_forced(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, out=out, tile=start)
     assert attempts == [Tile(64, 4, 3), Tile(64, 4, 2), Tile(32, 4, 2), Tile(16, 4, 2)]
     assert_close_to_reference(out, sparse_mla_reference(inp.q, inp.kv, inp.indices, inp.sm_scale, 64))
     key = tiles.memo_key("per_token", 8, 0, inp.q.device)
     assert tiles.fitted_tile(key) == Tile(16, 4, 2)
 
     attempts.clear()
-    sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, _tile=start)
+    prefill.prefill_forced(inp.q, inp.kv, inp.indices, inp.sm_scale, 64, tile=start)
     assert attempts == [Tile(16, 4, 2)], "the memo must spare the second call its retries"
 
     attempts.clear()  # another head count is another shape: it retries on its own
     other = random_inputs(3, 16, 64, 40, 64, 16, seed=6, device=device)
-    sparse_mla_prefill(other.q, other.kv, other.indices, other.sm_scale, 64, _tile=start)
+    prefill.prefill_forced(other.q, other.kv, other.indices, other.sm_scale, 64, tile=start)
     assert len(attempts) == 4
 
 
@@ -82,7 +82,7 @@ def test_gpu_oversized_tile_steps_down():
     inp = random_inputs(256, 8, 1024, 512, 512, 64, seed=9, device="cuda")
     oversized = Tile(block_n=256, num_warps=4, num_stages=6)
     out = poisoned_out(256, 8, 512, "cuda")
-    sparse_mla_prefill(inp.q, inp.kv, inp.indices, inp.sm_scale, 512, out=out, _tile=oversized)
+    prefill.prefill_forced(inp.q, inp.kv, inp.indices, inp.sm_scale, 512, out=out, tile=oversized)
     fitted = tiles.fitted_tile(tiles.memo_key("per_token", 8, 0, inp.q.device))
     assert fitted is not None and fitted != oversized
     assert_close_to_reference(out, sparse_mla_reference(inp.q, inp.kv, inp.indices, inp.sm_scale, 512))

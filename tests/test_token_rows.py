@@ -63,8 +63,8 @@ def test_h64_per_token_takes_the_64_row_tile(device, monkeypatch, with_length):
                              out=poisoned_out(9, 64, 64, device))
     assert calls == [1], "the per-token path at H = 64 did not take the 64-row tile"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, scale, 64, topk_length=topk_length))
-    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 64, topk_length=topk_length,
-                                     _tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
+    triton_tile = prefill.prefill_forced(q, kv, indices, scale, 64, topk_length=topk_length,
+                                         tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
     assert calls == [1]
     assert (out.float() - triton_tile.float()).abs().max() < 2e-2
     small = sparse_mla_prefill(q[:, :8].contiguous(), kv, indices, scale, 64)  # H = 8: the Triton tile
@@ -102,7 +102,7 @@ def test_gpu_h64_per_token_on_the_gluon_tile(monkeypatch, tokens):
     assert not out.isnan().any(), "an output element was never written"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, scale, 512, topk_length=topk_length))
     assert torch.equal(out, sparse_mla_prefill(q, kv, indices, scale, 512, topk_length=topk_length))
-    triton_tile = sparse_mla_prefill(q, kv, indices, scale, 512, topk_length=topk_length,
-                                     _tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
+    triton_tile = prefill.prefill_forced(q, kv, indices, scale, 512, topk_length=topk_length,
+                                         tile=tiles.table_tile("per_token", 64, device))  # a given tile keeps Triton
     rel = ((out.float() - triton_tile.float()).norm() / triton_tile.float().norm()).item()
     assert rel < 2e-3, f"Gluon vs Triton per-token tile rel-L2 {rel:.2e}"

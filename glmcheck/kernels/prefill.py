@@ -131,12 +131,11 @@ def plan_route(args: PrefillArgs, group: int, first: tiles.Tile | None = None) -
 
 
 def kernel_route(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
-                 topk_length: torch.Tensor | None = None, union: int = 0, deterministic: bool = False,
-                 _tile: tiles.Tile | None = None) -> Route:
+                 topk_length: torch.Tensor | None = None, union: int = 0, deterministic: bool = False) -> Route:
     """The Route `sparse_mla_prefill` takes for these arguments (it dispatches by the same function), without
     running anything: which tile serves which tokens (tests, diagnostics)."""
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
-    return plan_route(args, union_group(args.num_heads, args.num_tokens, union, deterministic), _tile)
+    return plan_route(args, union_group(args.num_heads, args.num_tokens, union, deterministic))
 
 
 def _token_slice(args: PrefillArgs, start: int) -> PrefillArgs:
@@ -182,8 +181,8 @@ def _run_union(args: PrefillArgs, group: int, out: torch.Tensor, kv_int64: bool,
 
 def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
                        topk_length: torch.Tensor | None = None, out: torch.Tensor | None = None, union: int = 0,
-                       deterministic: bool = False, check_inputs: bool = False, plan: SparseMLAPlan | None = None,
-                       _kv_int64: bool | None = None, _tile: tiles.Tile | None = None) -> torch.Tensor:
+                       deterministic: bool = False, check_inputs: bool = False,
+                       plan: SparseMLAPlan | None = None) -> torch.Tensor:
     """Sparse-MLA prefill attention over each token's selected KV rows; returns out [T, H, d_v].
 
     `union` = G in {2, 4, 8} asks for the union fast path (0, the default, the per-token path; any other value is a
@@ -192,13 +191,22 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     `deterministic=True` (batch-invariant results) and for the T mod G tail tokens the per-token path runs. No host
     sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
     (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no
-    KV row named twice in a token's slots. For tests: `_kv_int64` forces int64 (True) or int32 (False) KV row
-    offsets; `_tile` overrides the tuned tile and keeps the Triton kernels. Same inputs, same bits. `plan` (from
-    `plan_sparse_mla` on these indices) skips the index work: its path and union sets are used, bit for bit the
-    result without it; a plan that does not match the call's shapes, device, KV rows or heads, or whose indices
+    KV row named twice in a token's slots. `plan` (from `plan_sparse_mla` on these indices) skips the index work:
+    its path and union sets are used, bit for bit the result without it; a plan that does not match the call's shapes, device, KV rows or heads, or whose indices
     or topk_length are not the very tensors it was built from, unchanged (`glmcheck.kernels.plan`), is a
     ValueError; so is an `out` that shares memory with q, kv, indices or topk_length (or with itself).
     """
+    return prefill_forced(q, kv, indices, sm_scale, d_v, topk_length=topk_length, out=out, union=union,
+                          deterministic=deterministic, check_inputs=check_inputs, plan=plan)
+
+
+def prefill_forced(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512, *,
+                   topk_length: torch.Tensor | None = None, out: torch.Tensor | None = None, union: int = 0,
+                   deterministic: bool = False, check_inputs: bool = False, plan: SparseMLAPlan | None = None,
+                   kv_int64: bool | None = None, tile: tiles.Tile | None = None) -> torch.Tensor:
+    """`sparse_mla_prefill` with what it chooses itself forced, the testing entry point: `kv_int64` True / False
+    forces int64 / int32 KV row offsets (None: int64 where offsets reach 2**31); `tile` replaces the tuned first
+    tile and keeps the Triton kernels (no Gluon tile). Same inputs, same bits."""
     args = check_prefill_args(q, kv, indices, sm_scale, d_v, topk_length)
     if check_inputs:
         check_contents(args)
@@ -214,9 +222,9 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
         out = check_out(out, args)
     if args.num_tokens == 0:
         return out
-    kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk) if _kv_int64 is None else _kv_int64
+    kv_int64 = needs_int64_rows(args.num_kv_rows, args.d_qk) if kv_int64 is None else kv_int64
     if group:
-        _run_union(args, group, out, kv_int64, _tile, plan.union_sets if plan is not None else None)
+        _run_union(args, group, out, kv_int64, tile, plan.union_sets if plan is not None else None)
     else:
-        _run_per_token(args, out, kv_int64, _tile, plan.token_sets if plan is not None else None)
+        _run_per_token(args, out, kv_int64, tile, plan.token_sets if plan is not None else None)
     return out

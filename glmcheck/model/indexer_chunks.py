@@ -38,14 +38,17 @@ The model's causal mask: under the swap, `absorbed_mask` (registered with transf
 element (no T^2 memory), when the mask is plain causal (no padding, no cache offset), else
 transformers' sdpa mask; `chunked_topk` applies causality itself for the stand-in and reads the
 rows of a real mask. `install_chunked_indexer` swaps an indexer module's forward for `chunked_topk`
-and returns the function that restores it.
+and returns the function that restores it. Tests force the chunk size of the indexers installed inside
+a `forced_chunks` block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 
 import torch
 from transformers import AttentionMaskInterface
@@ -56,6 +59,7 @@ from glmcheck.model.indexer_scores import index_keys, index_queries, index_weigh
 INDEX_BUDGET_BYTES = 1 << 30  # transient bytes of one chunk's scores (module docstring)
 MIN_ROWS = 32
 
+_FORCED: ContextVar[tuple[int | None, int]] = ContextVar("forced_index_chunks", default=(None, INDEX_BUDGET_BYTES))
 _STANDIN_BASES: dict[torch.device, torch.Tensor] = {}  # one bool element per device, broadcast by causal_standin
 
 
@@ -166,10 +170,25 @@ def chunked_topk(indexer: torch.nn.Module, hidden_states: torch.Tensor, q_resid:
     return out
 
 
-def install_chunked_indexer(indexer: torch.nn.Module, *, rows: int | None = None,
-                            budget_bytes: int = INDEX_BUDGET_BYTES) -> Callable[[], None]:
+@contextlib.contextmanager
+def forced_chunks(*, rows: int | None = None, budget_bytes: int = INDEX_BUDGET_BYTES) -> Iterator[None]:
+    """The testing entry point: indexers installed inside the block (by `use_backend` too) take `rows` query rows
+    a chunk, or as many as `budget_bytes` holds (`chunk_rows`). ValueError for a value that is not a positive int."""
+    for option, value in (("rows", rows), ("budget_bytes", budget_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{option} must be a positive int, got {value!r}")
+    token = _FORCED.set((rows, budget_bytes))
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def install_chunked_indexer(indexer: torch.nn.Module) -> Callable[[], None]:
     """Make `indexer` (a GlmMoeDsaIndexer) compute its top-k with `chunked_topk` (an instance attribute
-    `forward`; its forward hooks still run); returns the function that restores its previous forward."""
+    `forward`; its forward hooks still run) at the default chunk size, or the one `forced_chunks` sets; returns the
+    function that restores its previous forward."""
+    rows, budget_bytes = _FORCED.get()
     own = vars(indexer)
     had, previous = "forward" in own, own.get("forward")
     indexer.forward = functools.partial(chunked_topk, indexer, rows=rows, budget_bytes=budget_bytes)

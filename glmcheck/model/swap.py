@@ -44,7 +44,7 @@ from glmcheck.backends.errors import KernelFault, first_line
 from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.model.absorbed import absorb_query, expand_values, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
-from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, absorbed_mask, install_chunked_indexer
+from glmcheck.model.indexer_chunks import absorbed_mask, install_chunked_indexer
 
 ABSORBED_IMPL = "glmcheck_absorbed"  # absorbed attention, chunked indexer, causal stand-in mask
 ABSORBED_HF_INDEXER_IMPL = "glmcheck_absorbed_hf_indexer"  # the same with transformers' indexer and sdpa mask
@@ -252,8 +252,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
                 deterministic: bool = False, reuse_plans: bool = True, topk_length: bool = False,
                 clock: AttentionClock | None = None, selector: Selector | None = None,
-                chunked_indexer: bool = True, index_rows: int | None = None,
-                index_budget_bytes: int = INDEX_BUDGET_BYTES) -> Iterator[SwapSession]:
+                chunked_indexer: bool = True) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" writes the KV rows to the FP8 pool engines store (`glmcheck.kernels.fp8`: e4m3
@@ -265,23 +264,21 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     False builds a plan for every call; topk_length passes each token's valid-slot count; clock
     times each layer's attention; selector replaces every indexer's top-k (e.g. calibrated
     indices for timing runs; every backend sees them, hf ones included). Absorbed backends only:
-    chunked_indexer (default) computes each full layer's top-k `index_rows` query rows at a time (default:
-    as many as keep one chunk's transient scores within `index_budget_bytes`, `indexer_chunks.chunk_rows`);
-    False runs transformers' own indexer on the [T, T] sdpa mask (the same top-k, T^2 memory).
+    chunked_indexer (default) computes each full layer's top-k a chunk of query rows at a time (as many as keep
+    one chunk's transient scores within a fixed budget, `indexer_chunks.chunk_rows`); False runs transformers' own
+    indexer on the [T, T] sdpa mask (the same top-k, T^2 memory).
     """
     check_tp(model, tp)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of bf16, fp8_e4m3, got {kv_cache_dtype!r}")
     if selector is not None and dense_threshold is not None:
         raise ValueError("selector and dense_threshold both replace the indexer's top-k; give one of them")
-    for option, value in (("index_rows", index_rows), ("index_budget_bytes", index_budget_bytes)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{option} must be a positive int, got {value!r}")
     name = backend if isinstance(backend, str) else backend.name
     if name in HF_BACKENDS:
         backend_obj = None
     else:
-        backend_obj = get_backend(name, deterministic=deterministic) if isinstance(backend, str) else backend
+        backend_obj = (get_backend(name, deterministic=deterministic, kv_cache_dtype=kv_cache_dtype)
+                       if isinstance(backend, str) else backend)
     session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock)
     chunked = session.absorbed and chunked_indexer
     previous = model.config._attn_implementation
@@ -290,7 +287,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
         model.set_attn_implementation(HF_BACKENDS.get(name, ABSORBED_IMPL if chunked else ABSORBED_HF_INDEXER_IMPL))
         for attn in attention_modules(model):
             if chunked and attn.indexer is not None:
-                restores.append(install_chunked_indexer(attn.indexer, rows=index_rows, budget_bytes=index_budget_bytes))
+                restores.append(install_chunked_indexer(attn.indexer))
             if dense_threshold is not None and attn.indexer is not None:
                 handles.append(attn.indexer.register_forward_hook(_dense_hook(session, attn.layer_idx,
                                                                               dense_threshold)))

@@ -172,8 +172,8 @@ def launch_spy() -> Iterator[list[str]]:
 
 
 def _call(case: Case, x: CaseInputs, out: torch.Tensor) -> torch.Tensor:
-    return sparse_mla_prefill(x.q, x.kv, x.indices, (D_V + D_TAIL) ** -0.5, D_V, topk_length=x.topk_length,
-                              out=out, union=case.union, _kv_int64=case.kv_int64)
+    return prefill.prefill_forced(x.q, x.kv, x.indices, (D_V + D_TAIL) ** -0.5, D_V, topk_length=x.topk_length,
+                                  out=out, union=case.union, kv_int64=case.kv_int64)
 
 
 def run_case(case: Case, device: torch.device) -> Route:
