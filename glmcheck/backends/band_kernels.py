@@ -39,6 +39,7 @@ two of them split) are served; a larger k is a ValueError.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -56,11 +57,14 @@ class FlashVariant:
     reverse: bool = False
     sum_rounded: bool = False
     splits: int = 1
+    score_tile: int = 0  # 0: one dot product over d_qk; T: one per T latent values and one over the rope, summed
 
     def describe(self) -> str:
         return (f"flash-style, blocks of {self.block} slots {'last to first' if self.reverse else 'first to last'}, "
                 f"l sums the {'bf16' if self.sum_rounded else 'fp32'} P"
-                + (", valid slots split in two halves merged in fp32 (split-KV)" if self.splits == 2 else ""))
+                + (", valid slots split in two halves merged in fp32 (split-KV)" if self.splits == 2 else "")
+                + (f", scores summed per {self.score_tile} latent values (an FP8 kernel's scale after each tile's "
+                   f"dot)" if self.score_tile else ""))
 
 
 _F, _R = False, True
@@ -113,7 +117,7 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
         stop = min(start + chunk, num_tokens)
         q_chunk, idx = args.q[start:stop].float(), args.indices[start:stop]
         states = [_flash_state(q_chunk, rows, idx, part[start:stop], args.sm_scale, d_v, starts, block,
-                               variant.sum_rounded) for part in halves]
+                               variant.sum_rounded, variant.score_tile) for part in halves]
         out[start:stop] = _finish(_merge(states), valid[start:stop])
     return out
 
@@ -151,7 +155,7 @@ def _triton_band(args, halves: list[torch.Tensor], out: torch.Tensor, variant: F
         stop = min(start + chunk, num_tokens)
         states = [band_state(q[start:stop], kv, indices[start:stop], part[start:stop], code, args.sm_scale,
                              args.d_v, block=variant.block, reverse=variant.reverse,
-                             sum_rounded=variant.sum_rounded)
+                             sum_rounded=variant.sum_rounded, score_tile=variant.score_tile)
                   for code in range(1, len(halves) + 1)]
         out[start:stop] = _finish(_merge(states), valid[start:stop])
 
@@ -194,9 +198,10 @@ class _RowTable:
 
 
 def _flash_state(q: torch.Tensor, kv: _RowTable, indices: torch.Tensor, valid: torch.Tensor, sm_scale: float,
-                 d_v: int, starts: list[int], block: int, sum_rounded: bool) -> State:
+                 d_v: int, starts: list[int], block: int, sum_rounded: bool, score_tile: int = 0) -> State:
     """The online softmax over one chunk's valid slots: q [C, H, D] fp32, kv the KV rows [S, D] (`_RowTable`),
-    indices / valid [C, K]; returns the running max, normaliser and unnormalised output."""
+    indices / valid [C, K]; returns the running max, normaliser and unnormalised output. `score_tile` T > 0 sums
+    the scores' dot products per T latent values and over the rope apart (`FlashVariant.score_tile`)."""
     num_tokens, num_heads, _ = q.shape
     m = torch.full((num_tokens, num_heads, 1), float("-inf"), dtype=torch.float32, device=q.device)
     l = torch.zeros((num_tokens, num_heads, 1), dtype=torch.float32, device=q.device)
@@ -207,7 +212,7 @@ def _flash_state(q: torch.Tensor, kv: _RowTable, indices: torch.Tensor, valid: t
             continue
         ok = valid[:, start:start + block]  # [C, B]
         rows = kv.gather(indices[:, start:start + block], ok)  # [C, B, D] fp32
-        s = torch.einsum("chd,cbd->chb", q, rows) * sm_scale
+        s = _scores(q, rows, d_v, score_tile) * sm_scale
         s = s.masked_fill(~ok[:, None, :], float("-inf"))
         m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
         base = torch.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: exp(-inf - 0) = 0, no NaN
@@ -218,6 +223,19 @@ def _flash_state(q: torch.Tensor, kv: _RowTable, indices: torch.Tensor, valid: t
         l = l * alpha + (p16 if sum_rounded else p).sum(dim=-1, keepdim=True)
         m = m_new
     return m, l, acc
+
+
+def _scores(q: torch.Tensor, rows: torch.Tensor, d_v: int, score_tile: int) -> torch.Tensor:
+    """[C, H, B] fp32 q . rows: one dot product over the row, or (score_tile T) one per T latent values and one over
+    the rope, summed in order."""
+    if not score_tile:
+        return torch.einsum("chd,cbd->chb", q, rows)
+    edges = list(range(0, d_v, score_tile)) + [d_v] + ([q.shape[-1]] if q.shape[-1] > d_v else [])
+    total = None
+    for a, b in zip(edges, edges[1:]):
+        part = torch.einsum("chd,cbd->chb", q[..., a:b], rows[..., a:b])
+        total = part if total is None else total + part
+    return total
 
 
 def _blocks_occupied(valid: torch.Tensor, block: int) -> torch.Tensor:
@@ -248,14 +266,38 @@ def _finish(state: State, valid: torch.Tensor) -> torch.Tensor:
                        0.0).to(torch.bfloat16)
 
 
+FP8_SCORE_TILE = 128  # the FP8 pool's latent values per scale (`glmcheck.kernels.fp8.TILE`)
+
+
+def fp8_band_variant(k: int):
+    """Variant k of the band over an FP8 KV cache (`--kv-cache-dtype fp8_e4m3`): BAND_FAMILY[k] reading the pool's
+    dequantised rows as a bf16 kernel does (k even), or as an FP8 kernel does (k odd): each 128-value tile's dot
+    product with the e4m3 codes, its scale applied after it, the rope's dot apart, summed. Scales are powers of two,
+    so scale x (q . codes) equals q . (codes x scale) bit for bit in fp32, and the FP8 form is the tile-summed
+    dot over the dequantised rows (`score_tile`); V read as codes x scale is the dequantised row exactly. A
+    dequantisation in fp32 instead of bf16 gives the same values for the same reason."""
+    spec = BAND_FAMILY[_checked_index(k)]
+    spec = dataclasses.replace(spec, score_tile=FP8_SCORE_TILE if k % 2 else 0)
+
+    def variant(q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
+        return flash_sparse_mla(q, kv, indices, sm_scale, d_v, topk_length=topk_length, variant=spec)
+
+    variant.__doc__ = f"band:{k} over the FP8 pool: {spec.describe()}"
+    return variant
+
+
+def _checked_index(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < BAND_FAMILY_SIZE:
+        raise ValueError(f"band variant must be an int in [0, {BAND_FAMILY_SIZE - 1}] (the band family has "
+                         f"{BAND_FAMILY_SIZE} kernels, so a band holds at most {BAND_FAMILY_SIZE}), got {k!r}")
+    return k
+
+
 def band_variant(k: int):
     """Legitimate variant k (0 <= k < BAND_FAMILY_SIZE) of the checks' noise band: the flash-style
     kernel BAND_FAMILY[k]. Same signature as the kernel; selects the same rows as the reference, so
     any difference from it is rounding alone. ValueError for any other k."""
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < BAND_FAMILY_SIZE:
-        raise ValueError(f"band variant must be an int in [0, {BAND_FAMILY_SIZE - 1}] (the band family has "
-                         f"{BAND_FAMILY_SIZE} kernels, so a band holds at most {BAND_FAMILY_SIZE}), got {k!r}")
-    spec = BAND_FAMILY[k]
+    spec = BAND_FAMILY[_checked_index(k)]
 
     def variant(q, kv, indices, sm_scale, d_v=512, *, topk_length=None) -> torch.Tensor:
         return flash_sparse_mla(q, kv, indices, sm_scale, d_v, topk_length=topk_length, variant=spec)

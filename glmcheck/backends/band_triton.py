@@ -33,23 +33,34 @@ HALF_BLOCK = 64  # slots read at once: a [64, d_v] bf16 value tile (64 KiB at d_
 @triton.jit
 def _scores(q_ptr, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
             D_V: tl.constexpr, D_TAIL: tl.constexpr, DC: tl.constexpr, BLOCK_H: tl.constexpr,
-            SUB: tl.constexpr, UPCAST: tl.constexpr):
-    """[BLOCK_H, SUB] fp32 scores q.k * sm_scale of the slots `rows` [SUB] (-inf where not `ok`)."""
+            SUB: tl.constexpr, UPCAST: tl.constexpr, TILE: tl.constexpr):
+    """[BLOCK_H, SUB] fp32 scores q.k * sm_scale of the slots `rows` [SUB] (-inf where not `ok`); TILE > 0 sums one
+    dot product per TILE latent values and one over the rope (`FlashVariant.score_tile`), else one accumulation."""
     s = tl.zeros((BLOCK_H, SUB), dtype=tl.float32)
+    part = tl.zeros((BLOCK_H, SUB), dtype=tl.float32)
     for c in tl.static_range(D_V // DC):
         cols = c * DC + tl.arange(0, DC)
         qc = tl.load(q_ptr + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
         kc = tl.load(kv_ptr + rows[:, None] * stride_kv + cols[None, :], mask=ok[:, None], other=0.0)
         if UPCAST:  # the interpreter has no bf16 arithmetic
             qc, kc = qc.to(tl.float32), kc.to(tl.float32)
-        s = tl.dot(qc, tl.trans(kc), s)
+        if TILE > 0:
+            part = tl.dot(qc, tl.trans(kc), part)
+            if ((c + 1) * DC) % TILE == 0 or (c + 1) * DC == D_V:
+                s += part
+                part = tl.zeros((BLOCK_H, SUB), dtype=tl.float32)
+        else:
+            s = tl.dot(qc, tl.trans(kc), s)
     if D_TAIL >= 16:
         cols = D_V + tl.arange(0, D_TAIL)
         qc = tl.load(q_ptr + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
         kc = tl.load(kv_ptr + rows[:, None] * stride_kv + cols[None, :], mask=ok[:, None], other=0.0)
         if UPCAST:  # the interpreter has no bf16 arithmetic
             qc, kc = qc.to(tl.float32), kc.to(tl.float32)
-        s = tl.dot(qc, tl.trans(kc), s)
+        if TILE > 0:
+            s += tl.dot(qc, tl.trans(kc))
+        else:
+            s = tl.dot(qc, tl.trans(kc), s)
     elif D_TAIL > 0:  # a tail narrower than tl.dot's K: products and sums in fp32 (exact products again)
         cols = D_V + tl.arange(0, D_TAIL)
         qc = tl.load(q_ptr + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
@@ -66,7 +77,7 @@ def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
                        num_heads, topk, sm_scale, want, reverse, sum_rounded,
                        stride_qt, stride_qh, stride_kv, stride_it, stride_pt,
                        D_V: tl.constexpr, D_TAIL: tl.constexpr, DC: tl.constexpr, BLOCK: tl.constexpr,
-                       SUB: tl.constexpr, BLOCK_H: tl.constexpr, UPCAST: tl.constexpr):
+                       SUB: tl.constexpr, BLOCK_H: tl.constexpr, UPCAST: tl.constexpr, TILE: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     head_ok = heads < num_heads
@@ -88,12 +99,12 @@ def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
         if used > 0:
             rows_a = tl.load(idx_ptr + token * stride_it + slots_a, mask=ok_a, other=0).to(tl.int64)
             s_a = _scores(q_tok, kv_ptr, rows_a, ok_a, heads, head_ok, stride_qh, stride_kv, sm_scale,
-                          D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST)
+                          D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, TILE)
             block_max = tl.max(s_a, axis=1)
             if BLOCK > SUB:
                 rows_b = tl.load(idx_ptr + token * stride_it + slots_b, mask=ok_b, other=0).to(tl.int64)
                 s_b = _scores(q_tok, kv_ptr, rows_b, ok_b, heads, head_ok, stride_qh, stride_kv, sm_scale,
-                              D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST)
+                              D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, TILE)
                 block_max = tl.maximum(block_max, tl.max(s_b, axis=1))
             m_new = tl.maximum(m, block_max)
             base = tl.where(m_new == float("-inf"), 0.0, m_new)  # nothing valid yet: exp(-inf - 0) = 0
@@ -123,7 +134,7 @@ def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
 
 
 def band_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, part: torch.Tensor, want: int,
-               sm_scale: float, d_v: int, *, block: int, reverse: bool, sum_rounded: bool
+               sm_scale: float, d_v: int, *, block: int, reverse: bool, sum_rounded: bool, score_tile: int = 0
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The online softmax of one variant over the slots where `part == want`: q [T, H, D] bf16, kv [S, D] bf16,
     indices [T, K] int32, part [T, K] int8 (module docstring), on one CUDA device (or the interpreter). Returns
@@ -138,10 +149,12 @@ def band_state(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, part: t
     sub = min(block, HALF_BLOCK)
     if block not in (16, 32, 64, 128):
         raise ValueError(f"block must be 16, 32, 64 or 128 slots, got {block}")
+    if score_tile < 0 or score_tile % min(d_v, 64):
+        raise ValueError(f"score_tile must be 0 or a positive multiple of {min(d_v, 64)}, got {score_tile}")
     grid = (num_tokens, triton.cdiv(num_heads, HEADS_PER_PROGRAM))
     _band_state_kernel[grid](
         q, kv, indices, part, m, l, acc, num_heads, indices.shape[1], float(sm_scale), int(want), int(reverse),
         int(sum_rounded), q.stride(0), q.stride(1), kv.stride(0), indices.stride(0), part.stride(0),
         D_V=d_v, D_TAIL=d_tail, DC=min(d_v, 64), BLOCK=block, SUB=sub, BLOCK_H=HEADS_PER_PROGRAM,
-        UPCAST=interpreter_active(), num_warps=4)
+        UPCAST=interpreter_active(), TILE=score_tile, num_warps=4)
     return m, l, acc

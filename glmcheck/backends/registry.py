@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
+from glmcheck.backends.band_kernels import fp8_band_variant
 from glmcheck.backends.flashmla_kv import flashmla_kv_prefill
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
@@ -210,14 +211,18 @@ def backend_names() -> list[str]:
     return list(_REGISTRY) + [name for name in entry_points() if name not in _REGISTRY]
 
 
-def get_backend(name: str, *, deterministic: bool = False) -> Backend:
+def get_backend(name: str, *, deterministic: bool = False, kv_cache_dtype: str | None = None) -> Backend:
     """A fresh Backend for `name`; ValueError naming the known backends otherwise.
 
-    `deterministic` asks the Triton backends for batch-invariant results (union off). `name` may
+    `deterministic` asks the Triton backends for batch-invariant results (union off); over an FP8 KV cache
+    (`kv_cache_dtype` "fp8_e4m3") `band:K` is the band's FP8 variant K (`band_kernels.fp8_band_variant`). `name` may
     also be an installed entry point or `name=module:function` (`resolve_backend`).
     """
     name = resolve_backend(name)
     fn, description = _REGISTRY[name]
+    if kv_cache_dtype == "fp8_e4m3" and is_band_name(name):
+        fn = fp8_band_variant(int(name[len(BAND_PREFIX):]))
+        description = fn.__doc__
     planner = _PLANNERS.get(name)
     if deterministic and name.startswith("triton_sparse_mla"):
         fn = functools.partial(fn, deterministic=True)

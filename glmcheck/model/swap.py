@@ -257,7 +257,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
 
     kv_cache_dtype "fp8_e4m3" writes the KV rows to the FP8 pool engines store (`glmcheck.kernels.fp8`: e4m3
     latent with an fp32 scale per 128 values, rope in bf16) and hands the backends its dequantised rows (absorbed
-    backends only);
+    backends only; `band:K` is then the band's FP8 variant, `band_kernels.fp8_band_variant`);
     dense_threshold N makes each indexer select every position when the KV length is <= N, so
     those layers attend densely (every causal row) under every backend, hf ones included;
     deterministic asks Triton backends for batch-invariant results (union off); reuse_plans
