@@ -53,13 +53,13 @@ class CheckOptions:
         return [b.strip() for b in names if b.strip()]
 
     def check(self) -> None:
-        """What needs no model (ValueError naming the flag): seed, gate ratio, cap, depth, experts and a
-        --backends that names nothing."""
+        """What needs no model (ValueError naming the flag): seed, cap, depth, experts, a --backends that names
+        nothing and the gate ratio."""
         check_seed(self.seed)
-        check_gate_ratio(self.gate_ratio)
         check_number(self.max_rel_l2, "--max-rel-l2", positive=True)
         if not self.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
             check_layers(self.layers)
             check_experts(self.experts)
         if self.backends is not None and not self.backend_list():
             raise ValueError(f"--backends names no backend: {self.backends!r}")
+        check_gate_ratio(self.gate_ratio)

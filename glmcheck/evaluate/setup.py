@@ -41,6 +41,7 @@ class Setup:
 
         options.check()
         check_band(options.band)
+        self.band_size, self.band = options.band, band_names(options.band)
         self.spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, layers=options.layers,
                               experts=options.experts, seed=options.seed, init=options.init)
         self.dist = distributed.current()
@@ -51,7 +52,7 @@ class Setup:
             raise ValueError(f"--tp must divide the {heads} attention heads, got {tp}")
         if options.exact not in EXACT:
             raise ValueError(f"--exact must be one of {', '.join(EXACT)}, got {options.exact!r}")
-        self.exact, self.band_size, self.band = EXACT[options.exact], options.band, band_names(options.band)
+        self.exact = EXACT[options.exact]
         choice = choose_backends(options.backend_list(), device=self.device, heads=heads, tp=tp,
                                  latent_dims=(self.config.kv_lora_rank, self.config.qk_rope_head_dim),
                                  band_size=self.band_size, exact=self.exact, baseline=options.baseline,

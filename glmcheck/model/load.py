@@ -53,21 +53,25 @@ def resolve_device(name: str | None) -> torch.device:
     return device
 
 
-def config_of(spec: ModelSpec, *, layer0_only: bool = False):
+def config_of(spec: ModelSpec, *, layer0_only: bool = False, check_tensors: bool = False):
     """The config of the model `spec` describes, as `load_model` would build it (reads files only).
-    ValueError for --layers / --experts with a checkpoint (they apply to presets) or below 1."""
+    ValueError for --layers / --experts with a checkpoint (they apply to presets) or below 1; with `check_tensors`,
+    also for a checkpoint tensor that its config.json does not describe (one line naming the tensor and both
+    shapes)."""
     for option, value in (("--layers", spec.layers), ("--experts", spec.experts)):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ValueError(f"{option} must be an int >= 1, got {value!r}")
     if spec.checkpoint:
-        from glmcheck.model.checkpoint import read_config
+        from glmcheck.model import checkpoint
 
-        config = read_config(spec.checkpoint)
+        config = checkpoint.read_config(spec.checkpoint)
         for option, value, own in (("--layers", spec.layers, config.num_hidden_layers),
                                    ("--experts", spec.experts, config.n_routed_experts)):
             if value is not None and value != own:
                 raise ValueError(f"{option} {value} does not apply to --checkpoint {spec.checkpoint} "
                                  f"(it has {own}; the checkpoint's own are used)")
+        if check_tensors:
+            checkpoint.check_tensors(spec.checkpoint, warn=False)
         if layer0_only:
             config.num_hidden_layers = 1
         return config
@@ -79,15 +83,10 @@ def config_of(spec: ModelSpec, *, layer0_only: bool = False):
 
 def resolve_model(spec: ModelSpec, device: str | torch.device | None, *, layer0_only: bool = False
                   ) -> tuple[object, torch.device]:
-    """(config, device) of the model `spec` describes, checked before anything is built: its config
-    (`config_of`), a checkpoint's tensors against its config.json (one line naming the tensor and both
-    shapes), and the device (`resolve_device`; a torch.device is taken as is)."""
-    config = config_of(spec, layer0_only=layer0_only)
-    if spec.checkpoint:
-        from glmcheck.model.checkpoint import check_tensors
-
-        check_tensors(spec.checkpoint, warn=False)
-    return config, device if isinstance(device, torch.device) else resolve_device(device)
+    """(config, device) of the model `spec` describes, checked before anything is built: the device
+    (`resolve_device`; a torch.device is taken as is), its config and a checkpoint's tensors (`config_of`)."""
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    return config_of(spec, layer0_only=layer0_only, check_tensors=True), device
 
 
 def heads_of(spec: ModelSpec) -> int:
