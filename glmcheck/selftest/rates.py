@@ -29,6 +29,7 @@ from glmcheck.checks.drift import run_drift
 from glmcheck.checks.firsttoken import run_firsttoken
 from glmcheck.checks.layer0 import run_layer0
 from glmcheck.checks.logits import run_logits
+from glmcheck.checks.runner import SwapOptions
 from glmcheck.data.heldout import heldout_stream, natural_prompt
 from glmcheck.data.model_prompts import reads_text
 from glmcheck.data.model_tokenizer import model_tokenizer
@@ -119,9 +120,11 @@ def _backend_rows(check: str, rows) -> dict[str, tuple[str, float]]:
 def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(20), tokens: int = 64,
                   checks: Sequence[str] = DEFAULT_CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
                   device: torch.device | str = "cpu",
-                  progress: Callable[[str], None] | None = None) -> list[Tally]:
+                  progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
-    docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend)."""
+    docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend). `kv_cache_dtype`
+    "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`)."""
+    options = SwapOptions(kv_cache_dtype=kv_cache_dtype)
     fault_names = register_faults(tokens)
     device = torch.device(device)
     base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
@@ -152,18 +155,21 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                 return seeded_prompt(net.config.vocab_size, length, key, device)
 
             if check == "layer0":
-                result = run_layer0(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
+                result = run_layer0(net, prompt(tokens, seed), backends, options=options, gate=gate,
+                                    band_size=band_size)
             elif check == "logits":
-                result = run_logits(net, [prompt(tokens, seed)], backends, band_size=band_size)
+                result = run_logits(net, [prompt(tokens, seed)], backends, options=options, band_size=band_size)
             elif check == "drift":
-                result = run_drift(net, prompt(tokens, seed), backends, gate=gate, band_size=band_size)
+                result = run_drift(net, prompt(tokens, seed), backends, options=options, gate=gate,
+                                   band_size=band_size)
             else:
                 length = min(tokens, FIRSTTOKEN_TOKENS)
                 keys = [seed * FIRSTTOKEN_PROMPTS + j + 1_000_000 for j in range(FIRSTTOKEN_PROMPTS)]
                 prompts = [Prompt(f"seed{seed}-{j}", "", "rates") for j in range(FIRSTTOKEN_PROMPTS)]
                 encoded = {p.id: prompt(length, key)[0].tolist() for p, key in zip(prompts, keys)}
-                result = run_firsttoken(net, tokenizer, prompts, backends, gate_ratio=gate.ratio,
-                                        max_dlogprob=None, band_size=band_size, device=device, encoded=encoded)
+                result = run_firsttoken(net, tokenizer, prompts, backends, options=options,
+                                        gate_ratio=gate.ratio, max_dlogprob=None, band_size=band_size,
+                                        device=device, encoded=encoded)
             rows = _firsttoken_rows(result) if check == "firsttoken" else _backend_rows(check, result.rows)
             for name, (verdict, margin) in rows.items():
                 tally = tallies.setdefault((check, name), Tally(check, name, name in legit))
