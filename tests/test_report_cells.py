@@ -11,7 +11,7 @@ import torch
 from glmcheck.checks.band import FAIL, PASS
 from glmcheck.checks.common import compare, not_called_row
 from glmcheck.commands.selftest import fmt_measured
-from glmcheck.commands.union_stats import _ratio
+from glmcheck.evaluate.union_stats import ratio_cell as _ratio
 from glmcheck.records.report import render
 from glmcheck.records.store import read_record, write_record
 

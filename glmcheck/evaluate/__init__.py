@@ -16,10 +16,10 @@ _WHERE = {"CheckOptions": "options", "Report": "report", "Setup": "setup", "laye
           "logits": "model_checks", "firsttoken": "model_checks", "drift": "model_checks", "sweep": "length_sweep",
           "firsttoken_endpoints": "endpoint_checks",
           "sweep_endpoints": "endpoint_sweep", "logits_endpoints": "endpoint_sweep",
-          "tasks": "task_checks", "tasks_compare": "task_checks"}
+          "tasks": "task_checks", "tasks_compare": "task_checks", "union_stats": "union_stats"}
 
 __all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "logits_endpoints",
-           "sweep", "sweep_endpoints"]
+           "sweep", "sweep_endpoints", "union_stats"]
 
 
 def __getattr__(name: str):
