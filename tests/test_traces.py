@@ -70,12 +70,12 @@ def test_capture_runs_the_absorbed_sparse_path_and_its_cli_names_bad_backends(tm
 
 
 def test_a_capture_out_of_memory_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
-    from glmcheck.commands import capture_indices as command
+    from glmcheck.data import traces
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
 
-    monkeypatch.setattr(command, "capture_indices", out_of_memory)
+    monkeypatch.setattr(traces, "capture_indices", out_of_memory)
     out = tmp_path / "t.safetensors"
     assert cli.main(["capture-indices", "--tokens", "24", "--out", str(out)]) == 2
     err = capsys.readouterr().err

@@ -1,9 +1,9 @@
-"""`glmcheck capture-indices`: record every full indexer layer's top-k from a model run."""
+"""`glmcheck capture-indices`: record every full indexer layer's top-k from a model run
+(`glmcheck.evaluate.index_capture`)."""
 
 from __future__ import annotations
 
 import argparse
-import time
 
 from glmcheck.arguments import check_count, check_experts, check_layers, check_out_file, check_seed
 from glmcheck.model.names import model_names
@@ -45,56 +45,11 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    import torch
-
-    from glmcheck.backends import resolve_backend
-    from glmcheck.data.model_prompts import model_prompt
-    from glmcheck.data.traces import write_trace
-    from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
-    from glmcheck.model.plan import check_fits
-    from glmcheck.model.swap import HF_BACKENDS
-    from glmcheck.records.environment import config_hash
+    from glmcheck.evaluate.index_capture import capture_trace
+    from glmcheck.evaluate.options import CheckOptions
 
     precheck(ns)
-    spec = ModelSpec(ns.model, ns.checkpoint, ns.layers, ns.experts, ns.seed, ns.init)
-    device = resolve_device(ns.device)
-    backend = ns.backend or ("triton_sparse_mla" if device.type == "cuda" else "reference")
-    if backend in HF_BACKENDS:
-        raise ValueError(f"--backend {backend}: captures run the absorbed sparse path (the dense masked attention "
-                         f"does not fit at long prompts); choose a kernel-level backend")
-    resolve_backend(backend)
-    config = config_of(spec)
-    check_fits(config, ns.tokens * ns.batch, device, "--tokens x --batch")
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions is not None and ns.tokens > positions:
-        raise ValueError(f"--tokens {ns.tokens}: more than the model's {positions} positions")
-    start = time.perf_counter()
-    model = load_model(spec, device)
-    prompts = torch.cat([model_prompt(spec, model.config.vocab_size, ns.tokens, ns.seed + b, device)
-                         for b in range(ns.batch)])
-    loaded = time.perf_counter()
-    try:
-        layers = capture_indices(model, prompts, backend)
-    except torch.OutOfMemoryError:
-        raise CaptureOutOfMemory(f"capture of {ns.batch} x {ns.tokens} tokens ran out of memory on {device}; "
-                                 f"use fewer --tokens, --batch or --layers (`glmcheck plan` estimates the need)") \
-            from None
-    metadata = {"model": spec.describe(), "config_hash": config_hash(model.config), "backend": backend,
-                "seq_lens": [ns.tokens] * ns.batch, "topk": model.config.index_topk}
-    write_trace(ns.out, layers, metadata)
-    print(f"wrote {len(layers)} full indexer layers ({sorted(layers)}) of {ns.batch} x {ns.tokens} tokens "
-          f"to {ns.out} (attention: {backend}; load {loaded - start:.1f} s, capture "
-          f"{time.perf_counter() - loaded:.1f} s)")
-    return 0
-
-
-def capture_indices(model, prompts, backend: str) -> dict:
-    """`glmcheck.data.traces.capture_indices`, imported when a capture runs (this module registers the parser
-    without torch)."""
-    from glmcheck.data.traces import capture_indices as capture
-
-    return capture(model, prompts, backend)
-
-
-class CaptureOutOfMemory(ValueError):
-    """The capture's forward ran out of device memory (a usage error: the request is too large)."""
+    report = capture_trace(CheckOptions.from_namespace(ns), ns.out, tokens=ns.tokens, batch=ns.batch,
+                           backend=ns.backend)
+    print(report.render())
+    return report.exit_code

@@ -339,7 +339,7 @@ RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _
              "drift": _render_drift, "sweep": _render_sweep, "tasks": _render_tasks}
 
 
-TABLE_COMMANDS = ("union-stats", "bench", "bench-model")  # records that carry their printed table
+TABLE_COMMANDS = ("union-stats", "bench", "bench-model", "capture-indices")  # reports that carry their printed table
 
 
 FORMATS = ("text", "md", "wide", "json")  # --format: a terminal's 120 columns, markdown document, every column, JSON
