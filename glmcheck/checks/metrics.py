@@ -5,8 +5,8 @@ as fp64 once, their difference formed once, and the scalars reach the host in on
 detected once per tensor (`FiniteCache` remembers it across the comparisons of a check, where the exact
 reference is compared with every row); a non-finite pair makes every statistic NaN, so a NaN can never produce a
 passing metric. The single functions (`cosine`, `rel_l2`, ...) are views of it. Each statistic is the same torch
-reduction over the same fp64 values as before the single pass (tests/support/metrics_before.py), so on one
-device the numbers are the same bits; on a GPU they differ from a CPU's in the last bits of the reductions.
+reduction over the same fp64 values as the one-statistic-at-a-time oracle tests/support/metrics_before.py, so on
+one device the numbers are the same bits; on a GPU they differ from a CPU's in the last bits of the reductions.
 """
 
 from __future__ import annotations

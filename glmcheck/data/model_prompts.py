@@ -3,8 +3,8 @@
 A checkpoint with a tokenizer (a trained reference model or a real GLM one) has learned language,
 so its checks read windows of the reference corpus's held-out text, encoded by its own tokenizer
 (`glmcheck.data.heldout`); a dummy preset cannot speak (nor can a checkpoint of dummy weights,
-which ships no tokenizer), so it keeps its seeded random ids (`glmcheck.data.prompts.seeded_prompt`),
-which its recorded results were measured on.
+which ships no tokenizer), so it reads seeded random ids (`glmcheck.data.prompts.seeded_prompt`), the
+prompts of every recorded preset result.
 """
 
 from __future__ import annotations

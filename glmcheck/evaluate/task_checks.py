@@ -1,4 +1,4 @@
-"""`tasks` and `tasks_compare`: task accuracy with a paired verdict (issue 42). lm-evaluation-harness runs each
+"""`tasks` and `tasks_compare`: task accuracy with a paired verdict (docs/tasks.md). lm-evaluation-harness runs each
 task against each server (`glmcheck.tasks.harness.run_tasks`: its `local-completions` model over the server's
 `/v1/completions`, sample logs kept), and every candidate is judged against the reference question by question
 (`glmcheck.tasks.paired.paired_verdict`: the 2 x 2 table, McNemar's exact test, a paired bootstrap interval,

@@ -19,7 +19,8 @@ from glmcheck.records.json_rows import render_json
 from glmcheck.records.terminal import render_text
 
 MISSING = "-"  # a cell that does not apply (or was not measured); a measured NaN prints `nan`
-LEGACY_MEASURED = frozenset({"cosine", "rel_l2", "max_abs"})  # records from before the `nonfinite` column
+# A record's measured columns when it has no `nonfinite` column.
+LEGACY_MEASURED = frozenset({"cosine", "rel_l2", "max_abs"})
 
 
 def _missing(value) -> bool:
@@ -102,7 +103,7 @@ def _comparison_table(rows: pd.DataFrame, with_argmax: bool, baseline: str | Non
                       per_token: bool = False, judged: bool = True) -> Table:
     """One line per row: distances to the exact reference (and the baseline), and (`judged`) verdict, note."""
     vs_baseline = f"rel_l2_vs_{baseline}" if baseline and f"rel_l2_vs_{baseline}" in rows else None
-    temperature = per_token and "temperature_bias" in rows  # records before it was measured lack the column
+    temperature = per_token and "temperature_bias" in rows  # a record may lack the column
     headers = ["comparison", "cosine", "rel L2 (exact)"] + ([f"rel L2 ({baseline})"] if vs_baseline else []) \
         + (["token max rel L2", "scale bias"] if per_token else []) \
         + (["temperature bias"] if temperature else []) + ["max abs"] \

@@ -132,8 +132,9 @@ FAULTS: dict[str, tuple[KernelFn, str]] = {
     "fault:empty_row0_1in100": (empty_slot_as_row0, "an empty slot read as row 0 in one token of 100"),
 }
 
-# Structural faults (issue 56): a slot count off by one, a row from the future, a row kept twice, two heads swapped,
-# and one that starts past a position (`late_fault`: its position is the check's, so it is made per prompt length).
+# Structural faults (docs/reliability.md, "All-position logits and the one-forward sweep"): a slot count off by one, a
+# row from the future, a row kept twice, two heads swapped, and one that starts past a position (`late_fault`: its
+# position is the check's, so it is made per prompt length).
 STRUCTURAL_FAULTS: dict[str, tuple[KernelFn, str]] = {
     "fault:last_slot_dropped": (last_slot_dropped, "every token's last valid slot ignored (slot count off by one)"),
     "fault:future_row_1in64": (future_row, "one token in 64 reads the next position's row in place of its last"),

@@ -6,9 +6,9 @@ first words are the context; the choices are the rest of that line (the answer) 
 other lines of the held-out text of about the same length (distractors). A model that has learned
 the corpus's language scores well above chance (25 %); the trained reference models never saw
 these documents (`glmcheck.data.heldout`). lm-eval scores each choice by its log-likelihood after
-the context (`output_type: multiple_choice`, metric `acc`): one 0/1 per question. Measured (2026-12-02,
-`glmcheck serve --model ref-cpu --backend reference`, lm-eval 0.4.13): ref-cpu gets 242 of the 400 right
-(60.5 %; the first 100: 61 %; pydoc topics 74 %, library code 50 %, codec tables 92 %).
+the context (`output_type: multiple_choice`, metric `acc`): one 0/1 per question. ref-cpu gets 242 of the 400
+right (60.5 %; the first 100: 61 %; pydoc topics 74 %, library code 50 %, codec tables 92 %), measured through
+`glmcheck serve --model ref-cpu --backend reference` with lm-eval 0.4.13.
 
 Generation is deterministic (`generate(count, seed)`, seeded `random.Random`, no tokenizer): the
 committed `glmcheck/resources/prompts/heldout_mc.jsonl` is `generate()` written by `dumps`, so a task run

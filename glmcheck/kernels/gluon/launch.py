@@ -1,6 +1,6 @@
 """Launcher of the warp-specialised 64-row union tile (Hopper + Gluon only): the ping-pong tile (`pingpong.py`), for
-every union group and the per-token path (docs/performance.md, "Which 64-row tile per group": 0.67-0.69x the time of
-the split tile it replaced, at every G).
+every union group and the per-token path: the fastest 64-row tile measured at every G (docs/performance.md, "Which
+64-row tile per group").
 
 `sparse_mla_prefill` takes it wherever `ws_supports` says yes (G*H = 64, or one-token groups at any head count on
 the ping-pong tile; an sm_90 GPU, bf16, d_v 512 with a 64-wide rope tail, 16-byte aligned rows); everywhere else

@@ -1,8 +1,8 @@
 """Gluon kernel (Hopper only): the 64-row union tile with two ping-pong consumer warpgroups.
 
 One group of G adjacent tokens per program, G*H = 64 token-major query rows, ownership bits mask foreign rows (the
-union contract of the Triton union tile). The two consumer warpgroups split the work by KV block, not by column as
-the split tile it replaced did (docs/performance.md, "Which 64-row tile per group"):
+union contract of the Triton union tile). The two consumer warpgroups split the work by KV block, not by column (a
+column split measured slower at every G: docs/performance.md, "Which 64-row tile per group"):
   * the even warpgroup takes union blocks 0, 2, 4, ..., the odd one blocks 1, 3, 5, ...; each computes its own
     block's full S = Q K^T ([64, 64]: one 64-wide warpgroup MMA) and its softmax;
   * both own half of the output columns (fp32 accumulator [64, 256] each), so each block's P goes to both: its
