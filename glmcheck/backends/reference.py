@@ -4,11 +4,15 @@ Same arguments as `glmcheck.kernels.sparse_mla_prefill`: per token, a softmax ov
 valid selected rows only (valid: slot below topk_length[t], row in [0, S)); rows with no valid
 slot give zeros, and a NaN/Inf in q or in a selected KV row reaches the output (never zeroed).
 Tokens are processed in chunks so memory stays bounded at T = 8192, topk = 2048 (about
-`budget_bytes` for the gathered rows of one chunk). The noise band's flash-style bf16
+`budget_bytes` for the gathered rows of one chunk). The fp32 reference also has a Triton form on the tensor cores
+(`reference_triton`, GLMCHECK_REFERENCE_IMPL=triton; the torch form stays the default until it is timed on the GPU).
+The noise band's flash-style bf16
 variants (`band_variant`) live in `glmcheck.backends.band_kernels`.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -28,6 +32,10 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
     out = torch.zeros((num_tokens, num_heads, d_v), dtype=dtype, device=args.q.device)
     if num_tokens == 0 or args.topk == 0:
         return out
+    if dtype == torch.float32 and reference_impl() == "triton":
+        from glmcheck.backends.reference_triton import reference_fp32
+
+        return reference_fp32(args.q, args.kv, args.indices, args.topk_length, args.sm_scale, d_v)
     valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
     row_bytes = args.topk * d_qk * torch.finfo(dtype).bits // 8
     chunk = max(1, budget_bytes // row_bytes)
@@ -38,6 +46,19 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
                                            args.indices[start:stop], valid[start:stop],
                                            args.sm_scale, d_v)
     return out
+
+
+IMPL_ENV = "GLMCHECK_REFERENCE_IMPL"
+
+
+def reference_impl() -> str:
+    """Which form of the fp32 reference runs: "torch" (gather and softmax per token chunk; the default) or "triton"
+    (`reference_triton`, on the tensor cores; on the CPU through Triton's interpreter), from GLMCHECK_REFERENCE_IMPL
+    (torch|triton). The fp64 reference is always the torch form."""
+    choice = os.environ.get(IMPL_ENV, "torch").strip().lower() or "torch"
+    if choice not in ("torch", "triton"):
+        raise ValueError(f"{IMPL_ENV} must be torch or triton, got {choice!r}")
+    return choice
 
 
 TABLE_BYTES = 1 << 30  # the largest copy of the KV rows in the reference's dtype a call makes (a prompt's rows)
