@@ -62,26 +62,34 @@ def flashmla_kv_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor
         raise ValueError(f"flashmla_kv takes a {LATENT_DIMS[0]} + {LATENT_DIMS[1]} rope latent (d_qk "
                          f"{sum(LATENT_DIMS)}) only, got d_v {d_v}, d_qk {d_qk}")
     op = _decode_op()
-    out = torch.zeros((num_tokens, num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
     if num_tokens == 0 or args.topk == 0:
-        return out
-    pool = fp8_pool_of(args.kv, d_qk - d_v)
+        return torch.zeros((num_tokens, num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
+    return flashmla_kv_on_pool(args.q, fp8_pool_of(args.kv, d_qk - d_v), args.indices, args.sm_scale, d_v,
+                               num_rows=args.num_kv_rows, topk_length=args.topk_length, op=op)
+
+
+def flashmla_kv_on_pool(q: torch.Tensor, pool: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int, *,
+                        num_rows: int, topk_length: torch.Tensor | None = None, op=None) -> torch.Tensor:
+    """The kernel on a pool already written (`glmcheck.kernels.fp8.quantize_kv_pool`, [pages, 64, 1, 656] uint8):
+    q [T, H, 576] bf16, indices [T, K] int32 into its first `num_rows` rows, topk_length [T] or None; returns
+    [T, H, d_v] bf16 (a token with no valid slot: zeros). The engines' own call, with no quantisation in it."""
+    op = op or _decode_op()
+    num_tokens, num_heads, d_qk = q.shape
+    topk = indices.shape[1]
     heads = next(h for h in HEAD_COUNTS if h >= num_heads)
-    q4 = torch.zeros((num_tokens, 1, heads, d_qk), dtype=torch.bfloat16, device=args.q.device)
-    q4[:, 0, :num_heads] = args.q
-    idx = args.indices
-    if args.topk_length is not None:  # the V3.2 layout takes no lengths: slots past a token's length are empty
-        slots = torch.arange(args.topk, device=idx.device)[None, :]
-        idx = torch.where(slots < args.topk_length[:, None].clamp(0, args.topk), idx, -1)
-    idx = torch.where((idx >= 0) & (idx < args.num_kv_rows), idx, -1).to(torch.int32)
-    padded = -(-args.topk // TOPK_MULTIPLE) * TOPK_MULTIPLE
-    if padded != args.topk:
-        idx = torch.nn.functional.pad(idx, (0, padded - args.topk), value=-1)
+    q4 = torch.zeros((num_tokens, 1, heads, d_qk), dtype=torch.bfloat16, device=q.device)
+    q4[:, 0, :num_heads] = q
+    idx = indices
+    if topk_length is not None:  # the V3.2 layout takes no lengths: slots past a token's length are empty
+        slots = torch.arange(topk, device=idx.device)[None, :]
+        idx = torch.where(slots < topk_length[:, None].clamp(0, topk), idx, -1)
+    idx = torch.where((idx >= 0) & (idx < num_rows), idx, -1).to(torch.int32)
+    padded = -(-topk // TOPK_MULTIPLE) * TOPK_MULTIPLE
+    if padded != topk:
+        idx = torch.nn.functional.pad(idx, (0, padded - topk), value=-1)
     call = [q4, pool.view(torch.float8_e4m3fn), idx[:, None, :].contiguous(), None, None, None, None, None, None,
-            None, d_v, float(args.sm_scale)]
+            None, d_v, float(sm_scale)]
     call += [None] * (len(op.default._schema.arguments) - len(call))
-    result = op(*call)
-    out[:] = result[0][:, 0, :num_heads]
-    empty = ~(idx >= 0).any(dim=1)  # a token with no valid slot gives zeros, as the contract says
-    out[empty] = 0
+    out = op(*call)[0][:, 0, :num_heads].contiguous()
+    out[~(idx >= 0).any(dim=1)] = 0  # a token with no valid slot gives zeros, as the contract says
     return out
