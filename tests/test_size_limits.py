@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from glmcheck import arguments as options
-from glmcheck.model import plan
+from glmcheck.model import memory
 from glmcheck.selftest import selfcheck
 from glmcheck.selftest.selfcheck import CPU_DEFAULT, GPU_DEFAULT, SelfcheckShape
 
@@ -27,12 +27,12 @@ def fake_memory(monkeypatch, ram_gib: float, gpu_free_gib: float = 0, gpu_total_
 
 def test_device_memory_is_ram_on_the_cpu_and_free_memory_on_a_gpu(monkeypatch):
     fake_memory(monkeypatch, ram_gib=16, gpu_free_gib=70, gpu_total_gib=80)
-    assert plan.device_memory("cpu") == (16 * GIB, "of RAM")
-    assert plan.device_memory(torch.device("cuda", 0)) == (70 * GIB, "free on cuda:0 (of 80.0 GiB)")
+    assert memory.device_memory("cpu") == (16 * GIB, "of RAM")
+    assert memory.device_memory(torch.device("cuda", 0)) == (70 * GIB, "free on cuda:0 (of 80.0 GiB)")
     with pytest.raises(ValueError, match=r"^thing needs about 20.0 GiB \(why\), more than the 16.0 GiB of RAM$"):
-        plan.check_memory(20 * GIB, "cpu", "thing", "why")
-    plan.check_memory(16 * GIB, "cpu", "thing")
-    assert [plan.gib(x) for x in (GIB / 4, 3.14 * GIB, 30518 * GIB)] == ["0.25 GiB", "3.1 GiB", "30,518 GiB"]
+        memory.check_memory(20 * GIB, "cpu", "thing", "why")
+    memory.check_memory(16 * GIB, "cpu", "thing")
+    assert [memory.gib(x) for x in (GIB / 4, 3.14 * GIB, 30518 * GIB)] == ["0.25 GiB", "3.1 GiB", "30,518 GiB"]
 
 
 def test_selfcheck_memory_is_estimated_from_the_shapes():

@@ -12,7 +12,7 @@ import torch
 
 from glmcheck.checks import metrics
 from glmcheck.model import make_config
-from glmcheck.model.plan import plan_memory
+from glmcheck.model.memory import plan_memory
 from glmcheck.records.store import read_record
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

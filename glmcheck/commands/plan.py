@@ -34,7 +34,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.model.plan import HEADROOM, PATHS, plan_memory
+    from glmcheck.model.memory import HEADROOM, PATHS, plan_memory
     from glmcheck.model.presets import make_config
 
     precheck(ns)

@@ -150,7 +150,7 @@ def _model_run(ns: argparse.Namespace, known: tuple[str, ...], context: str = ""
     """(checks, spec, config, device) of a rates or power run, each option checked (one line naming it)."""
     from glmcheck.arguments import check_band, check_count
     from glmcheck.model.load import ModelSpec, config_of, resolve_device
-    from glmcheck.model.plan import check_fits
+    from glmcheck.model.memory import check_fits
 
     for value, option in ((ns.seeds, "--seeds"), (ns.tokens, "--tokens")):
         check_count(value, option)

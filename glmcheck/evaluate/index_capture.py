@@ -28,7 +28,7 @@ def capture_trace(options: CheckOptions, out: str | Path, *, tokens: int, batch:
     from glmcheck.data.model_prompts import model_prompt
     from glmcheck.data.traces import capture_indices, write_trace
     from glmcheck.model.load import ModelSpec, config_of, load_model, resolve_device
-    from glmcheck.model.plan import check_fits
+    from glmcheck.model.memory import check_fits
     from glmcheck.model.swap import HF_BACKENDS
     from glmcheck.records.environment import config_hash
 

@@ -15,7 +15,7 @@ from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model
-from glmcheck.model.plan import check_fits
+from glmcheck.model.memory import check_fits
 from glmcheck.process.phases import CLOCK
 from glmcheck.records.environment import code_identity, config_hash
 from glmcheck.records.layout import clear_record

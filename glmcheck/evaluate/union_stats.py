@@ -39,7 +39,7 @@ def check_union_options(indices: str | None, mode: str | None, topk: int | None,
     check_count(topk, "--topk")
     longest = max(seq_len for _, seq_len in synthetic_points()) if topk is not None else None
     if longest is not None and topk > longest:
-        from glmcheck.model.plan import gib
+        from glmcheck.model.memory import gib
 
         raise ValueError(f"--topk {topk}: at most {longest}, the longest synthetic sequence (a token selects rows "
                          f"of its causal prefix only, so a larger top-k only adds empty slots; [{longest}, {topk}] "

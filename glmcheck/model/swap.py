@@ -24,7 +24,7 @@ top-k is sorted, masked positions last). `time_attention=True` times each layer'
 with CUDA events (`attention_ms`). With tp > 1 a hook on each o_proj adds the rank partial sums
 in rank order, as an all-reduce would (for hf backends too).
 `hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path, [T, T] masks and
-scores: `glmcheck.model.plan` bounds their length). Everything is restored on exit, also after an
+scores: `glmcheck.model.memory` bounds their length). Everything is restored on exit, also after an
 exception.
 """
 

@@ -89,7 +89,7 @@ def check_shape(shape: SelfcheckShape, device: torch.device | str) -> None:
     `shape`, or when it would not fit the device's memory (`glmcheck.arguments.check_memory`:
     RAM, a GPU's free memory) or, on the CPU, run within CPU_LIMIT_S; before anything is allocated."""
     from glmcheck.kernels.validate import MAX_HEADS
-    from glmcheck.model.plan import check_memory
+    from glmcheck.model.memory import check_memory
 
     device = torch.device(device)
     if shape.heads > MAX_HEADS:
