@@ -4,8 +4,6 @@ slots, lengths as -1 slots); on the H200 the real op against the fp64 reference 
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
@@ -14,6 +12,7 @@ from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.checks import metrics
 from glmcheck.data.inputs import random_distinct_indices
 from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
+from tests.support.flashmla_standin import StandIn
 
 D_V, D_ROPE = 512, 64
 
@@ -30,25 +29,9 @@ def _inputs(tokens: int, heads: int, rows: int, topk: int, device, seed: int = 0
     return q.to(device), kv.to(device), indices.to(device), length.to(device)
 
 
-class _StandIn:
-    """The decode op's calling convention over a torch reference that reads the FP8 pool it is handed."""
-
-    def __init__(self, arguments: int):
-        self.default = types.SimpleNamespace(_schema=types.SimpleNamespace(arguments=[None] * arguments))
-        self.calls: list[list] = []
-
-    def __call__(self, q, cache, indices, *rest):
-        self.calls.append([q, cache, indices, *rest])
-        d_v, sm_scale = rest[7], rest[8]
-        pages, block, _, width = cache.shape
-        rows = dequantize_kv_pool(cache.view(torch.uint8), pages * block, d_rope=D_ROPE)
-        out = sparse_mla_reference(q[:, 0], rows, indices[:, 0], sm_scale, d_v, dtype=torch.float32)
-        return out.bfloat16()[:, None], None, None, None
-
-
 @pytest.mark.parametrize("heads", [8, 100])
 def test_the_layout_the_kernel_is_handed(monkeypatch, heads):
-    standin = _StandIn(13)
+    standin = StandIn(13)
     monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: standin)
     q, kv, indices, length = _inputs(6, heads, 200, 70, "cpu")
     out = flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V, topk_length=length)
@@ -66,7 +49,7 @@ def test_the_layout_the_kernel_is_handed(monkeypatch, heads):
 
 
 def test_rows_off_the_fp8_grid_are_refused(monkeypatch):
-    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: _StandIn(12))
+    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
     q, kv, indices, _ = _inputs(4, 8, 100, 32, "cpu")
     raw = torch.randn(100, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
     with pytest.raises(ValueError, match=r"--kv-cache-dtype fp8_e4m3"):
@@ -116,3 +99,19 @@ def test_chosen_and_refused_before_any_model_is_built(monkeypatch):
     monkeypatch.setattr(backend_choice, "_flashmla_here", lambda device, dims: True)
     assert "flashmla_kv" in backend_choice.default_backends(cpu, 8, (512, 64), "fp8_e4m3"), "the engines' FP8 pick"
     assert "flashmla_kv" not in backend_choice.default_backends(cpu, 8, (512, 64), None)
+
+
+def test_one_pool_write_per_rows_tensor(monkeypatch):
+    """A layer's rank slices hand the backend one rows tensor: the pool is written once; rows written since (their
+    version moved) or another tensor get a pool of their own."""
+    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
+    writes: list[int] = []
+    real = flashmla_kv._checked_pool
+    monkeypatch.setattr(flashmla_kv, "_checked_pool", lambda kv, d: (writes.append(1), real(kv, d))[1])
+    q, kv, indices, _ = _inputs(4, 8, 100, 32, "cpu")
+    first = flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
+    assert torch.equal(flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V), first) and len(writes) == 1
+    kv[5] = kv[6]  # written in place: FP8 values still, a new version
+    flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
+    flashmla_kv.flashmla_kv_prefill(q, kv.clone(), indices, 0.05, D_V)
+    assert len(writes) == 3

@@ -40,9 +40,21 @@ def _decode_op():
     return op
 
 
+_last_pool: list = []  # (rows tensor, its version, the pool): a layer's rank slices share one rows tensor
+
+
 def fp8_pool_of(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
     """The FP8 pool [pages, 64, 1, 656] uint8 holding the rows `kv` [S, 576] bf16 exactly; ValueError when a row is
-    not an FP8 value of that layout (module docstring)."""
+    not an FP8 value of that layout (module docstring). The same rows tensor, unchanged since (the calls of one
+    layer's rank slices), gets the pool written the first time: one write per layer, as an engine's KV store."""
+    if _last_pool and _last_pool[0] is kv and _last_pool[1] == kv._version:
+        return _last_pool[2]
+    pool = _checked_pool(kv, d_rope)
+    _last_pool[:] = [kv, kv._version, pool]
+    return pool
+
+
+def _checked_pool(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
     pool = quantize_kv_pool(kv, d_rope=d_rope)
     back = dequantize_kv_pool(pool, kv.shape[0], d_rope=d_rope)
     finite = torch.isfinite(kv).all(dim=1)  # a NaN / Inf row is stored as FP8 stores it: it must still reach q

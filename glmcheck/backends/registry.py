@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
 from glmcheck.backends.band_kernels import fp8_band_variant
+from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
 from glmcheck.backends.flashmla_kv import flashmla_kv_prefill
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill

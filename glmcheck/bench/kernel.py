@@ -6,7 +6,10 @@ its causal prefix, later tokens a drifting top-k set whose union-of-2/4 ratios m
 GLM-5.1 traces; batches are independent sequences in one KV pool), or a random walk of another
 generator, "drift10" / "drift2" (10 % / 2 % of the rows swapped per token), "uniform", or a
 captured trace. Union paths are also timed with a plan built
-before the timed calls ("+plan": a shared layer's call). Every backend's output is first compared with
+before the timed calls ("+plan": a shared layer's call). With an FP8 KV cache (`kv_cache_dtype` "fp8_e4m3") the
+rows are DSA's FP8 pool (`glmcheck.kernels.fp8`): our paths read its dequantised rows as they are ("+len") and with
+the dequantisation in the timed call ("+len+deq"), and FlashMLA's FP8 decode kernel reads the pool itself
+("flashmla_kv", the engines' pick over an FP8 cache), all gated against the reference on the pool's values. Every backend's output is first compared with
 the fp32 reference (rel-L2 gate); only a backend that passes is timed
 (`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
 """
@@ -24,6 +27,7 @@ from glmcheck.checks import metrics
 from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill, union_dedup, union_is_legal
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.kernels.prefill import effective_lengths, kernel_route
 from glmcheck.kernels.union import token_row_sets
 
@@ -64,11 +68,14 @@ def parse_points(text: str) -> list[BenchPoint]:
 
 @dataclass
 class PointInputs:
+    """A point's inputs; `pool` the FP8 pool `kv`'s rows are the values of (an FP8 KV cache), else None."""
+
     q: torch.Tensor
     kv: torch.Tensor
     indices: torch.Tensor
     topk_length: torch.Tensor
     sm_scale: float
+    pool: torch.Tensor | None = None
 
 
 @dataclass
@@ -107,11 +114,13 @@ def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> t
 
 
 def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, device: str = "cuda",
-                mode: str = "calibrated", indices: torch.Tensor | None = None) -> PointInputs:
+                mode: str = "calibrated", indices: torch.Tensor | None = None,
+                kv_cache_dtype: str | None = None) -> PointInputs:
     """Fresh random q/kv and prefill indices for `point` on `device` (topk default TOPK).
 
     `indices` (e.g. from a captured trace) replaces the synthetic ones; the KV pool then has
-    as many rows as the indices have tokens.
+    as many rows as the indices have tokens. `kv_cache_dtype` "fp8_e4m3" writes the rows to the FP8 pool and
+    gives its values as `kv` (and the pool as `pool`).
     """
     tokens = point.batch * point.seq_len
     topk = TOPK if topk is None else topk
@@ -122,16 +131,23 @@ def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, devic
     indices = indices.to(device)
     q, kv = random_qkv(tokens, point.heads, tokens, D_V, D_TAIL, torch.Generator().manual_seed(seed), device)
     lengths = effective_lengths(indices, None, tokens)
-    return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5)
+    pool = None
+    if kv_cache_dtype not in (None, "bf16", "fp8_e4m3"):
+        raise ValueError(f"--kv-cache-dtype must be bf16 or fp8_e4m3, got {kv_cache_dtype!r}")
+    if kv_cache_dtype == "fp8_e4m3":
+        pool = quantize_kv_pool(kv, d_rope=D_TAIL)
+        kv = dequantize_kv_pool(pool, tokens, d_rope=D_TAIL)
+    return PointInputs(q, kv, indices, lengths, (D_V + D_TAIL) ** -0.5, pool)
 
 
 EXACT_PATHS = ("per-token", "union2", "union4", "union8")  # our kernel's paths; each also as "+len"
 LENGTH_SUFFIX = "+len"
 
 
-def default_specs(flashmla: bool) -> list[BenchSpec]:
+def default_specs(flashmla: bool, kv_cache_dtype: str | None = None) -> list[BenchSpec]:
     """The backends of the reference table (FlashMLA only when it loads): each of our paths with and
-    without topk_length (a union path only where G*H is legal: elsewhere it would run per-token)."""
+    without topk_length (a union path only where G*H is legal: elsewhere it would run per-token); over an FP8 KV
+    cache also `fp8_specs`."""
     from glmcheck.backends.flashmla import flashmla_sparse_prefill
     from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 
@@ -155,6 +171,33 @@ def default_specs(flashmla: bool) -> list[BenchSpec]:
     # Its scores are rounded to bf16 by the bmm, so it gets a looser gate (about 3e-3 measured).
     specs.append(BenchSpec("torch_bf16", lambda x, out: torch_bf16_sparse_prefill(
         x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2, applies=lambda heads: heads == 8))
+    if kv_cache_dtype == "fp8_e4m3":
+        specs += fp8_specs(flashmla)
+    return specs
+
+
+DEQUANT_SUFFIX = "+deq"  # the pool's dequantisation inside the timed call
+
+
+def fp8_specs(flashmla: bool) -> list[BenchSpec]:
+    """Over an FP8 KV cache: each of our paths with topk_length and the pool's dequantisation in the call, and
+    FlashMLA's FP8 decode kernel on the pool (`glmcheck.backends.flashmla_kv`) when FlashMLA loads."""
+    from glmcheck.backends.flashmla_kv import flashmla_kv_on_pool
+
+    def dequantised(union: int):
+        def run(x, out):
+            rows = dequantize_kv_pool(x.pool, x.kv.shape[0], d_rope=D_TAIL)
+            return sparse_mla_prefill(x.q, rows, x.indices, x.sm_scale, D_V, out=out, union=union,
+                                      topk_length=x.topk_length)
+        return run
+
+    specs = []
+    for name, union in zip(EXACT_PATHS, (0, 2, 4, 8), strict=True):
+        legal = (lambda heads: True) if not union else (lambda heads, g=union: union_is_legal(heads, g))
+        specs.append(BenchSpec(name + LENGTH_SUFFIX + DEQUANT_SUFFIX, dequantised(union), applies=legal))
+    if flashmla:
+        specs.append(BenchSpec("flashmla_kv", lambda x, out: flashmla_kv_on_pool(
+            x.q, x.pool, x.indices, x.sm_scale, D_V, num_rows=x.kv.shape[0], topk_length=x.topk_length)))
     return specs
 
 
@@ -265,7 +308,8 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
               topk: int | None = None, device: str = "cuda", mode: str = "calibrated",
               indices: torch.Tensor | None = None, timer: Callable[..., float] | None = None,
               timing: str = "eager", capture: Callable = capture_graph, pairs: list[tuple[str, str]] = (),
-              pair_rounds: int = 0, reference_dtype: torch.dtype = torch.float32) -> list[BenchResult]:
+              pair_rounds: int = 0, reference_dtype: torch.dtype = torch.float32,
+              kv_cache_dtype: str | None = None) -> list[BenchResult]:
     """Gate then time every spec that applies at the point's head count (rel-L2 against the
     reference in `reference_dtype`: fp32, or fp64 where margins are finer than fp32's own
     rounding, ~1e-10 of a ~2e-3 rel-L2); the union builds are timed
@@ -277,12 +321,14 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
     point whose host work outlasts its GPU work measures the host); "graph" captures each call
     in a CUDA graph and times its replay (the GPU's time alone; every backend alike), after the
     replay's output passed the same gate. `timer(fn, rep_ms=...)` defaults to `time_ms` (GPU) and
-    `capture(fn) -> (replay, output)` to `capture_graph`; tests pass their own.
+    `capture(fn) -> (replay, output)` to `capture_graph`; tests pass their own. `kv_cache_dtype` "fp8_e4m3": the
+    point's rows are an FP8 pool's values (`make_inputs`), the reference reads them.
     """
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     timer = timer or time_ms
-    inputs = make_inputs(point, topk=topk, seed=seed, device=device, mode=mode, indices=indices)
+    inputs = make_inputs(point, topk=topk, seed=seed, device=device, mode=mode, indices=indices,
+                         kv_cache_dtype=kv_cache_dtype)
     reference = sparse_mla_reference(inputs.q, inputs.kv, inputs.indices, inputs.sm_scale, D_V,
                                       dtype=reference_dtype, budget_bytes=REFERENCE_BUDGET_BYTES)
     results = []

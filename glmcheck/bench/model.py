@@ -62,15 +62,19 @@ def parse_rows(text: str) -> list[ModelRow]:
     return rows
 
 
-def default_rows(groups: list[int], flashmla: bool) -> list[ModelRow]:
-    """FlashMLA+len (when present), our per-token path, each legal union with plans reused and with a
-    build per layer (all with topk_length, as serving engines call), and hf_sdpa."""
+def default_rows(groups: list[int], flashmla: bool, *, fp8: bool = False) -> list[ModelRow]:
+    """FlashMLA+len (when present; over an FP8 KV cache also its FP8 decode kernel, `flashmla_kv`, whose calls
+    include writing the pool from the rows, once per layer), our per-token path, each legal union with plans reused
+    and with a build per layer (all with topk_length, as serving engines call), and hf_sdpa (not over FP8: it never
+    reads the pool)."""
     rows = [ModelRow("flashmla_sparse", True)] if flashmla else []
+    if flashmla and fp8:
+        rows.append(ModelRow("flashmla_kv", True))
     rows.append(ModelRow("triton_sparse_mla", True))
     for group in groups:
         rows += [ModelRow(f"triton_sparse_mla:union{group}", True),
                  ModelRow(f"triton_sparse_mla:union{group}", True, reuse_plans=False)]
-    return rows + [ModelRow("hf_sdpa")]
+    return rows if fp8 else rows + [ModelRow("hf_sdpa")]
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="record directory (default runs/bench-<timestamp>); an existing record "
                                                "or non-empty directory is refused unless --overwrite")
     p.add_argument("--overwrite", action="store_true", help="replace the record in --out")
+    p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
+                   help="fp8_e4m3: the rows are DSA's FP8 pool; our paths timed on its values and with the "
+                        "dequantisation in the call (+deq), FlashMLA's FP8 decode kernel (flashmla_kv) on the pool; "
+                        "with --model every row over the FP8 pool and a flashmla_kv row")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(handler=handle, precheck=precheck)
 
@@ -119,7 +123,7 @@ def handle(ns: argparse.Namespace) -> int:
         return _handle_model(ns)
     points = _trace_points(ns) if ns.indices else [(point, None) for point in parse_points(ns.points)]
     have_flash, source = flashmla_available()
-    specs = default_specs(have_flash)
+    specs = default_specs(have_flash, ns.kv_cache_dtype)
     pairs = length_pairs(specs) + _paired(ns.paired, specs)
     if ns.ceilings:
         _print_ceilings(points)
@@ -128,7 +132,8 @@ def handle(ns: argparse.Namespace) -> int:
     for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
         results += run_point(point, specs, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing,
                              pairs=pairs, pair_rounds=ns.pair_rounds,
-                             reference_dtype=torch.float64 if ns.fp64 else torch.float32)
+                             reference_dtype=torch.float64 if ns.fp64 else torch.float32,
+                             kv_cache_dtype=ns.kv_cache_dtype)
     table = "\n\n".join(part for part in (render_table(results), render_accuracy(results, reference)) if part)
     print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
     print(f"timing: {ns.timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if ns.timing == "graph"
@@ -137,7 +142,7 @@ def handle(ns: argparse.Namespace) -> int:
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
     summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
                "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds, "paired": ns.paired,
-               "reference": reference,
+               "reference": reference, "kv_cache_dtype": ns.kv_cache_dtype,
                "indices": ns.indices, "rows": rows, "table": table}
     directory = _write(ns, "bench", summary, rows)
     print(f"record: {directory}")
@@ -196,12 +201,15 @@ def _handle_model(ns) -> int:
     heads = config.num_attention_heads // ns.tp
     latent = (config.kv_lora_rank, config.qk_rope_head_dim)
     flash = "flashmla_sparse" in default_backends(device, heads, latent)
-    rows = parse_rows(ns.backends) if ns.backends else default_rows(legal_groups(heads), flash)
+    fp8 = ns.kv_cache_dtype == "fp8_e4m3"
+    rows = parse_rows(ns.backends) if ns.backends else default_rows(legal_groups(heads), flash, fp8=fp8)
     for warning in validate_backends(list(dict.fromkeys(r.backend for r in rows)), device=device,
-                                     heads=config.num_attention_heads, tp=ns.tp, latent_dims=latent):
+                                     heads=config.num_attention_heads, tp=ns.tp, latent_dims=latent,
+                                     kv_cache_dtype="fp8_e4m3" if fp8 else None):
         print(f"warning: {warning}")
     model = load_model(spec, device)
-    options = SwapOptions(tp=ns.tp, selector=calibrated_selector() if indices == "calibrated" else None)
+    options = SwapOptions(tp=ns.tp, selector=calibrated_selector() if indices == "calibrated" else None,
+                          kv_cache_dtype="fp8_e4m3" if fp8 else None)
     with tqdm(total=len(lengths) * len(rows), desc="prefill", disable=ns.quiet, leave=False) as bar:
         timings = bench_prefill(model, lengths, rows, options, progress=bar,
                                 prompt=lambda n, key: model_prompt(spec, model.config.vocab_size, n, key, device))
@@ -218,6 +226,7 @@ def _handle_model(ns) -> int:
     rows_out = [dataclasses.asdict(t) for t in timings]
     directory = _write(ns, "bench-model", {"command": "bench-model", "environment": environment_metadata(),
                                            "rows": rows_out, "model": spec.describe(), "tp": ns.tp,
-                                           "indices": indices, "table": table}, rows_out)
+                                           "indices": indices, "kv_cache_dtype": ns.kv_cache_dtype, "table": table},
+                       rows_out)
     print(f"record: {directory}")
     return 0 if all(t.passed for t in timings) else 1

@@ -59,8 +59,9 @@ def precheck(ns: argparse.Namespace) -> None:
     if ns.tokens is not None:  # the default depends on the device
         lengths = _lengths(ns.tokens, "")
         if ns.endpoint and len(lengths) != 1:
-            raise ValueError(f"--tokens: with --endpoint logits judges every position of one prompt; name one length, "
-                             f"got {len(lengths)} ({ns.tokens!r}); `glmcheck sweep --endpoint` bins one prompt by length")
+            raise ValueError(f"--tokens: with --endpoint logits judges every position of one prompt; name one "
+                             f"length, got {len(lengths)} ({ns.tokens!r}); `glmcheck sweep --endpoint` bins one "
+                             f"prompt by length")
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
     check_count(ns.logprobs, "--logprobs")
     refuse_band_gate_options(ns, "logits")

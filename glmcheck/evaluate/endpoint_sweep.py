@@ -31,7 +31,6 @@ from glmcheck.records.environment import code_identity
 from glmcheck.sources.endpoint import Endpoint
 from glmcheck.sources.transport import HttpOptions
 
-
 SOURCE = "one request per server (the mean |dlogprob| over the reference's top-k at each position)"
 
 

@@ -1,0 +1,53 @@
+"""The kernel bench over an FP8 KV cache (issue 57; CPU, interpreter, tiny shapes, FlashMLA's op stood in for): the
+rows are the pool's values, our paths are gated and timed with and without the dequantisation, FlashMLA's FP8 decode
+kernel reads the pool itself; a wrong pool fails its gate and is never timed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from glmcheck.backends import flashmla_kv
+from glmcheck.bench.kernel import BenchPoint, BenchSpec, default_specs, fp8_specs, make_inputs, run_point
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
+from tests.support.flashmla_standin import StandIn
+
+
+def _timer(calls: list):
+    def timer(fn, rep_ms=100):
+        fn()
+        calls.append(fn)
+        return 1.0
+    return timer
+
+
+def test_fp8_inputs_are_the_pools_values():
+    x = make_inputs(BenchPoint(1, 70, 8), topk=16, device="cpu", kv_cache_dtype="fp8_e4m3")
+    assert x.pool is not None and x.pool.shape == (2, 64, 1, 656)
+    assert torch.equal(x.kv, dequantize_kv_pool(x.pool, 70))
+    assert torch.equal(dequantize_kv_pool(quantize_kv_pool(x.kv), 70), x.kv), "already FP8 values"
+    assert make_inputs(BenchPoint(1, 70, 8), topk=16, device="cpu").pool is None
+    with pytest.raises(ValueError, match=r"--kv-cache-dtype must be bf16 or fp8_e4m3"):
+        make_inputs(BenchPoint(1, 70, 8), topk=16, device="cpu", kv_cache_dtype="fp8")
+
+
+def test_every_fp8_column_is_gated_then_timed(monkeypatch):
+    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
+    names = [s.name for s in default_specs(flashmla=False, kv_cache_dtype="fp8_e4m3")]
+    assert {"per-token+len+deq", "union2+len+deq", "union4+len+deq", "union8+len+deq"} <= set(names)
+    assert "flashmla_kv" not in names and "flashmla_kv" in [s.name for s in fp8_specs(flashmla=True)]
+    specs = [s for s in fp8_specs(flashmla=True) if s.name in ("per-token+len+deq", "union2+len+deq", "flashmla_kv")]
+    specs += [s for s in default_specs(flashmla=False) if s.name == "per-token+len"]
+
+    def wrong_pool(x, out):  # reads the bf16 rows' own pool of a different KV: must fail its gate
+        rows = dequantize_kv_pool(quantize_kv_pool(torch.flip(x.kv, dims=[0])), x.kv.shape[0])
+        return flashmla_kv.flashmla_kv_on_pool(x.q, quantize_kv_pool(rows), x.indices, x.sm_scale, 512,
+                                               num_rows=x.kv.shape[0], topk_length=x.topk_length)
+    specs.append(BenchSpec("planted:wrong-pool", wrong_pool))
+    timed: list = []
+    results = {r.backend: r for r in run_point(BenchPoint(1, 40, 8), specs, topk=16, device="cpu",
+                                                timer=_timer(timed), kv_cache_dtype="fp8_e4m3")}
+    for name in ("per-token+len", "per-token+len+deq", "union2+len+deq", "flashmla_kv"):
+        assert results[name].ms == 1.0 and results[name].rel_l2 < 3e-3, (name, results[name])
+    assert results["per-token+len+deq"].rel_l2 == results["per-token+len"].rel_l2, "the same rows, the same bits"
+    assert results["planted:wrong-pool"].ms is None and "gate failed" in results["planted:wrong-pool"].note
