@@ -109,3 +109,16 @@ def test_the_rates_run_over_the_fp8_pool(monkeypatch):
     calls.clear()
     measure_rates("tiny", [0], 16, ["layer0"], 3)
     assert not calls
+
+
+def test_selftest_rates_over_the_fp8_pool_from_the_command_line(tmp_path, capsys):
+    from glmcheck import cli
+
+    assert cli.main(["selftest", "--kv-cache-dtype", "fp8_e4m3"]) == 2
+    assert "--kv-cache-dtype applies to the verdict-rates run only" in capsys.readouterr().err
+    assert cli.main(["selftest", "--model", "tiny", "--power", "--kv-cache-dtype", "fp8_e4m3"]) == 2
+    assert "not to --power" in capsys.readouterr().err
+    code = cli.main(["selftest", "--model", "tiny", "--seeds", "1", "--checks", "layer0", "--tokens", "16", "--band",
+                     "3", "--kv-cache-dtype", "fp8_e4m3", "--quiet"])
+    out = capsys.readouterr().out
+    assert code in (0, 1) and "KV cache fp8_e4m3" in out and "fault:rope_dropped" in out

@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     for flag, default, help_text in RATES_OPTIONS:
         p.add_argument(flag, type=str if flag == "--checks" else int, default=None,
                        help=f"{help_text} (default {default}; with --model or --checkpoint only)")
+    p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
+                   help="with --model / --checkpoint: fp8_e4m3 runs the rates over DSA's FP8 KV pool (the band's "
+                        "FP8 form; flashmla_kv is not among the rows)")
     p.add_argument("--power", action="store_true",
                    help="with --model / --checkpoint: power curves instead of rates (detection against fault size, "
                         "per check and fault kind; checks layer0 and logits)")
@@ -61,9 +64,12 @@ def precheck(ns: argparse.Namespace) -> None:
         if suite:
             raise ValueError(f"{', '.join(suite)} {'applies' if len(suite) == 1 else 'apply'} to the kernel suite; "
                              f"--model / --checkpoint run the verdict rates instead")
+        if ns.power and ns.kv_cache_dtype == "fp8_e4m3":
+            raise ValueError("--kv-cache-dtype applies to the verdict rates, not to --power")
         return
     given = [flag for flag, _, _ in RATES_OPTIONS if getattr(ns, flag[2:]) is not None]
     given += ["--power"] if ns.power else []
+    given += ["--kv-cache-dtype"] if ns.kv_cache_dtype is not None else []
     if given:
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the verdict-rates run "
                          f"only: add --model (one of {', '.join(RATE_MODELS)}) or --checkpoint PATH")
@@ -190,9 +196,12 @@ def handle_rates(ns: argparse.Namespace) -> int:
     check_forwards(ns.seeds * len(checks) * per_run,
                    f"{ns.seeds} seeds x {len(checks)} checks x {per_run} forwards (--seeds, --checks, --band)")
     say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
-    tallies = measure_rates(spec, range(ns.seeds), ns.tokens, checks, ns.band, device=device, progress=say)
+    fp8 = "fp8_e4m3" if ns.kv_cache_dtype == "fp8_e4m3" else None
+    tallies = measure_rates(spec, range(ns.seeds), ns.tokens, checks, ns.band, device=device, progress=say,
+                            kv_cache_dtype=fp8)
     name = ns.checkpoint or ns.model
     print(f"verdict rates on {name}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}, band of {ns.band}"
+          + (", KV cache fp8_e4m3 (the FP8 pool; the band's FP8 form)" if fp8 else "")
           + (f"; firsttoken: {FIRSTTOKEN_PROMPTS} prompts of {min(ns.tokens, FIRSTTOKEN_TOKENS)} tokens a seed"
              if "firsttoken" in checks else ""))
     print(rates_table(tallies))
