@@ -9,7 +9,8 @@
 # BUDGET=540 on a fresh machine.
 # Each seed's tally is its own file, so slices cut by the deadline keep what they finished. Keep BUDGET 20 s under
 # the device call's limit (the device time left can lower it): a call killed at its limit returns nothing.
-# MODELS picks the models, e.g. MODELS=ref-gpu:4096 SPLIT=2 for the 20 ref-gpu seeds alone.
+# MODELS picks the models, e.g. MODELS=ref-gpu:4096 SPLIT=2 for the 20 ref-gpu seeds alone; KV=fp8_e4m3 runs every
+# seed over the FP8 KV pool (the band's FP8 form: docs/reliability.md, "The FP8 KV cache").
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
@@ -18,13 +19,14 @@ start=$(date +%s); deadline=$(( start + ${BUDGET:-280} ))
 SEEDS=${SEEDS:-20}; SPLIT=${SPLIT:-4}  # MODELS="ref-gpu:4096 ref-cpu:128" by default
 slice() {  # model tokens first last
   timeout $(( deadline - $(date +%s) - 15 )) python3 - "$@" <<'PY'
-import dataclasses, json, sys, glmcheck.kernels
+import dataclasses, json, os, sys, glmcheck.kernels
 from glmcheck.model.load import ModelSpec
 from glmcheck.selftest.rates import measure_rates
 model, tokens, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 for seed in range(first, last):  # one file per seed: a slice cut by the deadline keeps the seeds it finished
     tallies = measure_rates(ModelSpec(preset=model), [seed], tokens, ["layer0"], device="cuda",
-                            progress=lambda line: print(model, line, flush=True))
+                            progress=lambda line: print(model, line, flush=True),
+                            kv_cache_dtype=os.environ.get("KV") or None)
     json.dump([dataclasses.asdict(t) for t in tallies], open(f"/tmp/tallies-{model}-{seed}.json", "w"))
 PY
 }
