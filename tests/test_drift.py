@@ -7,8 +7,8 @@ import torch
 from glmcheck import cli
 from glmcheck.backends import register_backend, unregister_backend
 from glmcheck.backends.reference import sparse_mla_reference
-from glmcheck.checks.common import FAIL, PASS
 from glmcheck.checks.drift import run_drift
+from glmcheck.checks.rows import FAIL, PASS
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model import build_dummy_model, make_config
 from glmcheck.records.store import read_record

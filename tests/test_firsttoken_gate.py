@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from glmcheck.checks.common import FAIL, INCONCLUSIVE, INFO, PASS
 from glmcheck.checks.firsttoken import PromptOutcome, summarize
+from glmcheck.checks.rows import FAIL, INCONCLUSIVE, INFO, PASS
 
 
 class Names:

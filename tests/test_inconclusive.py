@@ -26,8 +26,8 @@ from glmcheck.checks.band import (
     exit_code,
     spread_reason,
 )
-from glmcheck.checks.common import overall_of
 from glmcheck.checks.layer0 import run_layer0
+from glmcheck.checks.rows import overall_of
 from glmcheck.data.prompts import seeded_prompt
 from glmcheck.model import build_dummy_model, make_config
 from glmcheck.records.store import read_record

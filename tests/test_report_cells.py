@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from glmcheck.checks.band import FAIL, PASS
-from glmcheck.checks.common import compare, not_called_row
+from glmcheck.checks.rows import compare, not_called_row
 from glmcheck.commands.selftest import fmt_measured
 from glmcheck.evaluate.union_stats import ratio_cell as _ratio
 from glmcheck.records.report import render

@@ -12,7 +12,8 @@ import torch
 
 from glmcheck.checks import metrics
 from glmcheck.checks.band import DEFAULT_BAND, INFO, Band, Gate, band_names
-from glmcheck.checks.common import (
+from glmcheck.checks.layer0 import CheckResult
+from glmcheck.checks.rows import (
     ComparisonRow,
     cross_check_note,
     fault_row,
@@ -21,7 +22,6 @@ from glmcheck.checks.common import (
     overall,
     require_finite,
 )
-from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each
 
 

@@ -40,7 +40,7 @@ from glmcheck.checks.band import (
     inconclusive_rule,
     spread_reason,
 )
-from glmcheck.checks.common import cross_check_note, overall_of, require_finite
+from glmcheck.checks.rows import cross_check_note, overall_of, require_finite
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.data.prompts import Prompt
 

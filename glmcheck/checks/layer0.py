@@ -24,7 +24,7 @@ import torch
 
 from glmcheck.backends.registry import get_backend, register_backend, unregister_backend
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
-from glmcheck.checks.common import (
+from glmcheck.checks.rows import (
     ComparisonRow,
     compare,
     cross_check_note,

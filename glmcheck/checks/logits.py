@@ -19,7 +19,10 @@ import torch
 
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, pairwise_median
-from glmcheck.checks.common import (
+from glmcheck.checks.layer0 import CheckResult
+from glmcheck.checks.position_gate import PositionBand, PositionGate
+from glmcheck.checks.positions import PositionStatistics, position_statistics, summarize
+from glmcheck.checks.rows import (
     ComparisonRow,
     compare,
     cross_check_note,
@@ -29,9 +32,6 @@ from glmcheck.checks.common import (
     overall,
     require_finite,
 )
-from glmcheck.checks.layer0 import CheckResult
-from glmcheck.checks.position_gate import PositionBand, PositionGate
-from glmcheck.checks.positions import PositionStatistics, position_statistics, summarize
 from glmcheck.checks.runner import SwapOptions, forward_under
 
 

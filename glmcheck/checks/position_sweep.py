@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO
-from glmcheck.checks.common import overall_of
 from glmcheck.checks.position_gate import PositionBand, PositionGate
 from glmcheck.checks.positions import PositionStatistics
+from glmcheck.checks.rows import overall_of
 from glmcheck.checks.sweep import Faulted, SweepResult, onsets
 
 

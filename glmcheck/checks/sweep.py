@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, JUDGES_NOTHING, PASS, spread_reason
-from glmcheck.checks.common import overall_of
 from glmcheck.checks.distributions import Distribution, topk_distance
+from glmcheck.checks.rows import overall_of
 
 
 def window_distance(row: list[Distribution], reference: list[Distribution], k: int) -> tuple[float, int]:

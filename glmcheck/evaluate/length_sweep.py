@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-
 from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import band_names
-from glmcheck.checks.common import require_finite
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import position_statistics
+from glmcheck.checks.rows import require_finite
 from glmcheck.checks.runner import forward_under
 from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
