@@ -82,14 +82,14 @@ def resource_usage(cubin: bytes) -> str:
 
 def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     """The Gluon source to compile for the options and the launch's num_warps."""
-    common = import_gluon_module("common")
+    constants = import_gluon_module("constants")
     module = import_gluon_module("pingpong")
     heads = 64 if ns.token_heads else ns.heads  # tile rows per token
     constexprs = {"stride_qd": 1, "stride_od": 1, "H": heads, "G": 64 // heads, "D_V": 512, "D_TAIL": 64,
-                  "BLOCK_N": common.BLOCK_N, "KV_INT64": ns.kv_int64}
+                  "BLOCK_N": constants.BLOCK_N, "KV_INT64": ns.kv_int64}
     shared = import_gluon_module("pingpong_shared")
     kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
-    constexprs |= {"CONSUMER_REGS": common.PINGPONG_CONSUMER_REGS,
+    constexprs |= {"CONSUMER_REGS": constants.PINGPONG_CONSUMER_REGS,
                    "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
                    "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     kinds = SHARED_SIGNATURE | {"num_heads": "i32"}

@@ -83,7 +83,7 @@ def test_pingpong_launcher_passes_the_launch_constants_to_the_kernel(monkeypatch
     """launch_pingpong runs one program per union group with the measured consumer registers and
     the tile's BLOCK_N (the kernel object stubbed: it needs an sm_90 GPU)."""
     from glmcheck.kernels.gluon import pingpong
-    from glmcheck.kernels.gluon.common import BLOCK_N, PINGPONG_CONSUMER_REGS
+    from glmcheck.kernels.gluon.constants import BLOCK_N, PINGPONG_CONSUMER_REGS
     from glmcheck.kernels.gluon.launch import launch_pingpong
     from glmcheck.kernels.union import UnionSets
     from glmcheck.kernels.validate import PrefillArgs

@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 import triton
 
-from glmcheck.kernels.gluon.common import BLOCK_N, PINGPONG_CONSUMER_REGS
+from glmcheck.kernels.gluon.constants import BLOCK_N, PINGPONG_CONSUMER_REGS
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import UnionSets
 from glmcheck.kernels.validate import PrefillArgs

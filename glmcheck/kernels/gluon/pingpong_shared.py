@@ -6,7 +6,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from glmcheck.kernels.gluon.common import group_index
+from glmcheck.kernels.gluon.constants import group_index
 
 BLOCK_M = gl.constexpr(64)  # query rows per program: one warpgroup MMA tile (G * H)
 WARPGROUP_WARPS = gl.constexpr(4)  # each partition is one warpgroup (the launch's num_warps)
