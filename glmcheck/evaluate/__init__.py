@@ -16,10 +16,11 @@ _WHERE = {"CheckOptions": "options", "Report": "report", "Setup": "setup", "laye
           "logits": "model_checks", "firsttoken": "model_checks", "drift": "model_checks", "sweep": "length_sweep",
           "firsttoken_endpoints": "endpoint_checks",
           "sweep_endpoints": "endpoint_sweep", "logits_endpoints": "endpoint_sweep",
-          "tasks": "task_checks", "tasks_compare": "task_checks", "union_stats": "union_stats"}
+          "tasks": "task_checks", "tasks_compare": "task_checks", "union_stats": "union_stats",
+          "selftest_suite": "selftest_suite", "verdict_rates": "selftest_rates", "power_curves": "selftest_rates"}
 
 __all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "logits_endpoints",
-           "sweep", "sweep_endpoints", "union_stats"]
+           "power_curves", "selftest_suite", "sweep", "sweep_endpoints", "union_stats", "verdict_rates"]
 
 
 def __getattr__(name: str):

@@ -340,7 +340,9 @@ RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _
              "drift": _render_drift, "sweep": _render_sweep, "tasks": _render_tasks}
 
 
-TABLE_COMMANDS = ("union-stats", "bench", "bench-model", "capture-indices")  # reports that carry their printed table
+# Reports that carry their printed table.
+TABLE_COMMANDS = ("union-stats", "bench", "bench-model", "capture-indices", "selftest", "selftest-rates",
+                  "selftest-power")
 
 
 FORMATS = ("text", "md", "wide", "json")  # --format: a terminal's 120 columns, markdown document, every column, JSON
