@@ -1,14 +1,13 @@
-"""`glmcheck bench`: correctness-gated kernel timings (or, with --model, whole-prefill latency)."""
+"""`glmcheck bench`: correctness-gated kernel timings (`glmcheck.evaluate.bench_kernels`) or, with --model,
+whole-prefill latency (`glmcheck.evaluate.bench_prefill`)."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from glmcheck.arguments import check_experts, check_layers, check_out_dir
 from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
-from glmcheck.records.tables import markdown_table
 
 
 def add_parser(sub) -> None:
@@ -74,159 +73,24 @@ def precheck(ns: argparse.Namespace) -> None:
         raise ValueError(f"--pair-rounds must be >= 0, got {ns.pair_rounds}")
 
 
-def _write(ns: argparse.Namespace, command: str, summary: dict, rows: list[dict]) -> Path:
-    """The record in --out (its earlier record removed first with --overwrite) or a fresh runs/ folder."""
-    import pandas as pd
-
-    from glmcheck.records.layout import clear_record
-    from glmcheck.records.store import default_run_dir, write_record
-
-    directory = Path(ns.out) if ns.out else default_run_dir(command)
-    if ns.overwrite:
-        clear_record(directory)
-    write_record(directory, summary, pd.DataFrame(rows))
-    return directory
-
-
-def _require_gpu() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ValueError("bench needs a CUDA GPU (timings of the CPU interpreter mean nothing)")
-
-
-def _trace_points(ns) -> list[tuple]:
-    """[(BenchPoint, indices)] of the --indices trace's layer."""
-    from glmcheck.bench.kernel import BenchPoint
-    from glmcheck.data.traces import read_trace
-
-    layers, meta = read_trace(ns.indices)
-    layer = ns.trace_layer if ns.trace_layer is not None else next(iter(layers))
-    if layer not in layers:
-        raise ValueError(f"--trace-layer {layer} is not in the trace (layers {sorted(layers)})")
-    seq_lens = meta.get("seq_lens") or [layers[layer].shape[0]]
-    return [(BenchPoint(len(seq_lens), seq_lens[0], 8), layers[layer])]
-
-
 def handle(ns: argparse.Namespace) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from glmcheck.backends import flashmla_available
-    from glmcheck.bench.kernel import default_specs, length_pairs, parse_points, run_point
-    from glmcheck.bench.report import render_accuracy, render_table
-    from glmcheck.records.environment import environment_metadata
+    from glmcheck.records.store import default_run_dir
 
     precheck(ns)
-    _require_gpu()
     if ns.model:
-        return _handle_model(ns)
-    points = _trace_points(ns) if ns.indices else [(point, None) for point in parse_points(ns.points)]
-    have_flash, source = flashmla_available()
-    specs = default_specs(have_flash, ns.kv_cache_dtype)
-    pairs = length_pairs(specs) + _paired(ns.paired, specs)
-    if ns.ceilings:
-        _print_ceilings(points)
-    reference = "fp64" if ns.fp64 else "fp32"
-    results = []
-    for point, indices in tqdm(points, desc="bench points", disable=ns.quiet, leave=False):
-        results += run_point(point, specs, quick=ns.quick, mode=ns.index_mode, indices=indices, timing=ns.timing,
-                             pairs=pairs, pair_rounds=ns.pair_rounds,
-                             reference_dtype=torch.float64 if ns.fp64 else torch.float32,
-                             kv_cache_dtype=ns.kv_cache_dtype)
-    table = "\n\n".join(part for part in (render_table(results), render_accuracy(results, reference)) if part)
-    print(f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})")
-    print(f"timing: {ns.timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if ns.timing == "graph"
-                                    else " (the Python call, host launch cost included)"))
-    print(table)
-    rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
-    summary = {"command": "bench", "environment": environment_metadata(), "index_mode": ns.index_mode,
-               "timing": ns.timing, "points": ns.points, "pair_rounds": ns.pair_rounds, "paired": ns.paired,
-               "reference": reference, "kv_cache_dtype": ns.kv_cache_dtype,
-               "indices": ns.indices, "rows": rows, "table": table}
-    directory = _write(ns, "bench", summary, rows)
+        from glmcheck.evaluate.bench_prefill import bench_model
+
+        report = bench_model(ns.model, layers=ns.layers, experts=ns.experts, tp=ns.tp, tokens=ns.tokens,
+                             backends=ns.backends, indices=ns.indices, kv_cache_dtype=ns.kv_cache_dtype,
+                             quiet=ns.quiet, warn=lambda line: print(f"warning: {line}"))
+    else:
+        from glmcheck.evaluate.bench_kernels import bench_kernels
+
+        report = bench_kernels(points=ns.points, indices=ns.indices, trace_layer=ns.trace_layer,
+                               index_mode=ns.index_mode, timing=ns.timing, quick=ns.quick, pair_rounds=ns.pair_rounds,
+                               paired=ns.paired, fp64=ns.fp64, ceilings=ns.ceilings,
+                               kv_cache_dtype=ns.kv_cache_dtype, quiet=ns.quiet)
+    print("\n".join([*report.facts["preface"], report.render()]))
+    directory = report.write(Path(ns.out) if ns.out else default_run_dir(report.command), overwrite=ns.overwrite)
     print(f"record: {directory}")
-    return 0
-
-
-def _paired(text: str | None, specs) -> list[tuple[str, str]]:
-    """The --paired pair of backend names; ValueError naming --paired and the choices otherwise."""
-    if text is None:
-        return []
-    names = [name.strip() for name in text.split(",")]
-    known = [spec.name for spec in specs]
-    if len(names) != 2 or names[0] == names[1] or any(name not in known for name in names):
-        raise ValueError(f"--paired takes two different backends of {', '.join(known)} as A,B; got {text!r}")
-    return [(names[0], names[1])]
-
-
-def _print_ceilings(points: list) -> None:
-    """The GPU's ceilings for this workload (`glmcheck.bench.ceilings`), before the timings."""
-    from glmcheck.bench.ceilings import copy_tb_per_s, gather_floor, matmul_tflops
-
-    print(f"HBM copy: {copy_tb_per_s():.2f} TB/s (read + write); bf16 8192^3 matmul: {matmul_tflops():.0f} TFLOP/s")
-    rows = []
-    for point in dict.fromkeys(point for point, _ in points):
-        floor = gather_floor(point)
-        rows.append([floor.point, f"{floor.gigabytes:.2f}", f"{floor.ms:.3f}", f"{floor.tb_per_s:.2f}"])
-    print(markdown_table(["point", "row bytes read (GB)", "gather-only ms (floor)", "TB/s"], rows))
-
-
-MODEL_INDICES = ("model", "calibrated")
-
-
-def _handle_model(ns) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from glmcheck.backends.validation import validate_backends
-    from glmcheck.bench.model import bench_prefill, default_rows, parse_rows, weighting_schedule
-    from glmcheck.bench.report import render_model_table
-    from glmcheck.checks.runner import SwapOptions
-    from glmcheck.data.indices import calibrated_selector
-    from glmcheck.data.model_prompts import model_prompt, prompt_source
-    from glmcheck.evaluate.backend_choice import default_backends
-    from glmcheck.kernels import legal_groups
-    from glmcheck.model.load import ModelSpec, config_of, load_model
-    from glmcheck.records.environment import environment_metadata
-
-    indices = ns.indices or "model"
-    if indices not in MODEL_INDICES:
-        raise ValueError(f"--indices with --model takes one of {', '.join(MODEL_INDICES)} (calibrated: the "
-                         f"indexer's top-k replaced for timing runs), got {indices!r}")
-    spec = ModelSpec(ns.model, None, ns.layers, ns.experts)
-    device = torch.device("cuda")
-    lengths = [int(t) for t in ns.tokens.split(",") if t.strip()]
-    config = config_of(spec, layer0_only=True)
-    heads = config.num_attention_heads // ns.tp
-    latent = (config.kv_lora_rank, config.qk_rope_head_dim)
-    flash = "flashmla_sparse" in default_backends(device, heads, latent)
-    fp8 = ns.kv_cache_dtype == "fp8_e4m3"
-    rows = parse_rows(ns.backends) if ns.backends else default_rows(legal_groups(heads), flash, fp8=fp8)
-    for warning in validate_backends(list(dict.fromkeys(r.backend for r in rows)), device=device,
-                                     heads=config.num_attention_heads, tp=ns.tp, latent_dims=latent,
-                                     kv_cache_dtype="fp8_e4m3" if fp8 else None):
-        print(f"warning: {warning}")
-    model = load_model(spec, device)
-    options = SwapOptions(tp=ns.tp, selector=calibrated_selector() if indices == "calibrated" else None,
-                          kv_cache_dtype="fp8_e4m3" if fp8 else None)
-    with tqdm(total=len(lengths) * len(rows), desc="prefill", disable=ns.quiet, leave=False) as bar:
-        timings = bench_prefill(model, lengths, rows, options, progress=bar,
-                                prompt=lambda n, key: model_prompt(spec, model.config.vocab_size, n, key, device))
-    schedule = weighting_schedule(spec)
-    table = render_model_table(timings, ns.tp, schedule.count("full"), schedule.count("shared"))
-    print(f"model: {spec.describe()}, tp {ns.tp} ({heads} heads per rank slice, run one after another); indices: "
-          + ("calibrated (every indexer's top-k replaced by calibrated indices for timing)" if indices == "calibrated"
-             else "the model's own indexer") + f"; prompts: {prompt_source(spec)}")
-    ran = config_of(spec).indexer_types
-    print(f"schedule: each layer kind's mean over the {len(ran)} layers that ran ({ran.count('full')} full, "
-          f"{ran.count('shared')} shared), weighted over the model's {len(schedule)} ({schedule.count('full')} full, "
-          f"{schedule.count('shared')} shared indexer layers)")
-    print(table)
-    rows_out = [dataclasses.asdict(t) for t in timings]
-    directory = _write(ns, "bench-model", {"command": "bench-model", "environment": environment_metadata(),
-                                           "rows": rows_out, "model": spec.describe(), "tp": ns.tp,
-                                           "indices": indices, "kv_cache_dtype": ns.kv_cache_dtype, "table": table},
-                       rows_out)
-    print(f"record: {directory}")
-    return 0 if all(t.passed for t in timings) else 1
+    return report.exit_code

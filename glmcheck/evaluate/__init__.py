@@ -17,10 +17,12 @@ _WHERE = {"CheckOptions": "options", "Report": "report", "Setup": "setup", "laye
           "firsttoken_endpoints": "endpoint_checks",
           "sweep_endpoints": "endpoint_sweep", "logits_endpoints": "endpoint_sweep",
           "tasks": "task_checks", "tasks_compare": "task_checks", "union_stats": "union_stats",
-          "selftest_suite": "selftest_suite", "verdict_rates": "selftest_rates", "power_curves": "selftest_rates"}
+          "selftest_suite": "selftest_suite", "verdict_rates": "selftest_rates", "power_curves": "selftest_rates",
+          "bench_kernels": "bench_kernels", "bench_model": "bench_prefill"}
 
-__all__ = ["CheckOptions", "Report", "Setup", "drift", "firsttoken", "firsttoken_endpoints", "layer0", "logits", "logits_endpoints",
-           "power_curves", "selftest_suite", "sweep", "sweep_endpoints", "union_stats", "verdict_rates"]
+__all__ = ["CheckOptions", "Report", "Setup", "bench_kernels", "bench_model", "drift", "firsttoken",
+           "firsttoken_endpoints", "layer0", "logits", "logits_endpoints", "power_curves", "selftest_suite", "sweep",
+           "sweep_endpoints", "union_stats", "verdict_rates"]
 
 
 def __getattr__(name: str):
