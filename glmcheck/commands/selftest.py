@@ -75,7 +75,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.evaluate.selftest_rates import POWER_DEFAULT_CHECKS, power_curves, verdict_rates
+    from glmcheck.evaluate.selftest_rates import power_curves, verdict_rates
     from glmcheck.evaluate.selftest_suite import selftest_suite
 
     precheck(ns)
@@ -84,10 +84,11 @@ def handle(ns: argparse.Namespace) -> int:
         report = selftest_suite(mutants=ns.mutants, only=ns.only, seed=ns.seed, exhaustive=ns.exhaustive,
                                 progress=say)
     else:
+        # Options left out take the library's defaults (--power's own --checks among them).
         given = {flag[2:]: getattr(ns, flag[2:]) for flag, _, _ in RATES_OPTIONS if getattr(ns, flag[2:]) is not None}
         say = None if ns.quiet else (lambda line: print(f"selftest: {line}", file=sys.stderr, flush=True))
         if ns.power:
-            report = power_curves(ns.model, ns.checkpoint, **{"checks": POWER_DEFAULT_CHECKS, **given}, progress=say)
+            report = power_curves(ns.model, ns.checkpoint, **given, progress=say)
         else:
             report = verdict_rates(ns.model, ns.checkpoint, **given, kv_cache_dtype=ns.kv_cache_dtype, progress=say)
     print(report.render())
