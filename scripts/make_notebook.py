@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 
 from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0, plot_union
 from glmcheck.records.store import find_records, read_record
-from glmcheck.records.report import render
+from glmcheck.records.render import render
 
 records = [read_record(d) for d in find_records(Path(RESULTS))]
 by_command = {}

@@ -7,7 +7,7 @@ import torch
 
 from glmcheck import cli
 from glmcheck.bench.kernel import D_V, BenchPoint, BenchSpec, default_specs, length_pairs, run_point
-from glmcheck.bench.report import render_accuracy, render_table
+from glmcheck.bench.tables import render_accuracy, render_table
 from glmcheck.kernels import sparse_mla_prefill
 
 

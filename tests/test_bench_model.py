@@ -16,7 +16,7 @@ from glmcheck.bench.model import (
     schedule_ms,
     weighting_schedule,
 )
-from glmcheck.bench.report import render_model_table
+from glmcheck.bench.tables import render_model_table
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.data.indices import calibrated_indices, calibrated_selector
 from glmcheck.model import build_dummy_model, make_config

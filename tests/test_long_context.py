@@ -20,7 +20,14 @@ from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model import memory as plan_module
 from glmcheck.model.absorbed import kernel_indices
 from glmcheck.model.checkpoint import load_checkpoint_model
-from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, causal_standin, chunk_rows, chunked_topk, forced_chunks, row_chunks
+from glmcheck.model.indexer_chunks import (
+    INDEX_BUDGET_BYTES,
+    causal_standin,
+    chunk_rows,
+    chunked_topk,
+    forced_chunks,
+    row_chunks,
+)
 from glmcheck.model.memory import activation_bytes, check_fits, plan_memory
 from glmcheck.model.references import MODELS_DIR
 from glmcheck.model.swap import ABSORBED_IMPL, attention_modules

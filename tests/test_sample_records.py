@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from glmcheck import cli
-from glmcheck.records.report import check_record, render
+from glmcheck.records.render import check_record, render
 from glmcheck.records.store import RECORD_VERSION, find_records, read_record
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import pandas as pd
 
 from glmcheck import cli
 from glmcheck.commands.output_format import FORMATS
-from glmcheck.records import report
+from glmcheck.records import render as record_render
 from glmcheck.records.tables import Table
 from glmcheck.records.terminal import Notes, fit, wrap
 
@@ -58,7 +58,7 @@ def test_json_on_stdout_of_a_check_is_json_alone(tmp_path, capsys):
 
 
 def test_the_cli_formats_are_the_renderers():
-    assert FORMATS == report.FORMATS
+    assert FORMATS == record_render.FORMATS
 
 
 def test_a_wide_table_drops_optional_columns_then_splits_repeating_its_key():
@@ -92,7 +92,7 @@ def test_sweep_and_tasks_tables_fit_too():
              "verdict": "PASS", "role": "judged"} for t in (1024, 2048) for n in names]
     onsets = {n: {"onset": None, "verdict": "PASS", "max_distance": 1e-3, "stays_out": False} for n in names}
     summary, frame = _record("sweep", {"onsets": onsets, "facts": {"k": 5, "window": 1, "gate": "g " * 80}}, rows)
-    text = report.render(summary, frame)
+    text = record_render.render(summary, frame)
     assert not too_long(text) and all(n in text for n in names), text
     row = {"task": "heldout_mc", "candidate": "a_candidate_server", "n": 400, "reference_accuracy": 0.5,
            "candidate_accuracy": 0.49, "difference": -0.01, "interval_low": -0.03, "interval_high": 0.01,
@@ -100,6 +100,6 @@ def test_sweep_and_tasks_tables_fit_too():
            "control_difference": 0.0, "detectable_drop": 0.03, "needed_questions": 900, "verdict": "INCONCLUSIVE",
            "reason": "the interval reaches below the largest acceptable drop " * 3}
     summary, frame = _record("tasks", {"warnings": ["w " * 100]}, [row])
-    text = report.render(summary, frame)
+    text = record_render.render(summary, frame)
     assert not too_long(text) and "| a_candidate_server " in text and "[1] the interval" in text, text
-    assert len(report.render(summary, frame, "wide").splitlines()[2]) > WIDTH  # the wide form keeps every column
+    assert len(record_render.render(summary, frame, "wide").splitlines()[2]) > WIDTH  # the wide form keeps every column

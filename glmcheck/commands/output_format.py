@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-FORMATS = ("text", "md", "wide", "json")  # glmcheck.records.report.FORMATS (tests keep the two equal)
+FORMATS = ("text", "md", "wide", "json")  # glmcheck.records.render.FORMATS (tests keep the two equal)
 
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,7 @@ def handle(ns: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    from glmcheck.records.report import TABLE_COMMANDS, render
+    from glmcheck.records.render import TABLE_COMMANDS, render
     from glmcheck.records.store import read_record
 
     record = read_record(ns.directory)

@@ -75,7 +75,7 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
 
     from glmcheck.backends import flashmla_available
     from glmcheck.bench.kernel import default_specs, length_pairs, parse_points, run_point
-    from glmcheck.bench.report import render_accuracy, render_table
+    from glmcheck.bench.tables import render_accuracy, render_table
     from glmcheck.checks.band import PASS
     from glmcheck.evaluate.report import Report
 

@@ -36,7 +36,7 @@ def bench_model(model: str, *, layers: int | None = None, experts: int | None = 
 
     from glmcheck.backends.validation import validate_backends
     from glmcheck.bench.model import bench_prefill, default_rows, parse_rows, weighting_schedule
-    from glmcheck.bench.report import render_model_table
+    from glmcheck.bench.tables import render_model_table
     from glmcheck.checks.band import FAIL, PASS
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.data.indices import calibrated_selector

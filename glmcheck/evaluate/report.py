@@ -12,7 +12,7 @@ import pandas as pd
 from glmcheck.checks.band import exit_code
 from glmcheck.records.environment import environment_metadata
 from glmcheck.records.layout import clear_record
-from glmcheck.records.report import render
+from glmcheck.records.render import render
 from glmcheck.records.store import write_record
 
 
@@ -52,7 +52,7 @@ class Report:
         return pd.DataFrame(self.rows)
 
     def render(self, form: str = "text") -> str:
-        """The tables `glmcheck report` prints for this record, in `form` (`glmcheck.records.report.FORMATS`: text
+        """The tables `glmcheck report` prints for this record, in `form` (`glmcheck.records.render.FORMATS`: text
         fits 120 columns; md, wide, json)."""
         return render(self.summary(), self.frame(), form)
 

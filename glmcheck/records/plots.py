@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import Patch
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
 
 from glmcheck.records.store import Record, find_records, read_record
 

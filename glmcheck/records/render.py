@@ -14,8 +14,8 @@ import statistics
 import pandas as pd
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS
-from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.json_rows import render_json
+from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
 
 MISSING = "-"  # a cell that does not apply (or was not measured); a measured NaN prints `nan`
