@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from glmcheck import cli  # noqa: E402
-from glmcheck.records.plots import plot_firsttoken, plot_layer0  # noqa: E402
+from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0  # noqa: E402
 from glmcheck.records.store import read_record  # noqa: E402
 
 
@@ -24,6 +24,8 @@ def records(tmp_path_factory):
     assert cli.main(["firsttoken", "--prompts", "natural50", "--limit", "4", "--backends",
                      "band:5,triton_sparse_mla", "--out", str(root / "firsttoken")] + common) == 0
     assert cli.main(["logits", "--tokens", "24", "--backends", "band:5", "--out", str(root / "logits")] + common) == 0
+    assert cli.main(["drift", "--tokens", "24", "--backends", "band:5,torch_bf16", "--out", str(root / "drift")]
+                    + common) in (0, 1)
     return root
 
 
@@ -65,3 +67,17 @@ def test_report_plots_names_the_record_it_skips(records, capsys):
     assert skipped == [f"skipped {records / 'logits'}: no plot for a logits record (plots: layer0, drift, "
                        f"firsttoken, union-stats, sweep, tasks)"]
     assert "plot-layer0.png" in captured.out and "plot-firsttoken.png" in captured.out
+
+
+def test_drift_tells_backends_apart_and_names_their_verdicts(records):
+    record = read_record(records / "drift")
+    fig = plot_drift(record)
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    judged = [label for label in legend if label.startswith(("band:5 (", "torch_bf16 ("))]
+    assert len(judged) == 2 and all(label.endswith(("(PASS)", "(FAIL)", "(INCONCLUSIVE)")) for label in judged), legend
+    assert "the band's max" in legend and any(label.startswith("gate: ") for label in legend)
+    curves = [line for line in ax.lines if line.get_label() in judged]
+    assert len({line.get_marker() for line in curves}) == 2, "each backend its own marker"
+    assert record.summary["verdict"] in ax.get_title()
+    plt.close(fig)

@@ -3,7 +3,8 @@ by notebooks/drift.ipynb, so both show the same pictures.
 
 - `plot_layer0`: layer-0 rel-L2 of every row, the band's rows too, each judged row marked by its verdict, against
   the gate (gate_ratio x the noise band's max).
-- `plot_drift`: per-layer rel-L2 per backend (log scale), the gate over the noise band shaded.
+- `plot_drift`: per-layer rel-L2 per backend (log scale), each backend's marker and verdict, the band's max and the
+  gate over it.
 - `plot_firsttoken`: per backend, one row each: |Δ logprob| per prompt, and agreement vs the reference's
   top-1/top-2 gap (near ties), each row's verdict named.
 - `plot_union`: union-of-G ratio vs sequence length.
@@ -33,7 +34,8 @@ def _is_band_row(comparison: str) -> bool:
 
 
 VERDICT_COLORS = {"PASS": "tab:green", "FAIL": "tab:red", "INCONCLUSIVE": "tab:orange"}
-BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"  # the band's rows; rows shown but not judged (cross-checks)
+BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"
+MARKERS = "os^Dv<>pPX*h"  # one a backend, so backends drawn on the same points stay apart  # the band's rows; rows shown but not judged (cross-checks)
 
 
 def plot_layer0(record: Record):
@@ -76,8 +78,15 @@ def plot_layer0(record: Record):
     return fig
 
 
+def _worst_verdict(verdicts) -> str | None:
+    """A backend's verdict over its rows: FAIL before INCONCLUSIVE before PASS; None when no row is judged."""
+    seen = set(verdicts)
+    return next((v for v in ("FAIL", "INCONCLUSIVE", "PASS") if v in seen), None)
+
+
 def plot_drift(record: Record):
-    """rel-L2 vs layer per backend (log y), with the gate over the band's max shaded."""
+    """rel-L2 vs layer per backend (log y), each backend its own marker and its verdict in the legend (a FAIL drawn
+    dashed), the band's max per layer drawn and the gate over it shaded."""
     rows = record.rows
     fig, ax = plt.subplots(figsize=FIGSIZE)
     band_rows = rows[rows["comparison"].map(_is_band_row)]
@@ -87,22 +96,26 @@ def plot_drift(record: Record):
     positive = pd.concat([curves["rel_l2"], band])
     bottom = max(positive[positive > 0].min() / 10, 1e-12) if (positive > 0).any() else 1e-12
     ax.fill_between(band.index, bottom, (ratio * band).clip(lower=bottom), color="tab:green", alpha=0.15,
-                    label=f"{ratio:g} x the band's max")
-    for backend, group in curves.groupby("backend", sort=False):
+                    label=f"gate: {ratio:g} x the band's max")
+    if len(band):
+        ax.plot(band.index, band.clip(lower=bottom), color=BAND_COLOR, linestyle=":", label="the band's max")
+    for i, (backend, group) in enumerate(curves.groupby("backend", sort=False)):
         group = group.sort_values("layer")
-        ax.plot(group["layer"], group["rel_l2"].clip(lower=bottom), marker="o", label=backend)
+        verdict = _worst_verdict(group["verdict"]) if "verdict" in group else None
+        ax.plot(group["layer"], group["rel_l2"].clip(lower=bottom), marker=MARKERS[i % len(MARKERS)],
+                linestyle="--" if verdict == "FAIL" else "-",
+                label=f"{backend} ({verdict})" if verdict else backend)
     ax.set_yscale("log")
     ax.set_ylim(bottom=bottom)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("layer")
     ax.set_ylabel("hidden-state rel-L2 against the reference (log scale)")
-    ax.set_title(f"per-layer drift, {record.summary['facts'].get('tokens')} tokens")
+    ax.set_title(f"per-layer drift, {record.summary['facts'].get('tokens')} tokens: {record.summary.get('verdict')}")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-MARKERS = "os^Dv<>pPX*h"
 
 
 def plot_firsttoken(record: Record):
