@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from glmcheck import cli  # noqa: E402
-from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0  # noqa: E402
+from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0, plot_sweep  # noqa: E402
 from glmcheck.records.store import read_record  # noqa: E402
 
 
@@ -24,6 +24,8 @@ def records(tmp_path_factory):
     assert cli.main(["firsttoken", "--prompts", "natural50", "--limit", "4", "--backends",
                      "band:5,triton_sparse_mla", "--out", str(root / "firsttoken")] + common) == 0
     assert cli.main(["logits", "--tokens", "24", "--backends", "band:5", "--out", str(root / "logits")] + common) == 0
+    assert cli.main(["sweep", "--tokens", "16..32", "--backends", "band:5,torch_bf16", "--out", str(root / "sweep")]
+                    + common) in (0, 1, 3)
     assert cli.main(["drift", "--tokens", "24", "--backends", "band:5,torch_bf16", "--out", str(root / "drift")]
                     + common) in (0, 1)
     return root
@@ -80,4 +82,14 @@ def test_drift_tells_backends_apart_and_names_their_verdicts(records):
     curves = [line for line in ax.lines if line.get_label() in judged]
     assert len({line.get_marker() for line in curves}) == 2, "each backend its own marker"
     assert record.summary["verdict"] in ax.get_title()
+    plt.close(fig)
+
+
+def test_sweep_tells_rows_apart_and_names_their_verdicts(records):
+    fig = plot_sweep(read_record(records / "sweep"))
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    judged = [label for label in legend if label.startswith(("band:5", "torch_bf16"))]
+    assert len(judged) == 2 and all(label.endswith(")") for label in judged), legend
+    assert len({line.get_marker() for line in ax.lines if line.get_label() in judged}) == 2
     plt.close(fig)

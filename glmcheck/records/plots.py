@@ -9,7 +9,7 @@ by notebooks/drift.ipynb, so both show the same pictures.
   top-1/top-2 gap (near ties), each row's verdict named.
 - `plot_union`: union-of-G ratio vs sequence length.
 - `plot_sweep`: each row's distance from the reference against the prompt length, the gate over the
-  band shaded, each onset marked.
+  band shaded, each onset marked, each row its marker and verdict.
 - `plot_tasks`: each candidate's accuracy difference per task with its paired bootstrap interval, the
   control's difference, and the largest acceptable drop.
 """
@@ -170,8 +170,9 @@ def plot_union(record: Record):
 
 
 def plot_sweep(record: Record):
-    """Distance (mean |dlogprob| over the reference's top-k) vs prompt length per judged row (log-log),
-    the gate (gate_ratio x the band's max at each length) shaded, and a dashed line at each onset."""
+    """Distance (mean |dlogprob| over the reference's top-k) vs prompt length per judged row (log-log), each row its
+    own marker and its verdict in the legend, the gate (gate_ratio x the band's max at each length) shaded, and a
+    dashed line at each onset."""
     rows = record.rows
     facts = record.summary.get("facts", {})
     ratio = facts.get("gate_ratio", 2.0)
@@ -187,9 +188,11 @@ def plot_sweep(record: Record):
                     label="the share of positions allowed beyond the band" if positions else
                     f"{ratio:g} x the band's max")
     onsets = record.summary.get("onsets", {})
-    for backend, group in judged.groupby("backend", sort=False):
+    for i, (backend, group) in enumerate(judged.groupby("backend", sort=False)):
         group = group.sort_values("tokens")
-        line, = ax.plot(group["tokens"], group["distance"].clip(lower=bottom), marker="o", label=backend)
+        verdict = _worst_verdict(group["verdict"]) if "verdict" in group else None
+        line, = ax.plot(group["tokens"], group["distance"].clip(lower=bottom), marker=MARKERS[i % len(MARKERS)],
+                        label=f"{backend} ({verdict})" if verdict else backend)
         onset = (onsets.get(backend) or {}).get("onset")
         if onset:
             ax.axvline(onset, color=line.get_color(), linestyle="--", alpha=0.7)
