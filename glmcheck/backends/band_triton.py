@@ -71,7 +71,8 @@ def _scores(q_ptr, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_sc
 
 # The ints that change between calls stay runtime values (a prompt's top-k and the index rows' stride that follows
 # it, which half, which flags): one compiled variant per block size, not one per value class (Triton specialises
-# ints equal to 1 or divisible by 16; firsttoken's prompts compiled 6 variants for 3 block sizes, GPU run 36).
+# ints equal to 1 or divisible by 16, so each prompt-length class would compile anew: docs/performance.md,
+# "Time to verdict").
 @triton.jit(do_not_specialize=["num_heads", "topk", "want", "reverse", "sum_rounded", "stride_it", "stride_pt"])
 def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
                        num_heads, topk, sm_scale, want, reverse, sum_rounded,
