@@ -10,14 +10,8 @@
 # sweep, layer0 and logits with the fp32 reference's Triton form (GLMCHECK_REFERENCE_IMPL=triton), rows timed.
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_band_forms.sh OUTDIR}" && cd "$1" && pwd)
-unset TRITON_INTERPRET
-export PYTHONUNBUFFERED=1
 root=$PWD
-[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -d .whl ]; then
-  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+source scripts/gpu_env.sh
 for step in ${STEPS:-tests layer0 logits}; do
   case $step in
     tests) start=$(date +%s)

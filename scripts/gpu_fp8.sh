@@ -5,13 +5,7 @@
 # The FP8 verdict rates over 20 seeds: MODELS=ref-gpu:4096 KV=fp8_e4m3 BUDGET=540 bash scripts/gpu_layer0_rates.sh.
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_fp8.sh OUTDIR}" && cd "$1" && pwd)
-unset TRITON_INTERPRET
-export PYTHONUNBUFFERED=1
-[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -d .whl ]; then
-  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+source scripts/gpu_env.sh
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
   'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1

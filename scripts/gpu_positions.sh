@@ -6,13 +6,8 @@
 # SEEDS (default 10), FIRST_SEED (default 0), POWER, SWEEP_SEEDS (below), KL_LIMIT (s, default 300: the seeds finished by then are kept), SWEEP (default 1024..32768).
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_positions.sh OUTDIR}" && cd "$1" && pwd)
-unset TRITON_INTERPRET
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -d .whl ]; then
-  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source scripts/gpu_env.sh
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
   'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1

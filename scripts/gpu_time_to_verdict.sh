@@ -12,13 +12,7 @@ set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_time_to_verdict.sh OUTDIR [TREE]}" && cd "$1" && pwd)
 tree=$(cd "${2:-.}" && pwd); name=$(basename "$tree"); dir=$out/$name; mkdir -p "$dir"
 root=$PWD
-unset TRITON_INTERPRET
-export PYTHONUNBUFFERED=1
-[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -d .whl ]; then
-  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site
-fi
+source scripts/gpu_env.sh
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
   'transformers', transformers.__version__)"

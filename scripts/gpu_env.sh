@@ -1,0 +1,10 @@
+# Sourced by the scripts/gpu_*.sh steps, from the repository root of a device call: the GPU, not the interpreter;
+# FlashMLA from the carried .flashmla/ when present; the carried wheels of .whl/ (installed once to /tmp/site)
+# on PYTHONPATH after whatever the caller put there.
+unset TRITON_INTERPRET
+export PYTHONUNBUFFERED=1
+[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
+if [ -d .whl ]; then
+  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
+fi
