@@ -101,6 +101,10 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     if num_tokens == 0 or args.topk == 0:
         return out
     valid = valid_slot_mask(args.indices, args.num_kv_rows, args.topk_length)
+    halves = _split_halves(valid) if variant.splits == 2 else [valid]
+    if band_impl(args.q.device) == "triton":
+        _triton_band(args, halves, out, variant, budget_bytes)
+        return out
     block = variant.block
     starts = list(range(0, args.topk, block))
     if variant.reverse:
@@ -108,10 +112,6 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     # one token's fp32 working set per block: its rows, scores / probabilities, acc (and temporaries)
     per_token = 4 * (2 * block * d_qk + 4 * num_heads * block + 3 * num_heads * d_v + 8 * num_heads)
     chunk = max(1, budget_bytes // per_token)
-    halves = _split_halves(valid) if variant.splits == 2 else [valid]
-    if band_impl(args.q.device) == "triton":
-        _triton_band(args, halves, out, variant, budget_bytes)
-        return out
     rows = _RowTable.of(args.kv)
     for start in range(0, num_tokens, chunk):
         stop = min(start + chunk, num_tokens)

@@ -31,7 +31,7 @@ HALF_BLOCK = 64  # slots read at once: a [64, d_v] bf16 value tile (64 KiB at d_
 
 
 @triton.jit
-def _scores(q_ptr, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
+def block_scores(q_ptr, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
             D_V: tl.constexpr, D_TAIL: tl.constexpr, DC: tl.constexpr, BLOCK_H: tl.constexpr,
             SUB: tl.constexpr, UPCAST: tl.constexpr, TILE: tl.constexpr):
     """[BLOCK_H, SUB] fp32 scores q.k * sm_scale of the slots `rows` [SUB] (-inf where not `ok`); TILE > 0 sums one
@@ -99,12 +99,12 @@ def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
             used += tl.sum(ok_b.to(tl.int32), axis=0)
         if used > 0:
             rows_a = tl.load(idx_ptr + token * stride_it + slots_a, mask=ok_a, other=0).to(tl.int64)
-            s_a = _scores(q_tok, kv_ptr, rows_a, ok_a, heads, head_ok, stride_qh, stride_kv, sm_scale,
+            s_a = block_scores(q_tok, kv_ptr, rows_a, ok_a, heads, head_ok, stride_qh, stride_kv, sm_scale,
                           D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, TILE)
             block_max = tl.max(s_a, axis=1)
             if BLOCK > SUB:
                 rows_b = tl.load(idx_ptr + token * stride_it + slots_b, mask=ok_b, other=0).to(tl.int64)
-                s_b = _scores(q_tok, kv_ptr, rows_b, ok_b, heads, head_ok, stride_qh, stride_kv, sm_scale,
+                s_b = block_scores(q_tok, kv_ptr, rows_b, ok_b, heads, head_ok, stride_qh, stride_kv, sm_scale,
                               D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, TILE)
                 block_max = tl.maximum(block_max, tl.max(s_b, axis=1))
             m_new = tl.maximum(m, block_max)

@@ -22,39 +22,12 @@ import torch
 import triton
 import triton.language as tl
 
+from glmcheck.backends.band_triton import block_scores  # exact products, fp32 sums (TILE 0: one accumulation)
 from glmcheck.kernels.device_helpers import round_to_bf16
 from glmcheck.kernels.runtime import interpreter_active
 
 HEADS_PER_PROGRAM = 16
 SLOTS_PER_STEP = 64
-
-
-@triton.jit
-def _scores(q_tok, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
-            D_V: tl.constexpr, D_TAIL: tl.constexpr, DC: tl.constexpr, BLOCK_H: tl.constexpr, SUB: tl.constexpr,
-            UPCAST: tl.constexpr):
-    """[BLOCK_H, SUB] fp32 scores of the slots `rows` (-inf where not `ok`): exact products, fp32 sums."""
-    s = tl.zeros((BLOCK_H, SUB), dtype=tl.float32)
-    for c in tl.static_range(D_V // DC):
-        cols = c * DC + tl.arange(0, DC)
-        qc = tl.load(q_tok + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
-        kc = tl.load(kv_ptr + rows[:, None] * stride_kv + cols[None, :], mask=ok[:, None], other=0.0)
-        if UPCAST:  # the interpreter has no bf16 arithmetic
-            qc, kc = qc.to(tl.float32), kc.to(tl.float32)
-        s = tl.dot(qc, tl.trans(kc), s)
-    if D_TAIL >= 16:
-        cols = D_V + tl.arange(0, D_TAIL)
-        qc = tl.load(q_tok + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
-        kc = tl.load(kv_ptr + rows[:, None] * stride_kv + cols[None, :], mask=ok[:, None], other=0.0)
-        if UPCAST:
-            qc, kc = qc.to(tl.float32), kc.to(tl.float32)
-        s = tl.dot(qc, tl.trans(kc), s)
-    elif D_TAIL > 0:  # narrower than tl.dot's K: exact products, fp32 sums
-        cols = D_V + tl.arange(0, D_TAIL)
-        qc = tl.load(q_tok + heads[:, None] * stride_qh + cols[None, :], mask=head_ok[:, None], other=0.0)
-        kc = tl.load(kv_ptr + rows[:, None] * stride_kv + cols[None, :], mask=ok[:, None], other=0.0)
-        s += tl.sum(qc.to(tl.float32)[:, None, :] * kc.to(tl.float32)[None, :, :], axis=2)
-    return tl.where(ok[None, :], s * sm_scale, float("-inf"))
 
 
 @triton.jit
@@ -91,8 +64,8 @@ def _reference_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, num_heads, num_r
     m = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     for start in range(0, end, SUB):
         rows, ok = _valid(idx_ptr, token, stride_it, start + tl.arange(0, SUB), end, num_rows)
-        s = _scores(q_tok, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
-                    D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST)
+        s = block_scores(q_tok, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
+                    D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, 0)
         m = tl.maximum(m, tl.max(s, axis=1))
     base = tl.where(m == float("-inf"), 0.0, m)
     dims = tl.arange(0, D_V)
@@ -100,8 +73,8 @@ def _reference_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, num_heads, num_r
     acc = tl.zeros((BLOCK_H, D_V), dtype=tl.float32)
     for start in range(0, end, SUB):
         rows, ok = _valid(idx_ptr, token, stride_it, start + tl.arange(0, SUB), end, num_rows)
-        s = _scores(q_tok, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
-                    D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST)
+        s = block_scores(q_tok, kv_ptr, rows, ok, heads, head_ok, stride_qh, stride_kv, sm_scale,
+                    D_V, D_TAIL, DC, BLOCK_H, SUB, UPCAST, 0)
         p = tl.exp(s - base[:, None])
         l += tl.sum(p, axis=1)
         v = tl.load(kv_ptr + rows[:, None] * stride_kv + dims[None, :], mask=ok[:, None], other=0.0)
