@@ -31,7 +31,7 @@ def test_fp8_inputs_are_the_pools_values():
         make_inputs(BenchPoint(1, 70, 8), topk=16, device="cpu", kv_cache_dtype="fp8")
 
 
-def test_every_fp8_column_is_gated_then_timed(monkeypatch):
+def test_every_fp8_column_is_gated_then_timed(monkeypatch, device):
     monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
     names = [s.name for s in default_specs(flashmla=False, kv_cache_dtype="fp8_e4m3")]
     assert {"per-token+len+deq", "union2+len+deq", "union4+len+deq", "union8+len+deq"} <= set(names)
@@ -45,7 +45,7 @@ def test_every_fp8_column_is_gated_then_timed(monkeypatch):
                                                num_rows=x.kv.shape[0], topk_length=x.topk_length)
     specs.append(BenchSpec("planted:wrong-pool", wrong_pool))
     timed: list = []
-    results = {r.backend: r for r in run_point(BenchPoint(1, 40, 8), specs, topk=16, device="cpu",
+    results = {r.backend: r for r in run_point(BenchPoint(1, 40, 8), specs, topk=16, device=device,
                                                 timer=_timer(timed), kv_cache_dtype="fp8_e4m3")}
     for name in ("per-token+len", "per-token+len+deq", "union2+len+deq", "flashmla_kv"):
         assert results[name].ms == 1.0 and results[name].rel_l2 < 3e-3, (name, results[name])

@@ -115,3 +115,19 @@ def test_one_pool_write_per_rows_tensor(monkeypatch):
     flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
     flashmla_kv.flashmla_kv_prefill(q, kv.clone(), indices, 0.05, D_V)
     assert len(writes) == 3
+
+
+def test_rows_made_under_inference_mode(monkeypatch):
+    """The checks' forwards run under `torch.inference_mode`, whose tensors carry no version counter (the H200's
+    first FP8 layer0 died on it): such rows get their pool written on every call, the same result each time."""
+    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
+    writes: list[int] = []
+    real = flashmla_kv._checked_pool
+    monkeypatch.setattr(flashmla_kv, "_checked_pool", lambda kv, d: (writes.append(1), real(kv, d))[1])
+    q, kv, indices, _ = _inputs(4, 8, 100, 32, "cpu")
+    expected = flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
+    with torch.inference_mode():
+        q_inf, kv_inf = q.clone(), kv.clone()
+        first = flashmla_kv.flashmla_kv_prefill(q_inf, kv_inf, indices, 0.05, D_V)
+        second = flashmla_kv.flashmla_kv_prefill(q_inf, kv_inf, indices, 0.05, D_V)
+    assert torch.equal(first, expected) and torch.equal(second, expected) and len(writes) == 3

@@ -94,7 +94,7 @@ def test_the_fp8_form_sums_per_tile():
     assert not torch.equal(tiled, _scores(q, rows, 256, 0))
 
 
-def test_the_rates_run_over_the_fp8_pool(monkeypatch):
+def test_the_rates_run_over_the_fp8_pool(monkeypatch, device):
     """`measure_rates(kv_cache_dtype="fp8_e4m3")` runs every forward over the FP8 pool (the measured FP8 rates of
     docs/reliability.md, "The FP8 KV cache"); without it none does."""
     from glmcheck.model import swap
@@ -103,11 +103,11 @@ def test_the_rates_run_over_the_fp8_pool(monkeypatch):
     calls: list[int] = []
     real = swap.quantize_kv_pool
     monkeypatch.setattr(swap, "quantize_kv_pool", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    tallies = measure_rates("tiny", [0], 16, ["layer0"], 3, kv_cache_dtype="fp8_e4m3")
+    tallies = measure_rates("tiny", [0], 16, ["layer0"], 3, device=device, kv_cache_dtype="fp8_e4m3")
     assert calls and {t.backend for t in tallies if not t.legitimate} and all(t.runs == 1 for t in tallies)
     assert not [t for t in tallies if t.legitimate and t.fails], "the kernel and held-out members pass on tiny"
     calls.clear()
-    measure_rates("tiny", [0], 16, ["layer0"], 3)
+    measure_rates("tiny", [0], 16, ["layer0"], 3, device=device)
     assert not calls
 
 

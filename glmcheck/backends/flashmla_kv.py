@@ -46,11 +46,14 @@ _last_pool: list = []  # (rows tensor, its version, the pool): a layer's rank sl
 def fp8_pool_of(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
     """The FP8 pool [pages, 64, 1, 656] uint8 holding the rows `kv` [S, 576] bf16 exactly; ValueError when a row is
     not an FP8 value of that layout (module docstring). The same rows tensor, unchanged since (the calls of one
-    layer's rank slices), gets the pool written the first time: one write per layer, as an engine's KV store."""
-    if _last_pool and _last_pool[0] is kv and _last_pool[1] == kv._version:
+    layer's rank slices), gets the pool written the first time: one write per layer, as an engine's KV store. An
+    inference tensor (made under `torch.inference_mode`, as the checks' forwards) has no version counter to show
+    it unchanged: its pool is written on every call (the same bytes: the quantiser is deterministic)."""
+    version = None if kv.is_inference() else kv._version
+    if version is not None and _last_pool and _last_pool[0] is kv and _last_pool[1] == version:
         return _last_pool[2]
     pool = _checked_pool(kv, d_rope)
-    _last_pool[:] = [kv, kv._version, pool]
+    _last_pool[:] = [kv, version, pool] if version is not None else []
     return pool
 
 
