@@ -29,7 +29,8 @@ from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, ch
 LOG2E = math.log2(math.e)
 MAX_HEAD_TILE = 64
 INT32_LIMIT = 2**31
-END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound
+END_BLOCK = 1024  # index slots per step when the per-token kernel finds its own loop bound; one size for every
+# top-k (short ones masked): a size per prompt length compiled a variant each (docs/performance.md, "Time to verdict")
 # Tiles up to this many rows find their loop bound in the kernel, within topk_length too; the 32-row tile spills
 # with it (docs/performance.md, "In-kernel loop bound", "topk_length is free").
 KERNEL_BOUND_MAX_ROWS = 16
@@ -81,7 +82,7 @@ def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch
         D_V=args.d_v, D_TAIL=args.d_tail, TAIL_PAD=max(16, args.d_tail), BLOCK_H=block_h, BLOCK_N=tile.block_n,
         KV_INT64=kv_int64, UPCAST=interpreter_active(),
         HAS_LENGTH=lengths is not None, FIND_BOUND=lengths is None if find_bound is None else find_bound,
-        END_BLOCK=min(END_BLOCK, triton.next_power_of_2(max(args.topk, 1))),
+        END_BLOCK=END_BLOCK,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
 

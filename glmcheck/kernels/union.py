@@ -44,7 +44,8 @@ MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 w
 ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200: 0.62 vs 0.66 ms at 1024, G=4)
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
-MARKS_BLOCK = 1024  # slots or table bytes per step of the marks build
+MARKS_BLOCK = 1024  # slots or table bytes per step of the marks build, whatever the top-k (one compiled variant
+# for every prompt length: docs/performance.md, "Time to verdict")
 MARKS_PROGRAMS = 1056  # most programs of the marks build (8 per H200 SM); each builds every programs-th group
 MARKS_SCRATCH_BYTES = 64 * 2**20  # the marks table's cap: fewer programs (each one row of num_kv_rows bytes) above it
 MARKS_AUTO_MAX_ROWS = MARKS_SCRATCH_BYTES // 256  # "auto" takes marks while >= 256 programs fit under the cap
@@ -176,13 +177,14 @@ def _build_by_marks(indices: torch.Tensor, topk_length: torch.Tensor | None, num
     """One launch of the marks kernel (`union_marks.py`) over a byte table that lives only inside this call."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
     programs = marks_programs(num_groups, num_kv_rows)
-    marks = torch.empty((programs, max(1, num_kv_rows)), dtype=torch.uint8, device=indices.device)
+    pitch = -(-max(1, num_kv_rows) // 16) * 16  # rows 16-byte aligned at any length: one compiled variant, wide stores
+    marks = torch.empty((programs, pitch), dtype=torch.uint8, device=indices.device)
     union_marks_kernel[(programs,)](
         indices, indices if topk_length is None else topk_length, marks, sets.rows, sets.bits, sets.lengths,
         num_groups, num_kv_rows, topk, sets.rows.shape[1], indices.stride(0), indices.stride(1), marks.stride(0),
         sets.rows.stride(0), sets.bits.stride(0),
         G=G, G_POW2=triton.next_power_of_2(G), HAS_LENGTH=topk_length is not None,
-        BLOCK=min(MARKS_BLOCK, triton.next_power_of_2(max(topk, 16))), num_warps=BUILD_WARPS,
+        BLOCK=MARKS_BLOCK, num_warps=BUILD_WARPS,
     )
 
 
