@@ -49,7 +49,8 @@ def diff(before: Path, after: Path) -> tuple[str, bool]:
                     other += len(fx) != len(fy)
                 elif str(x) != str(y):
                     other += 1
-    verdicts = "verdict" in a.rows.columns and list(a.rows["verdict"]) == list(b.rows["verdict"])
+    # rows without a verdict column (firsttoken's per-prompt rows) have no row verdicts to differ
+    verdicts = "verdict" not in a.rows.columns or list(a.rows["verdict"]) == list(b.rows.get("verdict", []))
     overall = (a.summary.get("verdict"), b.summary.get("verdict"))
     ok = shape and verdicts and other == 0 and overall[0] == overall[1] and worst <= TOLERANCE
     return (f"{before.name} -> {after.name}: {len(b.rows)} rows, rows and columns equal {shape}; floats {same}/{total} "

@@ -51,3 +51,22 @@ def test_every_fp8_column_is_gated_then_timed(monkeypatch, device):
         assert results[name].ms == 1.0 and results[name].rel_l2 < 3e-3, (name, results[name])
     assert results["per-token+len+deq"].rel_l2 == results["per-token+len"].rel_l2, "the same rows, the same bits"
     assert results["planted:wrong-pool"].ms is None and "gate failed" in results["planted:wrong-pool"].note
+
+
+def test_the_fp8_table_sets_flashmla_kv_against_our_fastest_path():
+    """With a flashmla_kv column the table adds its ratios: against the fastest exact path with the dequantisation
+    in the call, and on the pool's values; the geomean per head count over the first."""
+    from glmcheck.bench.kernel import BenchResult
+    from glmcheck.bench.tables import render_table
+
+    a, b = BenchPoint(1, 2048, 8), BenchPoint(1, 8192, 64)
+    results = [BenchResult(a, "per-token+len", 1.0, 1e-3, ""), BenchResult(a, "per-token+len+deq", 1.5, 1e-3, ""),
+               BenchResult(a, "union2+len+deq", 1.25, 1e-3, ""), BenchResult(a, "flashmla_kv", 5.0, 1e-3, ""),
+               BenchResult(b, "per-token+len", 2.0, 1e-3, ""), BenchResult(b, "per-token+len+deq", 2.5, 1e-3, ""),
+               BenchResult(b, "flashmla_kv", 5.0, 1e-3, "")]
+    text = render_table(results)
+    assert "| 1x2048 H=8  | 5.000          | 1.250                | 1.000            | 4.00x" in text, text
+    assert "| 1x8192 H=64 | 5.000          | 2.500                | 2.000            | 2.00x" in text, text
+    assert text.rstrip().endswith("geomean of flashmla_kv / best ours+len+deq: H=8 4.00x over 1 point; H=64 2.00x "
+                                  "over 1 point")
+    assert "flashmla_kv /" not in render_table([r for r in results if r.backend != "flashmla_kv"])

@@ -8,7 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from glmcheck.bench.kernel import EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
+from glmcheck.bench.kernel import DEQUANT_SUFFIX, EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
 from glmcheck.bench.model import REBUILD, schedule_ms
 from glmcheck.records.tables import markdown_table
 
@@ -75,9 +75,37 @@ def render_table(results: list[BenchResult]) -> str:
     out.append(markdown_table(ratio_headers, ratio_rows))
     if best_vs_flash:
         out.append(geomean_line(best_vs_flash))
+    if "flashmla_kv" in backends:
+        out.append(render_fp8(table, points, backends))
     if paired:
         out.append(render_paired(paired))
     return "\n\n".join(out)
+
+
+def render_fp8(table: BenchTable, points: list[BenchPoint], backends: list[str]) -> str:
+    """Over an FP8 KV cache: per point FlashMLA's FP8 kernel (`flashmla_kv`, the engines' pick) against our fastest
+    exact path with the pool's dequantisation inside the timed call (+len+deq) and on the pool's values alone
+    (+len); ratios > 1: ours faster. Then the geomean of the first ratio per head count."""
+    with_deq = [b for b in backends if b.endswith(LENGTH_SUFFIX + DEQUANT_SUFFIX)]
+    on_values = [b for b in backends if b.endswith(LENGTH_SUFFIX) and b.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS]
+    rows, ratios = [], {}
+    for p in points:
+        kv = table.ms(p, "flashmla_kv")
+        deq = min((ms for b in with_deq if (ms := table.ms(p, b)) is not None), default=None)
+        values = min((ms for b in on_values if (ms := table.ms(p, b)) is not None), default=None)
+        if kv is not None and deq is not None:
+            ratios.setdefault(p.heads, []).append(kv / deq)
+        rows.append([p.label, _ms(kv, 3), _ms(deq, 3), _ms(values, 3),
+                     "-" if kv is None or deq is None else f"{kv / deq:.2f}x",
+                     "-" if kv is None or values is None else f"{kv / values:.2f}x"])
+    headers = ["point", "flashmla_kv ms", "best ours+len+deq ms", "best ours+len ms", "flashmla_kv / ours+len+deq",
+               "flashmla_kv / ours+len"]
+    text = ("FP8 KV cache: FlashMLA's FP8 kernel (flashmla_kv) against our fastest exact path, the pool's "
+            "dequantisation in the call (+deq) and not:\n\n" + markdown_table(headers, rows))
+    if ratios:
+        parts = [f"H={h} {geomean(r):.2f}x over {len(r)} point{'s' if len(r) != 1 else ''}" for h, r in ratios.items()]
+        text += "\n\ngeomean of flashmla_kv / best ours+len+deq: " + "; ".join(parts)
+    return text
 
 
 def render_paired(paired: list[BenchResult]) -> str:
