@@ -37,7 +37,11 @@ def _token_rows(idx_ptr, length_ptr, token, start, topk, num_kv_rows, stride_it,
     return row, valid
 
 
-@triton.jit
+# Not specialised on the group count, the rows' capacity and pitches: they follow the prompt length (a compiled
+# variant per length class otherwise) and their divisibility changes no instruction at real shapes (the sm_90
+# PTX with and without it is identical at top-k 2048: docs/performance.md, "Time to verdict"). topk, the index
+# stride and num_kv_rows stay specialised: their divisibility by 16 makes the index loads 16-byte vectors.
+@triton.jit(do_not_specialize=["num_groups", "width", "stride_rg", "stride_bg"])
 def union_marks_kernel(
     idx_ptr, length_ptr, marks_ptr, rows_ptr, bits_ptr, len_ptr,
     num_groups, num_kv_rows, topk, width, stride_it, stride_is, stride_mp, stride_rg, stride_bg,
