@@ -8,7 +8,8 @@ generator, "drift10" / "drift2" (10 % / 2 % of the rows swapped per token), "uni
 captured trace. Union paths are also timed with a plan built
 before the timed calls ("+plan": a shared layer's call). With an FP8 KV cache (`kv_cache_dtype` "fp8_e4m3") the
 rows are DSA's FP8 pool (`glmcheck.kernels.fp8`): our paths read its dequantised rows as they are ("+len") and with
-the dequantisation in the timed call ("+len+deq"), and FlashMLA's FP8 decode kernel reads the pool itself
+the dequantisation in the timed call ("+len+deq": the one-launch `glmcheck.kernels.fp8_dequant`, the torch form's
+bits), and FlashMLA's FP8 decode kernel reads the pool itself
 ("flashmla_kv", the engines' pick over an FP8 cache), all gated against the reference on the pool's values. Every backend's output is first compared with
 the fp32 reference (rel-L2 gate); only a backend that passes is timed
 (`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
@@ -28,6 +29,7 @@ from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill, union_dedup, union_is_legal
 from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
+from glmcheck.kernels.fp8_dequant import dequantize_kv_pool_fused
 from glmcheck.kernels.prefill import effective_lengths, kernel_route
 from glmcheck.kernels.union import token_row_sets
 
@@ -180,13 +182,14 @@ DEQUANT_SUFFIX = "+deq"  # the pool's dequantisation inside the timed call
 
 
 def fp8_specs(flashmla: bool) -> list[BenchSpec]:
-    """Over an FP8 KV cache: each of our paths with topk_length and the pool's dequantisation in the call, and
+    """Over an FP8 KV cache: each of our paths with topk_length and the pool's dequantisation in the call (one
+    launch, `dequantize_kv_pool_fused`: the same rows as `make_inputs` gives, bit for bit), and
     FlashMLA's FP8 decode kernel on the pool (`glmcheck.backends.flashmla_kv`) when FlashMLA loads."""
     from glmcheck.backends.flashmla_kv import flashmla_kv_on_pool
 
     def dequantised(union: int):
         def run(x, out):
-            rows = dequantize_kv_pool(x.pool, x.kv.shape[0], d_rope=D_TAIL)
+            rows = dequantize_kv_pool_fused(x.pool, x.kv.shape[0], d_rope=D_TAIL)
             return sparse_mla_prefill(x.q, rows, x.indices, x.sm_scale, D_V, out=out, union=union,
                                       topk_length=x.topk_length)
         return run

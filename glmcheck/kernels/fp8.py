@@ -12,6 +12,7 @@ rows a bf16 kernel sees behind an FP8 cache (the engines' RAGGED transform).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -73,19 +74,42 @@ def quantize_kv_pool(kv: torch.Tensor, *, d_rope: int = 64, block: int = PAGE, p
     return pool.view(pages, block, 1, pool.shape[1])
 
 
-def dequantize_kv_pool(pool: torch.Tensor, num_rows: int, *, d_rope: int = 64) -> torch.Tensor:
-    """The first `num_rows` rows of a pool `quantize_kv_pool` wrote, [num_rows, d_qk] bf16 (module docstring)."""
+@functools.cache
+def latent_width(width: int, d_rope: int) -> int | None:
+    """The latent values a pool row of `width` bytes holds beside its scales and `d_rope` bf16 rope values, or None
+    when no latent fits (latent + 4 * ceil(latent / TILE) grows strictly, so at most one does)."""
+    rest = width - 2 * d_rope
+    for tiles in range(max(rest, 0) // TILE + 2):
+        latent = rest - 4 * tiles
+        if latent >= 0 and math.ceil(latent / TILE) == tiles:
+            return latent
+    return None
+
+
+def check_pool(pool: object, num_rows: object, d_rope: object) -> tuple[int, int]:
+    """Check a pool `quantize_kv_pool` wrote ([pages, block, 1, bytes] uint8), the rows read from it (an int in
+    [0, pages * block]) and `d_rope` (an int >= 0); returns (latent values a row, scale tiles a row). ValueError
+    naming the argument otherwise."""
     if not isinstance(pool, torch.Tensor) or pool.dtype != torch.uint8 or pool.dim() != 4 or pool.shape[2] != 1:
         raise ValueError(f"pool must be a uint8 tensor [pages, block, 1, bytes], got "
                          f"{getattr(pool, 'dtype', type(pool).__name__)} {tuple(getattr(pool, 'shape', ()))}")
     pages, block, _, width = pool.shape
     if isinstance(num_rows, bool) or not isinstance(num_rows, int) or not 0 <= num_rows <= pages * block:
         raise ValueError(f"num_rows must be an int in [0, {pages * block}] (the pool's rows), got {num_rows!r}")
-    latent = next((n for n in range(width + 1) if n + 4 * math.ceil(n / TILE) + 2 * d_rope == width), None)
+    if isinstance(d_rope, bool) or not isinstance(d_rope, int) or d_rope < 0:
+        raise ValueError(f"d_rope must be an int >= 0 (the bf16 rope values at the end of a row), got {d_rope!r}")
+    latent = latent_width(width, d_rope)
     if latent is None:
         raise ValueError(f"pool rows of {width} bytes hold no latent + scales + {d_rope} bf16 rope values "
                          f"(d_rope={d_rope})")
-    tiles = math.ceil(latent / TILE)
+    return latent, math.ceil(latent / TILE)
+
+
+def dequantize_kv_pool(pool: torch.Tensor, num_rows: int, *, d_rope: int = 64) -> torch.Tensor:
+    """The first `num_rows` rows of a pool `quantize_kv_pool` wrote, [num_rows, d_qk] bf16 (module docstring):
+    each latent value bf16(fp32(code) x fp32 scale), rounded once to nearest even; the rope bits copied."""
+    latent, tiles = check_pool(pool, num_rows, d_rope)
+    pages, block, _, width = pool.shape
     flat = pool.reshape(pages * block, width)[:num_rows]
     codes = flat[:, :latent].contiguous().view(torch.float8_e4m3fn).float()
     scales = flat[:, latent:latent + 4 * tiles].contiguous().view(torch.float32)
