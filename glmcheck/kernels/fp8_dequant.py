@@ -75,18 +75,18 @@ def bf16_bits(x, NATIVE: tl.constexpr, NAN_BITS: tl.constexpr):
 
 @triton.jit
 def dequantize_pool_kernel(
-    pool_ptr, out_ptr, num_rows, page_rows, stride_pp, stride_ps, stride_pb, stride_or, stride_oc,
-    LATENT: tl.constexpr, TILES: tl.constexpr, D_ROPE: tl.constexpr, ROPE_PAD: tl.constexpr,
+    pool_ptr, out_ptr, num_rows, stride_pp, stride_ps, stride_pb, stride_or, stride_oc,
+    PAGE_ROWS: tl.constexpr, LATENT: tl.constexpr, TILES: tl.constexpr, D_ROPE: tl.constexpr, ROPE_PAD: tl.constexpr,
     BLOCK_R: tl.constexpr, TILE_COLS: tl.constexpr, ROW_INT64: tl.constexpr, NATIVE_DECODE: tl.constexpr,
     NATIVE_ROUND: tl.constexpr, NAN_BITS: tl.constexpr,
 ):
-    """out[r] = the pool's row r (page r // page_rows, slot r % page_rows) dequantised, for r < num_rows; `out_ptr`
+    """out[r] = the pool's row r (page r // PAGE_ROWS, slot r % PAGE_ROWS) dequantised, for r < num_rows; `out_ptr`
     is the int16 view of the bf16 output [num_rows, LATENT + D_ROPE]. Grid: (cdiv(num_rows, BLOCK_R),)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     live = rows < num_rows
     if ROW_INT64:
         rows = rows.to(tl.int64)
-    row_ptr = pool_ptr + (rows // page_rows) * stride_pp + (rows % page_rows) * stride_ps
+    row_ptr = pool_ptr + (rows // PAGE_ROWS) * stride_pp + (rows % PAGE_ROWS) * stride_ps
     out_row = out_ptr + rows * stride_or
     offs = tl.arange(0, TILE_COLS)
     for tile in tl.static_range(TILES):
@@ -163,9 +163,10 @@ def dequantize_kv_pool_fused(pool: torch.Tensor, num_rows: int, *, d_rope: int =
     native_round = pool.device.type == "cuda"
     grid = (triton.cdiv(num_rows, BLOCK_ROWS),)
     dequantize_pool_kernel[grid](
-        pool, out.view(torch.int16), num_rows, block, pool.stride(0), pool.stride(1), pool.stride(3),
+        pool, out.view(torch.int16), num_rows, pool.stride(0), pool.stride(1), pool.stride(3),
         out.stride(0), out.stride(1),
-        LATENT=latent, TILES=tiles, D_ROPE=d_rope, ROPE_PAD=max(16, triton.next_power_of_2(max(d_rope, 1))),
+        PAGE_ROWS=block, LATENT=latent, TILES=tiles, D_ROPE=d_rope,
+        ROPE_PAD=max(16, triton.next_power_of_2(max(d_rope, 1))),
         BLOCK_R=BLOCK_ROWS, TILE_COLS=TILE, ROW_INT64=max(last_byte, last_out) >= INT32_LIMIT,
         NATIVE_DECODE=native_e4m3(pool.device), NATIVE_ROUND=native_round,
         NAN_BITS=0 if native_round else torch_cpu_nan_bits(), num_warps=4,
