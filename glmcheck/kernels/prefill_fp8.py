@@ -71,9 +71,9 @@ def launch_per_token_fp8(args: PrefillArgs, pool: torch.Tensor, lengths: torch.T
     )
 
 
-# The first tile on a GPU, from sm_90 compiles (not yet timed): at 16 query rows (H <= 16) this kernel takes 190
-# registers and no spills with it, 184 bytes of spills a thread with the bf16 kernel's tile (64 rows, 4 warps,
-# 3 stages).
+# The first tile on a GPU, from sm_90 compiles (docs/evidence/cpu-runs/2026-12-04-fp8-kernel-ptx.txt; not yet
+# timed): at 16 query rows (H <= 16) this kernel takes 187 registers and no spills with it, and spills 248 bytes a
+# thread with the bf16 kernel's tile (64 rows, 4 warps, 3 stages).
 GPU_TILE = tiles.Tile(block_n=64, num_warps=8, num_stages=2)
 
 
