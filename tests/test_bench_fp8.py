@@ -85,3 +85,16 @@ def test_the_fp8_table_sets_flashmla_kv_against_our_fastest_path():
     assert text.rstrip().endswith("geomean of flashmla_kv / best ours+len+deq: H=8 4.00x over 1 point; H=64 2.00x "
                                   "over 1 point")
     assert "flashmla_kv /" not in render_table([r for r in results if r.backend != "flashmla_kv"])
+
+
+def test_the_fp8_table_adds_the_native_column_when_it_ran():
+    from glmcheck.bench.kernel import BenchResult
+    from glmcheck.bench.tables import render_table
+
+    a = BenchPoint(1, 2048, 8)
+    results = [BenchResult(a, "per-token+len", 1.0, 1e-3, ""), BenchResult(a, "per-token+len+deq", 1.5, 1e-3, ""),
+               BenchResult(a, "per-token+len+fp8", 0.8, 1e-3, ""), BenchResult(a, "flashmla_kv", 4.0, 1e-3, "")]
+    text = render_table(results)
+    assert "| ours+len+fp8 ms |" in text and text.count("flashmla_kv / ours+len+fp8") == 1, text
+    assert "| 1x2048 H=8 | 4.000          | 1.500                | 1.000            | 0.800           | 2.67x" in text, text
+    assert text.splitlines()[-3].rstrip().endswith("| 5.00x                      |"), text
