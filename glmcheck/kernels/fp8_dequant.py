@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from glmcheck.kernels.fp8 import TILE, check_pool
-from glmcheck.kernels.runtime import interpreter_active, require_usable_interpreter
+from glmcheck.kernels.runtime import require_kernel_device
 
 BLOCK_ROWS = 32  # pool rows a program dequantises
 INT32_LIMIT = 2**31
@@ -117,16 +117,6 @@ def native_e4m3(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def check_fused_device(pool: torch.Tensor) -> None:
-    """ValueError unless the pool is where Triton runs: CUDA without the interpreter, the CPU with it."""
-    if pool.device.type == "cuda" and interpreter_active():
-        raise ValueError("pool is on CUDA but TRITON_INTERPRET=1 is set: unset it to run on the GPU")
-    if pool.device.type != "cuda" and not interpreter_active():
-        raise ValueError(f"pool must be on a CUDA device (or set TRITON_INTERPRET=1 to run CPU tensors through "
-                         f"Triton's interpreter), got {pool.device}")
-    require_usable_interpreter()
-
-
 def _check_out(out: object, pool: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
@@ -148,7 +138,7 @@ def dequantize_kv_pool_fused(pool: torch.Tensor, num_rows: int, *, d_rope: int =
     device. Rows at or past `num_rows` are not read. `out` [num_rows, d_qk] bf16 (any strides) is written when
     given, else allocated. Argument errors name the argument (ValueError; TypeError for out's type and dtype)."""
     latent, tiles = check_pool(pool, num_rows, d_rope)
-    check_fused_device(pool)
+    require_kernel_device(pool, "pool")
     shape = (num_rows, latent + d_rope)
     if out is None:
         out = torch.empty(shape, dtype=torch.bfloat16, device=pool.device)

@@ -22,7 +22,7 @@ from glmcheck.kernels import tiles
 from glmcheck.kernels.gluon.launch import launch_union_attention_ws, ws_supports
 from glmcheck.kernels.per_token import sparse_mla_token_kernel
 from glmcheck.kernels.plan import PINGPONG_MIN_HEADS, SparseMLAPlan, union_group
-from glmcheck.kernels.runtime import interpreter_active, require_usable_interpreter
+from glmcheck.kernels.runtime import interpreter_active, require_kernel_device
 from glmcheck.kernels.union import UnionSets, build_union_sets, launch_union_attention, token_row_sets
 from glmcheck.kernels.validate import PrefillArgs, check_contents, check_out, check_prefill_args
 
@@ -55,15 +55,6 @@ def effective_lengths(indices: torch.Tensor, topk_length: torch.Tensor | None, n
     positions = torch.arange(1, indices.shape[1] + 1, device=indices.device, dtype=torch.int32)
     return (valid * positions).amax(dim=1).to(torch.int32) if indices.shape[1] else \
         torch.zeros(indices.shape[0], dtype=torch.int32, device=indices.device)
-
-
-def _check_device(q: torch.Tensor) -> None:
-    if q.device.type == "cuda" and interpreter_active():
-        raise ValueError("q is on CUDA but TRITON_INTERPRET=1 is set: unset it to run on the GPU")
-    if q.device.type != "cuda" and not interpreter_active():
-        raise ValueError(f"q must be on a CUDA device (or set TRITON_INTERPRET=1 to run CPU "
-                         f"tensors through Triton's interpreter), got {q.device}")
-    require_usable_interpreter()
 
 
 def launch_per_token(args: PrefillArgs, lengths: torch.Tensor | None, out: torch.Tensor,
@@ -216,7 +207,7 @@ def prefill_forced(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_
             raise TypeError(f"plan must be a SparseMLAPlan from plan_sparse_mla, got {type(plan).__name__}")
         plan.check_matches(args, union, deterministic, topk_length)
     group = plan.group if plan is not None else union_group(args.num_heads, args.num_tokens, union, deterministic)
-    _check_device(args.q)
+    require_kernel_device(args.q, "q")
     if out is None:
         out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
     else:

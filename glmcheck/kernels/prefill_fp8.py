@@ -25,12 +25,11 @@ from glmcheck.kernels.prefill import (
     END_BLOCK,
     INT32_LIMIT,
     LOG2E,
-    _check_device,
     effective_lengths,
     head_tile,
     kernel_finds_bound,
 )
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.kernels.runtime import interpreter_active, require_kernel_device
 from glmcheck.kernels.validate import PrefillArgs, check_out, check_prefill_args
 
 
@@ -98,7 +97,7 @@ def sparse_mla_prefill_fp8(q: torch.Tensor, pool: torch.Tensor, num_rows: int, i
     errors name the argument: TypeError for a wrong type or dtype, ValueError otherwise (an `out` that shares
     memory with q, indices, topk_length or the pool too)."""
     args = check_fp8_prefill_args(q, pool, num_rows, indices, sm_scale, d_v, topk_length)
-    _check_device(args.q)
+    require_kernel_device(args.q, "q")
     if out is None:
         out = torch.empty((args.num_tokens, args.num_heads, d_v), dtype=torch.bfloat16, device=args.q.device)
     else:

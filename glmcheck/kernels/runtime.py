@@ -8,7 +8,7 @@ import os
 
 from glmcheck.process.triton_mode import confirm_with_torch, late_import_problem
 
-__all__ = ["confirm_with_torch", "interpreter_active", "require_usable_interpreter"]
+__all__ = ["confirm_with_torch", "interpreter_active", "require_kernel_device", "require_usable_interpreter"]
 
 
 def interpreter_active() -> bool:
@@ -22,3 +22,15 @@ def require_usable_interpreter() -> None:
     problem = late_import_problem() if interpreter_active() else None
     if problem:
         raise RuntimeError(problem)
+
+
+def require_kernel_device(tensor: object, name: str) -> None:
+    """ValueError naming `name` unless the tensor is where Triton runs: CUDA without the interpreter, the CPU with
+    it; then `require_usable_interpreter`."""
+    device = tensor.device
+    if device.type == "cuda" and interpreter_active():
+        raise ValueError(f"{name} is on CUDA but TRITON_INTERPRET=1 is set: unset it to run on the GPU")
+    if device.type != "cuda" and not interpreter_active():
+        raise ValueError(f"{name} must be on a CUDA device (or set TRITON_INTERPRET=1 to run CPU tensors through "
+                         f"Triton's interpreter), got {device}")
+    require_usable_interpreter()
