@@ -2,12 +2,14 @@
 `glmcheck.checks.position_gate` is designed and measured on (docs/reliability.md, "All-position logits").
 
     python scripts/position_kl.py OUT.pt [--model ref-cpu] [--tokens 256] [--seeds 20] [--band 8] [--device cpu]
+        [--compact]
 
 For each seed (a window of the reference model's held-out text at a seeded offset), one forward per row with every
 position's logits kept: the exact reference twice, band:0..band:N-1, the kernel under test (per-token and each legal
 union), the planted faults of `glmcheck.selftest.faults` (the structural ones and the late one included). Saves
 {seed: {row: kl [T]}} with same_top and dlogprob beside it (computed in fp64, stored as fp32: the device returns
-16 MiB a file).
+16 MiB a file). --compact keeps kl and same_top only (what `scripts/position_gate_rates.py` needs): about 5 bytes a
+position a row, so two seeds at 32768 tokens fit one file the device returns.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--band", type=int, default=8)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--compact", action="store_true", help="keep kl and same_top only (no dlogprob)")
     args = parser.parse_args()
     device = torch.device(args.device)
     late_name, late_fn, late_text = late_fault(args.tokens)
@@ -62,7 +65,9 @@ def main() -> None:
         for name in rows:
             logits = forward_under(model, prompt, name, options, last_logits=args.tokens).captured.logits[0]
             stats = position_statistics(logits, ref)
-            seed_rows[name] = {"kl": stats.distance.float(), "same_top": stats.same_top, "dlogprob": stats.dlogprob.float()}
+            seed_rows[name] = {"kl": stats.distance.float(), "same_top": stats.same_top}
+            if not args.compact:
+                seed_rows[name]["dlogprob"] = stats.dlogprob.float()
         result["seeds"][seed] = seed_rows
         torch.save(result, args.out)
         means = {n: float(v["kl"].mean()) for n, v in seed_rows.items()}
