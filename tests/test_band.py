@@ -153,6 +153,16 @@ def test_fp8_hf_rows_are_labelled_and_out_of_the_verdict(tmp_path, capsys):
     assert "not comparable under FP8" in printed
     row = next(line for line in printed.splitlines() if line.startswith("| hf_sdpa"))
     assert "| -       |" in row
+    import pandas as pd  # the band's odd members read the pool as an FP8 kernel does: their rows say so
+    comparisons = list(pd.read_parquet(tmp_path / "f" / "rows.parquet")["comparison"])
+    assert "noise band: band:1 vs reference (ideal FP8 kernel)" in comparisons, comparisons
+    assert "noise band: band:0 vs reference (ideal bf16 kernel)" in comparisons, comparisons
+
+
+def test_band_members_are_labelled_by_how_they_read_the_cache():
+    from glmcheck.checks.band import ideal_kind
+    assert [ideal_kind(f"band:{k}", "fp8_e4m3") for k in range(4)] == ["ideal bf16 kernel", "ideal FP8 kernel"] * 2
+    assert {ideal_kind(f"band:{k}", kv) for k in range(4) for kv in (None, "bf16")} == {"ideal bf16 kernel"}
 
 
 def _prompts_file(path, text):

@@ -63,6 +63,14 @@ def band_names(size: int) -> list[str]:
     return [f"band:{k}" for k in range(size)]
 
 
+def ideal_kind(name: str, kv_cache_dtype: str | None) -> str:
+    """How band member `name` ("band:K") reads the KV, for its row label: "ideal FP8 kernel" for odd K over an FP8
+    cache (`band_kernels.fp8_band_variant`: scores from the e4m3 codes, the scale after the dot), otherwise "ideal
+    bf16 kernel"."""
+    fp8 = kv_cache_dtype == "fp8_e4m3" and name.startswith("band:") and int(name.split(":", 1)[1]) % 2 == 1
+    return "ideal FP8 kernel" if fp8 else "ideal bf16 kernel"
+
+
 def exit_code(verdict: str | None) -> int:
     """0 PASS, 3 INCONCLUSIVE, 1 anything else (FAIL, or no verdict)."""
     return EXIT_CODES.get(verdict, 1)

@@ -37,6 +37,7 @@ from glmcheck.checks.band import (
     JUDGES_NOTHING,
     PASS,
     band_names,
+    ideal_kind,
     inconclusive_rule,
     spread_reason,
 )
@@ -194,7 +195,8 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
             on_prompt(prompt, batch)
     cross_checks = {name: cross_check_note(options) for name in others if name.startswith("hf_")}
     return summarize(outcomes, [control_name] + variants + others, control_name, tokenizer, gate_ratio,
-                     max_dlogprob, tie_gap, continue_tokens, variants, cross_checks)
+                     max_dlogprob, tie_gap, continue_tokens, variants, cross_checks,
+                     kv_cache_dtype=options.kv_cache_dtype)
 
 
 def forwards_per_prompt(backends: list[str], exact: str, band_size: int, continue_tokens: int = 0) -> int:
@@ -207,10 +209,11 @@ def forwards_per_prompt(backends: list[str], exact: str, band_size: int, continu
 
 def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str, tokenizer: Tokenizer,
               gate_ratio: float, max_dlogprob: float | None, tie_gap: float, continue_tokens: int,
-              noise_names: list[str] | tuple[str, ...] = (), not_judged: dict[str, str] | None = None
-              ) -> FirstTokenResult:
+              noise_names: list[str] | tuple[str, ...] = (), not_judged: dict[str, str] | None = None,
+              kv_cache_dtype: str | None = None) -> FirstTokenResult:
     """Per-backend summary rows, the disagreement list and the verdict (see module docstring).
-    `not_judged` maps backends shown but not gated (hf cross-checks) to the reason."""
+    `not_judged` maps backends shown but not gated (hf cross-checks) to the reason; `kv_cache_dtype` names how the
+    band's members read the cache in their labels (`band.ideal_kind`)."""
     reference = control_name.split(" ")[0]
     not_judged = not_judged or {}
     band = [_stats([o for o in outcomes if o.backend == name]) for name in [control_name, *noise_names]]
@@ -237,7 +240,7 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         if name == control_name:
             comparison = f"noise band: {reference} vs itself (rerun)"
         elif name in noise_names:
-            comparison = f"noise band: {name} vs {reference} (ideal bf16 kernel)"
+            comparison = f"noise band: {name} vs {reference} ({ideal_kind(name, kv_cache_dtype)})"
         else:
             comparison = f"{name} vs {reference}"
         row = {"comparison": comparison, "backend": name, **stats, "wide_flips": len(wide_flips),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from glmcheck.backends.registry import get_backend, register_backend, unregister_backend
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names, ideal_kind
 from glmcheck.checks.rows import (
     ComparisonRow,
     compare,
@@ -102,7 +102,8 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
     direction = _temperature_direction(model, input_ids, exact, options, ref, tokens, progress)
     samples = [_compare_runs(f"noise band: {exact} vs itself (rerun)", runs[1], ref, exact, tokens,
                              temperature=direction)]
-    samples += [_compare_runs(f"noise band: {r.name} vs {exact} (ideal bf16 kernel)", r, ref, exact, tokens,
+    samples += [_compare_runs(f"noise band: {r.name} vs {exact} ({ideal_kind(r.name, options.kv_cache_dtype)})", r,
+                              ref, exact, tokens,
                               temperature=direction) for r in runs[2:2 + band_size]]
     band = band_from_rows(samples, [exact] + variants)
     rows = list(samples)

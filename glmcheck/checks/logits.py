@@ -18,7 +18,7 @@ from dataclasses import replace
 import torch
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, pairwise_median
+from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, ideal_kind, pairwise_median
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.position_gate import PositionBand, PositionGate
 from glmcheck.checks.positions import PositionStatistics, position_statistics, summarize
@@ -27,7 +27,6 @@ from glmcheck.checks.rows import (
     compare,
     cross_check_note,
     fault_row,
-    judge_row,
     not_called_row,
     overall,
     require_finite,
@@ -90,7 +89,8 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         logits = band_logits(name)
         ideal.append(logits[:, -1:])
         ideal_positions.append(position_statistics(logits, reference))
-        samples.append(_logits_row(f"noise band: {name} vs {exact} (ideal bf16 kernel)", name, exact, logits,
+        samples.append(_logits_row(f"noise band: {name} vs {exact} ({ideal_kind(name, options.kv_cache_dtype)})",
+                                   name, exact, logits,
                                    reference, tokens, dense, ideal_positions[-1]))
     band = replace(band_from_rows(samples, [exact] + variants), apart=pairwise_median(ideal))
     position_band = PositionBand.of(ideal_positions, variants)

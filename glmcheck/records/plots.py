@@ -16,6 +16,7 @@ by notebooks/drift.ipynb, so both show the same pictures.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def plot_layer0(record: Record):
               zip(band_rows, rows["verdict"])]
     y = np.arange(len(rows))
     ax.barh(y, values, color=colors)
-    ax.set_yticks(y, [c.replace("noise band: ", "band: ").replace(" (ideal bf16 kernel)", "")
+    ax.set_yticks(y, [re.sub(r" \(ideal \S+ kernel\)", "", c.replace("noise band: ", "band: "))
                       .replace(" (per-head value output)", " (value output)") for c in rows["comparison"]], fontsize=8)
     for i, (is_band, verdict, value) in enumerate(zip(band_rows, rows["verdict"], values)):
         if not is_band and verdict in VERDICT_COLORS:

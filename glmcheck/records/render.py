@@ -68,7 +68,7 @@ def _band_line(rows: pd.DataFrame, key: str = "rel_l2") -> str:
     if not values:
         return "band: none"
     median = statistics.median(values)
-    return (f"band ({len(values)} samples: rerun + ideal bf16 kernels), rel-L2 to the exact reference: "
+    return (f"band ({len(values)} samples: rerun + ideal kernels), rel-L2 to the exact reference: "
             f"min {fmt_sci(values[0])} / median {fmt_sci(median)} / max {fmt_sci(values[-1])}")
 
 
@@ -77,7 +77,7 @@ def short_label(comparison: str, previous: str | None = None) -> str:
     marked `(band)`, a per-token pair `  vs OTHER` under the row it pairs (`previous`, that row's short label)."""
     if re.fullmatch(r"noise band: \S+ vs itself \(rerun\)", comparison):
         return "rerun (band)"
-    if m := re.fullmatch(r"noise band: (\S+) vs \S+( \(ideal bf16 kernel\))?", comparison):
+    if m := re.fullmatch(r"noise band: (\S+) vs \S+( \(ideal \S+ kernel\))?", comparison):
         return f"{m[1]} (band)"
     if m := re.fullmatch(r"(\S+) vs (\S+) \(per-token\)", comparison):
         return f"  vs {m[2]}" if previous == m[1] else f"{m[1]} vs {m[2]}"
