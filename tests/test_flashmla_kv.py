@@ -101,33 +101,35 @@ def test_chosen_and_refused_before_any_model_is_built(monkeypatch):
     assert "flashmla_kv" not in backend_choice.default_backends(cpu, 8, (512, 64), None)
 
 
-def test_one_pool_write_per_rows_tensor(monkeypatch):
-    """A layer's rank slices hand the backend one rows tensor: the pool is written once; rows written since (their
-    version moved) or another tensor get a pool of their own."""
+@pytest.fixture
+def pool_writes(monkeypatch) -> list[int]:
+    """The stand-in op in place of FlashMLA's; one entry per pool the backend writes."""
     monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
     writes: list[int] = []
     real = flashmla_kv._checked_pool
     monkeypatch.setattr(flashmla_kv, "_checked_pool", lambda kv, d: (writes.append(1), real(kv, d))[1])
+    return writes
+
+
+def test_one_pool_write_per_rows_tensor(pool_writes):
+    """A layer's rank slices hand the backend one rows tensor: the pool is written once; rows written since (their
+    version moved) or another tensor get a pool of their own."""
     q, kv, indices, _ = _inputs(4, 8, 100, 32, "cpu")
     first = flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
-    assert torch.equal(flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V), first) and len(writes) == 1
+    assert torch.equal(flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V), first) and len(pool_writes) == 1
     kv[5] = kv[6]  # written in place: FP8 values still, a new version
     flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
     flashmla_kv.flashmla_kv_prefill(q, kv.clone(), indices, 0.05, D_V)
-    assert len(writes) == 3
+    assert len(pool_writes) == 3
 
 
-def test_rows_made_under_inference_mode(monkeypatch):
+def test_rows_made_under_inference_mode(pool_writes):
     """The checks' forwards run under `torch.inference_mode`, whose tensors carry no version counter (the H200's
     first FP8 layer0 died on it): such rows get their pool written on every call, the same result each time."""
-    monkeypatch.setattr(flashmla_kv, "_decode_op", lambda: StandIn(12))
-    writes: list[int] = []
-    real = flashmla_kv._checked_pool
-    monkeypatch.setattr(flashmla_kv, "_checked_pool", lambda kv, d: (writes.append(1), real(kv, d))[1])
     q, kv, indices, _ = _inputs(4, 8, 100, 32, "cpu")
     expected = flashmla_kv.flashmla_kv_prefill(q, kv, indices, 0.05, D_V)
     with torch.inference_mode():
         q_inf, kv_inf = q.clone(), kv.clone()
         first = flashmla_kv.flashmla_kv_prefill(q_inf, kv_inf, indices, 0.05, D_V)
         second = flashmla_kv.flashmla_kv_prefill(q_inf, kv_inf, indices, 0.05, D_V)
-    assert torch.equal(first, expected) and torch.equal(second, expected) and len(writes) == 3
+    assert torch.equal(first, expected) and torch.equal(second, expected) and len(pool_writes) == 3
