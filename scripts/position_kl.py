@@ -2,7 +2,7 @@
 `glmcheck.checks.position_gate` is designed and measured on (docs/reliability.md, "All-position logits").
 
     python scripts/position_kl.py OUT.pt [--model ref-cpu] [--tokens 256] [--seeds 20] [--band 8] [--device cpu]
-        [--compact]
+        [--compact] [--faults all|none|NAME,...] [--late-start P] [--extra flashmla_sparse,...]
 
 For each seed (a window of the reference model's held-out text at a seeded offset), one forward per row with every
 position's logits kept: the exact reference twice, band:0..band:N-1, the kernel under test (per-token and each legal
@@ -15,6 +15,7 @@ position a row, so two seeds at 32768 tokens fit one file the device returns.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -40,10 +41,19 @@ def main() -> None:
     parser.add_argument("--band", type=int, default=8)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--compact", action="store_true", help="keep kl and same_top only (no dlogprob)")
+    parser.add_argument("--faults", default="all", help="all, none, or fault names (fault:...; `late`), comma-separated")
+    parser.add_argument("--late-start", type=int, default=None, help="the late fault's first position (3/4 of --tokens)")
+    parser.add_argument("--extra", default="", help="more legitimate rows (backend names), comma-separated")
     args = parser.parse_args()
     device = torch.device(args.device)
-    late_name, late_fn, late_text = late_fault(args.tokens)
+    late_name, late_fn, late_text = late_fault(args.tokens, args.late_start)
     faults = {**FAULTS, **STRUCTURAL_FAULTS, late_name: (late_fn, late_text)}
+    if args.faults != "all":
+        wanted = {late_name if n == "late" else n for n in args.faults.split(",") if n and n != "none"}
+        unknown = wanted - set(faults)
+        if unknown:
+            parser.error(f"--faults: unknown {sorted(unknown)}; expected names among {sorted(faults)} or `late`")
+        faults = {n: f for n, f in faults.items() if n in wanted}
     known = set(backend_names())
     for name, (fn, text) in faults.items():
         if name not in known:
@@ -54,7 +64,8 @@ def main() -> None:
     stream = heldout_stream(tokenizer)
     heads = model.config.num_attention_heads
     rows = (["reference"] + [f"band:{k}" for k in range(args.band)] + ["triton_sparse_mla"]
-            + [f"triton_sparse_mla:union{g}" for g in legal_groups(heads)] + list(faults))
+            + [f"triton_sparse_mla:union{g}" for g in legal_groups(heads)]
+            + [n for n in args.extra.split(",") if n] + list(faults))
     result = {"model": args.model, "tokens": args.tokens, "band": args.band, "late": late_name, "seeds": {}}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         started = time.time()
@@ -69,7 +80,8 @@ def main() -> None:
             if not args.compact:
                 seed_rows[name]["dlogprob"] = stats.dlogprob.float()
         result["seeds"][seed] = seed_rows
-        torch.save(result, args.out)
+        torch.save(result, args.out + ".part")  # whole or not at all: a run cut short keeps its finished seeds
+        os.replace(args.out + ".part", args.out)
         means = {n: float(v["kl"].mean()) for n, v in seed_rows.items()}
         band = " ".join(f"{means['band:' + str(k)]:.2e}" for k in range(min(4, args.band)))
         print(f"seed {seed}: {time.time() - started:.1f} s; mean KL band {band} triton {means['triton_sparse_mla']:.2e}",

@@ -81,7 +81,11 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     assert found["late"]["onset"] == 128 and found["late"]["stays_out"], found
     assert LATE_FROM < 128 and found["band:5"]["onset"] is None and found["band:5"]["verdict"] != "FAIL", found
     assert {r["tokens"] for r in report.rows} == {32, 64, 128, 256}
-    assert report.facts["forwards"] == 2 + 4 + 2 and {r["positions"] for r in report.rows} == {32, 64, 128}
+    assert report.facts["forwards"] == 1 + 4 + 2 and {r["positions"] for r in report.rows} == {32, 64, 128}
+    # the rerun: two forwards over the first bin's 32 tokens, bit for bit on the CPU; reported there only
+    rerun = {r["tokens"]: r for r in report.rows if r["backend"].endswith("(rerun)")}
+    assert report.facts["short_forwards"] == 2 and rerun[32]["distance"] == 0.0, rerun
+    assert all(math.isnan(rerun[n]["distance"]) and "first 32 positions" in rerun[n]["note"] for n in (64, 128, 256))
     report.write(report.record_dir)
     again = sweep(options, tokens=(32, 256), record_dir=tmp_path / "s")
     assert again.facts["resumed_items"] == 4 and again.extra["onsets"] == found

@@ -46,7 +46,8 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
                        judged: list[str], lengths: list[int], gate: PositionGate = PositionGate(),
                        source: str = "one forward") -> SweepResult:
     """Judge `judged` rows bin by bin. `stats` holds each row's per-position statistics against the exact
-    reference over the longest length (the rerun's, each band variant's, each judged row's), or a Faulted."""
+    reference over the longest length (each band variant's, each judged row's; the rerun's may be shorter: it is
+    reported where it reaches and judges nothing), or a Faulted."""
     position_band = PositionBand.of([stats[name] for name in band], band)
     rows: list[dict] = []
     for length, start, stop in length_bins(lengths):
@@ -62,6 +63,12 @@ def run_position_sweep(stats: dict[str, PositionStatistics | Faulted], rerun: st
                    "note": ""}
             if isinstance(given, Faulted):
                 row["out"], row["verdict"], row["note"] = True, FAIL, given.reason
+                rows.append(row)
+                continue
+            if len(given) < stop:  # the rerun covers the first bin only (`glmcheck.evaluate.length_sweep`)
+                if name in judged:
+                    raise ValueError(f"row {name!r} has {len(given)} positions; a judged row needs {lengths[-1]}")
+                row["note"] = f"measured over the first {len(given)} positions only"
                 rows.append(row)
                 continue
             window = given.window(start, stop)

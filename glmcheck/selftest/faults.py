@@ -143,9 +143,9 @@ STRUCTURAL_FAULTS: dict[str, tuple[KernelFn, str]] = {
 }
 
 
-def late_fault(tokens: int) -> tuple[str, KernelFn, str]:
-    """(name, kernel, description) of the fault that starts at 3/4 of a `tokens`-long prompt (position
+def late_fault(tokens: int, start: int | None = None) -> tuple[str, KernelFn, str]:
+    """(name, kernel, description) of the fault that starts at position `start` of a `tokens`-long prompt (default
     3 * tokens // 4): tokens from there on ignore a quarter of their slots."""
-    start = 3 * tokens // 4
+    start = 3 * tokens // 4 if start is None else start
     return (f"fault:quarter_dropped_from{start}", slots_dropped_past(start),
             f"tokens from position {start} on ignore every 4th slot")
