@@ -9,9 +9,8 @@ captured trace. Union paths are also timed with a plan built
 before the timed calls ("+plan": a shared layer's call). With an FP8 KV cache (`kv_cache_dtype` "fp8_e4m3") the
 rows are DSA's FP8 pool (`glmcheck.kernels.fp8`): our paths read its dequantised rows as they are ("+len") and with
 the dequantisation in the timed call ("+len+deq": the one-launch `glmcheck.kernels.fp8_dequant`, the torch form's
-bits), the per-token kernel reads the pool itself, dequantising in registers ("per-token+len+fp8",
-`glmcheck.kernels.prefill_fp8`), and FlashMLA's FP8 decode kernel reads the pool itself
-("flashmla_kv", the engines' pick over an FP8 cache), all gated against the reference on the pool's values. Every backend's output is first compared with
+bits), and FlashMLA's FP8 decode kernel reads the pool itself ("flashmla_kv", the engines' pick over an FP8 cache),
+all gated against the reference on the pool's values. Every backend's output is first compared with
 the fp32 reference (rel-L2 gate); only a backend that passes is timed
 (`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
 """
@@ -32,7 +31,6 @@ from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill, union_dedup, u
 from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.kernels.fp8_dequant import dequantize_kv_pool_fused
 from glmcheck.kernels.prefill import effective_lengths, kernel_route
-from glmcheck.kernels.prefill_fp8 import sparse_mla_prefill_fp8
 from glmcheck.kernels.union import token_row_sets
 
 GATE_REL_L2 = 3e-3
@@ -181,14 +179,12 @@ def default_specs(flashmla: bool, kv_cache_dtype: str | None = None) -> list[Ben
 
 
 DEQUANT_SUFFIX = "+deq"  # the pool's dequantisation inside the timed call
-NATIVE_FP8_SUFFIX = "+fp8"  # the kernel reads the FP8 pool itself
 
 
 def fp8_specs(flashmla: bool) -> list[BenchSpec]:
     """Over an FP8 KV cache: each of our paths with topk_length and the pool's dequantisation in the call (one
-    launch, `dequantize_kv_pool_fused`: the same rows as `make_inputs` gives, bit for bit); the per-token kernel on
-    the pool itself with topk_length (`sparse_mla_prefill_fp8`, every head count); FlashMLA's FP8 decode kernel on
-    the pool (`glmcheck.backends.flashmla_kv`) when FlashMLA loads."""
+    launch, `dequantize_kv_pool_fused`: the same rows as `make_inputs` gives, bit for bit); FlashMLA's FP8 decode
+    kernel on the pool (`glmcheck.backends.flashmla_kv`) when FlashMLA loads."""
     from glmcheck.backends.flashmla_kv import flashmla_kv_on_pool
 
     def dequantised(union: int):
@@ -202,8 +198,6 @@ def fp8_specs(flashmla: bool) -> list[BenchSpec]:
     for name, union in zip(EXACT_PATHS, (0, 2, 4, 8), strict=True):
         legal = (lambda heads: True) if not union else (lambda heads, g=union: union_is_legal(heads, g))
         specs.append(BenchSpec(name + LENGTH_SUFFIX + DEQUANT_SUFFIX, dequantised(union), applies=legal))
-    specs.append(BenchSpec("per-token" + LENGTH_SUFFIX + NATIVE_FP8_SUFFIX, lambda x, out: sparse_mla_prefill_fp8(
-        x.q, x.pool, x.kv.shape[0], x.indices, x.sm_scale, D_V, topk_length=x.topk_length, out=out)))
     if flashmla:
         specs.append(BenchSpec("flashmla_kv", lambda x, out: flashmla_kv_on_pool(
             x.q, x.pool, x.indices, x.sm_scale, D_V, num_rows=x.kv.shape[0], topk_length=x.topk_length)))

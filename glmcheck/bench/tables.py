@@ -8,8 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from glmcheck.bench.kernel import (DEQUANT_SUFFIX, EXACT_PATHS, LENGTH_SUFFIX, NATIVE_FP8_SUFFIX, BenchPoint,
-                                   BenchResult)
+from glmcheck.bench.kernel import DEQUANT_SUFFIX, EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
 from glmcheck.bench.model import REBUILD, schedule_ms
 from glmcheck.records.tables import markdown_table
 
@@ -86,8 +85,7 @@ def render_table(results: list[BenchResult]) -> str:
 def render_fp8(table: BenchTable, points: list[BenchPoint], backends: list[str]) -> str:
     """Over an FP8 KV cache: per point FlashMLA's FP8 kernel (`flashmla_kv`, the engines' pick) against our fastest
     exact path with the pool's dequantisation inside the timed call (+len+deq) and on the pool's values alone
-    (+len); ratios > 1: ours faster. With a native column (the per-token kernel reading the pool, +len+fp8) also
-    its time and flashmla_kv's ratio to it. Then the geomean of the first ratio per head count."""
+    (+len); ratios > 1: ours faster. Then the geomean of the first ratio per head count."""
     def fastest(names: list[str], point: BenchPoint) -> float | None:
         return min((ms for b in names if (ms := table.ms(point, b)) is not None), default=None)
 
@@ -96,23 +94,14 @@ def render_fp8(table: BenchTable, points: list[BenchPoint], backends: list[str])
 
     with_deq = [b for b in backends if b.endswith(LENGTH_SUFFIX + DEQUANT_SUFFIX)]
     on_values = [b for b in backends if b.endswith(LENGTH_SUFFIX) and b.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS]
-    native = [b for b in backends if b.endswith(LENGTH_SUFFIX + NATIVE_FP8_SUFFIX)]
     rows, ratios = [], {}
     for p in points:
         kv, deq, values = table.ms(p, "flashmla_kv"), fastest(with_deq, p), fastest(on_values, p)
         if kv is not None and deq is not None:
             ratios.setdefault(p.heads, []).append(kv / deq)
-        row = [p.label, _ms(kv, 3), _ms(deq, 3), _ms(values, 3), ratio(kv, deq), ratio(kv, values)]
-        if native:
-            own = fastest(native, p)
-            row[4:4] = [_ms(own, 3)]
-            row.append(ratio(kv, own))
-        rows.append(row)
+        rows.append([p.label, _ms(kv, 3), _ms(deq, 3), _ms(values, 3), ratio(kv, deq), ratio(kv, values)])
     headers = ["point", "flashmla_kv ms", "best ours+len+deq ms", "best ours+len ms", "flashmla_kv / ours+len+deq",
                "flashmla_kv / ours+len"]
-    if native:
-        headers[4:4] = ["ours+len+fp8 ms"]
-        headers.append("flashmla_kv / ours+len+fp8")
     text = ("FP8 KV cache: FlashMLA's FP8 kernel (flashmla_kv) against our fastest exact path, the pool's "
             "dequantisation in the call (+deq) and not:\n\n" + markdown_table(headers, rows))
     if ratios:

@@ -56,8 +56,7 @@ def add_parser(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the record in --out")
     p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                    help="fp8_e4m3: the rows are DSA's FP8 pool; our paths timed on its values and with the "
-                        "dequantisation in the call (+deq), the per-token kernel on the pool itself "
-                        "(per-token+len+fp8), FlashMLA's FP8 decode kernel (flashmla_kv) on the pool; "
+                        "dequantisation in the call (+deq), FlashMLA's FP8 decode kernel (flashmla_kv) on the pool; "
                         "with --model every row over the FP8 pool and a flashmla_kv row")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(handler=handle, precheck=precheck)

@@ -1,6 +1,6 @@
 """The FP8 KV pool's dequantisation in one Triton launch: `dequantize_kv_pool_fused`, bit for bit
-`glmcheck.kernels.fp8.dequantize_kv_pool` (the pool's layout is that module's docstring), and the device helpers
-that decode a pool row in registers (shared with `glmcheck.kernels.per_token_fp8`).
+`glmcheck.kernels.fp8.dequantize_kv_pool` (the pool's layout is that module's docstring), and its device helpers
+(little-endian loads of the scales and rope bits, the e4m3 decode, the bf16 rounding; the last two tested alone).
 
 Bit-exact in both worlds: the pool's bytes are read one by one and assembled little-endian (no alignment needed),
 an e4m3fn code is decoded with integer ops in the interpreter (whose float8 cast reads 0x7F as 480, not NaN) and

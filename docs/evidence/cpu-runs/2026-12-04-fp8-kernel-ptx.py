@@ -1,9 +1,10 @@
-"""Compile the FP8 pool's kernels for sm_90 without a GPU (triton 3.9 here; no torch needed) and print each one's
-registers, spills, shared memory and instruction mix: the one-launch dequantiser (glmcheck.kernels.fp8_dequant) and
-the per-token kernel over the pool (glmcheck.kernels.per_token_fp8) beside the bf16 per-token kernel at the same
-tiles (16 and 64 query rows). Usage: python docs/evidence/cpu-runs/2026-12-04-fp8-kernel-ptx.py (output in the .txt
-beside it): the tile of prefill_fp8.GPU_TILE, and the PTX the dequantiser's bit-exactness rests on (mul.f32 without
-.ftz, the hardware e4m3 and bf16 conversions)."""
+"""The per-token FP8 kernel part was removed after GPU run 38 measured it 4.3-5.6x slower; the .txt keeps its output.
+
+Compile the FP8 pool's one-launch dequantiser (glmcheck.kernels.fp8_dequant) for sm_90 without a GPU (triton 3.9
+here; no torch needed) and print its registers, spills, shared memory and instruction mix. Usage: python
+docs/evidence/cpu-runs/2026-12-04-fp8-kernel-ptx.py (output in the .txt beside it, whose per-token lines came from
+the removed part: glmcheck.kernels.per_token_fp8 beside the bf16 per-token kernel at 16 and 64 query rows): the PTX
+the dequantiser's bit-exactness rests on (mul.f32 without .ftz, the hardware e4m3 and bf16 conversions)."""
 import collections, importlib, pathlib, re, subprocess, sys, tempfile, types
 import triton
 from triton.backends.compiler import GPUTarget
@@ -45,19 +46,3 @@ base = {"stride_pb": 1, "stride_oc": 1, "PAGE_ROWS": 64, "LATENT": 512, "TILES":
 for native in (True, False):
     build(dequant.dequantize_pool_kernel, kinds, base | {"NATIVE_DECODE": native}, 4, 3,
           f"dequantiser, {'hardware' if native else 'integer'} e4m3 decode", mix=True)
-
-fp8 = importlib.import_module("glmcheck.kernels.per_token_fp8").sparse_mla_fp8_token_kernel
-bf16 = importlib.import_module("glmcheck.kernels.per_token").sparse_mla_token_kernel
-shared = {"q_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32", "out_ptr": "*bf16", "num_kv_rows": "i32",
-          "num_heads": "i32", "topk": "i32", "stride_qt": "i32", "stride_qh": "i32", "stride_it": "i32",
-          "stride_ot": "i32", "stride_oh": "i32", "qk_scale_log2": "fp32"}
-for rows, block_n, warps, stages in ((16, 64, 4, 3), (16, 64, 8, 2), (16, 32, 8, 2), (64, 64, 8, 2)):
-    common = {"stride_qd": 1, "stride_ik": 1, "stride_od": 1, "D_V": 512, "D_TAIL": 64, "TAIL_PAD": 64,
-              "BLOCK_H": rows, "BLOCK_N": block_n, "UPCAST": False, "HAS_LENGTH": True, "FIND_BOUND": rows <= 16,
-              "END_BLOCK": 1024}
-    tile = f"{rows} query rows, tile ({block_n} rows, {warps} warps, {stages} stages)"
-    build(fp8, shared | {"pool_ptr": "*u8", "stride_pp": "i32", "stride_ps": "i32"},
-          common | {"stride_pb": 1, "PAGE_ROWS": 64, "TILE_W": 128, "ROW_INT64": False, "NATIVE_DECODE": True},
-          warps, stages, f"FP8 per-token, {tile}")
-    build(bf16, shared | {"kv_ptr": "*bf16", "stride_kvs": "i32"}, common | {"stride_kvd": 1, "KV_INT64": False},
-          warps, stages, f"bf16 per-token, {tile}")
