@@ -3,16 +3,19 @@
 length sweep's). The tables of docs/reliability.md, "All-position logits".
 
     python scripts/position_gate_rates.py KL.pt [KL.pt ...] [--band 4] [--bins 32,64,128]
-        [--skip-seeds 0,1] [--position-ratio R --neighbours W --exceed-limit L --exceed-slack S
+        [--skip-seeds 0,1] [--seeds 100,101] [--position-ratio R --neighbours W --exceed-limit L --exceed-slack S
          --median-systematic A --median-sampling B]
 
 The band is band:0..band:N-1 of each seed; legitimate rows: the held-out band variants (band:N..) and the kernel
-under test (per-token, unions); every fault: a detection when it FAILS.
+under test (per-token, unions, any other legitimate row saved); every fault: a detection when it FAILS. With
+--bins also the length sweep as a whole: a row PASSes a seed's sweep when no bin FAILS, a fault's onset is its first
+bin out, and per seed which legitimate rows were out where.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 
@@ -56,12 +59,47 @@ def table(verdicts: dict, title: str) -> str:
     return "\n".join(lines)
 
 
+def sweep_table(seeds: dict, gate: PositionGate, band_size: int, edges: list[int]) -> str:
+    """Each row's whole-sweep outcome over the seeds (out in any bin = FAIL; a fault's onset bin), and per seed the
+    legitimate rows out, with the bin (named by its last position + 1, the sweep's length)."""
+    bins = list(itertools.pairwise(edges))
+    per_bin = [tally(seeds, gate, band_size, start, stop) for start, stop in bins]
+    names = list(per_bin[0])
+    lines = ["the sweep as a whole (a row is out at a length when its bin FAILS)",
+             "| row | kind | sweeps with a bin out / seeds | 95 % interval | onsets (length: seeds) |", "|---|---|---|---|---|"]
+    order = sorted(seeds)
+    for name in names:
+        outs = [[per_bin[b][name][i] == "FAIL" for b in range(len(bins))] for i in range(len(order))]
+        failed = sum(any(o) for o in outs)
+        low, high = wilson(failed, len(outs))
+        onsets: dict[int, int] = {}
+        for o in outs:
+            if any(o):
+                length = bins[o.index(True)][1]
+                onsets[length] = onsets.get(length, 0) + 1
+        kind = "fault" if name.startswith("fault:") else "legitimate"
+        text = ", ".join(f"{k}: {v}" for k, v in sorted(onsets.items())) or "-"
+        lines.append(f"| {name} | {kind} | {failed}/{len(outs)} | [{low:.2f}, {high:.2f}] | {text} |")
+    legit = [n for n in names if not n.startswith("fault:")]
+    clean = 0
+    lines.append("\nper seed, legitimate rows out (row@length):")
+    for i, seed in enumerate(order):
+        out = [f"{n}@{bins[b][1]}" for n in legit for b in range(len(bins)) if per_bin[b][n][i] == "FAIL"]
+        clean += not out
+        lines.append(f"  seed {seed}: {', '.join(out) or 'none'}")
+    low, high = wilson(len(order) - clean, len(order))
+    lines.append(f"seeds where every legitimate row PASSes the whole sweep: {clean}/{len(order)}; seeds with a "
+                 f"legitimate row out: 95 % interval [{low:.2f}, {high:.2f}]")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
     parser.add_argument("--band", type=int, default=4)
     parser.add_argument("--bins", default="")
     parser.add_argument("--skip-seeds", default="", help="seeds left out (e.g. those a gate was tuned on): 0,1,2")
+    parser.add_argument("--seeds", default="", help="only these seeds (comma-separated)")
     defaults = PositionGate()
     parser.add_argument("--position-ratio", type=float, default=defaults.position_ratio)
     parser.add_argument("--neighbours", type=int, default=defaults.neighbours)
@@ -77,15 +115,20 @@ def main() -> None:
         meta = data
     for seed in (int(x) for x in args.skip_seeds.split(",") if x):
         seeds.pop(seed, None)
+    if args.seeds:
+        seeds = {k: v for k, v in seeds.items() if k in {int(x) for x in args.seeds.split(",") if x}}
     gate = PositionGate(args.position_ratio, args.neighbours, args.exceed_limit, args.exceed_slack,
                         args.median_systematic, args.median_sampling)
     print(f"{meta.get('model')}, {meta.get('tokens')} tokens, {len(seeds)} seeds ({min(seeds)}..{max(seeds)}), band of "
           f"{args.band}; gate: {gate.describe()}\n")
     print(table(tally(seeds, gate, args.band), "every position"))
     edges = [0] + [int(x) for x in args.bins.split(",") if x]
-    for start, stop in zip(edges, edges[1:]):
+    for start, stop in itertools.pairwise(edges):
         print()
         print(table(tally(seeds, gate, args.band, start, stop), f"positions {start}..{stop - 1} (a sweep bin)"))
+    if len(edges) > 2:
+        print()
+        print(sweep_table(seeds, gate, args.band, edges))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def records(tmp_path_factory):
     assert cli.main(["firsttoken", "--prompts", "natural50", "--limit", "4", "--backends",
                      "band:5,triton_sparse_mla", "--out", str(root / "firsttoken")] + common) == 0
     assert cli.main(["logits", "--tokens", "24", "--backends", "band:5", "--out", str(root / "logits")] + common) == 0
-    assert cli.main(["sweep", "--tokens", "16..32", "--backends", "band:5,torch_bf16", "--out", str(root / "sweep")]
+    assert cli.main(["sweep", "--tokens", "16..32", "--backends", "band:9,torch_bf16", "--out", str(root / "sweep")]
                     + common) in (0, 1, 3)
     assert cli.main(["drift", "--tokens", "24", "--backends", "band:5,torch_bf16", "--out", str(root / "drift")]
                     + common) in (0, 1)
@@ -89,7 +89,7 @@ def test_sweep_tells_rows_apart_and_names_their_verdicts(records):
     fig = plot_sweep(read_record(records / "sweep"))
     ax = fig.axes[0]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    judged = [label for label in legend if label.startswith(("band:5", "torch_bf16"))]
+    judged = [label for label in legend if label.startswith(("band:9", "torch_bf16"))]
     assert len(judged) == 2 and all(label.endswith(")") for label in judged), legend
     assert len({line.get_marker() for line in ax.lines if line.get_label() in judged}) == 2
     plt.close(fig)

@@ -72,20 +72,22 @@ def test_onsets():
 
 def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     """ref-cpu, 32..256 tokens, one forward per row: the fault firing from position 100 on is out from the bin of
-    lengths 65..128 (the one holding position 100) and stays out; band:5, a legitimate kernel held out of the band,
+    lengths 65..128 (the one holding position 100) and stays out; band:9, a legitimate kernel held out of the band of 8,
     is never out. Resuming the finished run recomputes nothing; report --plots draws the sweep."""
-    options = CheckOptions(model="ref-cpu", backends=["band:5", LATE], quiet=True)
+    options = CheckOptions(model="ref-cpu", backends=["band:9", LATE], quiet=True)
     report = sweep(options, tokens=(32, 256), record_dir=tmp_path / "s")
     assert report.verdict == "FAIL"
     found = report.extra["onsets"]
     assert found["late"]["onset"] == 128 and found["late"]["stays_out"], found
-    assert LATE_FROM < 128 and found["band:5"]["onset"] is None and found["band:5"]["verdict"] != "FAIL", found
+    assert LATE_FROM < 128 and found["band:9"]["onset"] is None and found["band:9"]["verdict"] != "FAIL", found
     assert {r["tokens"] for r in report.rows} == {32, 64, 128, 256}
-    assert report.facts["forwards"] == 1 + 4 + 2 and {r["positions"] for r in report.rows} == {32, 64, 128}
+    assert report.facts["forwards"] == 1 + 8 + 2 and len(report.facts["band"]) == 8 and {r["positions"] for r in report.rows} == {32, 64, 128}
     # the rerun: two forwards over the first bin's 32 tokens, bit for bit on the CPU; reported there only
     rerun = {r["tokens"]: r for r in report.rows if r["backend"].endswith("(rerun)")}
     assert report.facts["short_forwards"] == 2 and rerun[32]["distance"] == 0.0, rerun
     assert all(math.isnan(rerun[n]["distance"]) and "first 32 positions" in rerun[n]["note"] for n in (64, 128, 256))
+    asked = sweep(CheckOptions(model="ref-cpu", backends=["band:5"], band=4, quiet=True), tokens=(32, 64))
+    assert asked.facts["band"] == [f"band:{k}" for k in range(4)], "--band given: the sweep keeps it"
     report.write(report.record_dir)
     again = sweep(options, tokens=(32, 256), record_dir=tmp_path / "s")
     assert again.facts["resumed_items"] == 4 and again.extra["onsets"] == found
@@ -93,12 +95,12 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
 
 
 def test_sweep_cli(tmp_path, capsys):
-    code = cli.main(["sweep", "--tokens", "24..48", "--backends", "band:5", "--quiet",
+    code = cli.main(["sweep", "--tokens", "24..48", "--backends", "band:9", "--quiet",
                      "--out", str(tmp_path / "c")])
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert "length sweep, in process" in printed and "| band:5 | - " in printed
-    assert read_record(tmp_path / "c").summary["onsets"]["band:5"]["verdict"] == "PASS"
+    assert "length sweep, in process" in printed and "| band:9 | - " in printed
+    assert read_record(tmp_path / "c").summary["onsets"]["band:9"]["verdict"] == "PASS"
     assert cli.main(["report", str(tmp_path / "c")]) == 0
 
 
@@ -107,7 +109,7 @@ def test_sweep_cli(tmp_path, capsys):
     (["--tokens", "64..32"], "--tokens must be A..B"),
     (["--gate-ratio", "3"], "--gate-ratio applies to layer0, drift and firsttoken; the sweep judges every position"),
     (["--logprobs", "21"], r"--logprobs must be in \[1, 20\]"),
-    (["--backends", "hf_sdpa,band:5"], "attend densely"),
+    (["--backends", "hf_sdpa,band:9"], "attend densely"),
 ])
 def test_sweep_bad_usage(args, message, capsys, tmp_path):
     code = cli.main(["sweep", *args, "--out", str(tmp_path / "x")])

@@ -39,6 +39,10 @@ from dataclasses import dataclass, field
 PASS, FAIL, INFO, INCONCLUSIVE = "PASS", "FAIL", "-", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}  # the CLI's codes; 2 is bad usage or input
 DEFAULT_BAND = 4
+# The sweep's band when none is asked for: 8 variants, not 4. Its six bins are six tests per row, and the positions a
+# legitimate row has beyond a band of 4 reach the count limit in some bin of about one seed in two (ref-gpu, 32768
+# tokens): docs/reliability.md, "The sweep's band".
+SWEEP_BAND = 8
 # Ideal variants a gate needs: a held-out variant against a band of 1 FAILS 8/96 (tiny logits) and 4/64 (ref-cpu
 # logits) times, against 2 still 4/64 (ref-cpu, last layer's drift), against 3 or more never.
 MIN_BAND = 3

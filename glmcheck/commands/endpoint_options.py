@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.arguments import check_count, check_number
-from glmcheck.checks.band import DEFAULT_BAND
 
 # In-process options and their defaults: given with --endpoint they would be ignored, so they are refused.
 IN_PROCESS_DEFAULTS = {"checkpoint": None, "layers": None, "experts": None, "init": "sharp", "device": None, "tp": 1,
-                       "backends": None, "exact": "fp32", "baseline": None, "band": DEFAULT_BAND,
+                       "backends": None, "exact": "fp32", "baseline": None, "band": None,
                        "kv_cache_dtype": None, "deterministic": False, "max_rel_l2": None, "save_tensors": False,
                        "dense_threshold": None}
 ENDPOINT_ONLY = ("band_endpoint", "concurrency", "timeout", "retries")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.arguments import check_out_dir
-from glmcheck.checks.band import DEFAULT_BAND
+from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
 from glmcheck.commands.output_format import add_format_option
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
@@ -36,10 +36,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", default=None,
                         help="baseline kernel whose distance every row also shows (default flashmla_sparse when "
                              "present and the model's latent is 512 + 64; 'none' for none)")
-    parser.add_argument("--band", type=int, default=DEFAULT_BAND,
-                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}); each costs one "
-                             "forward per prompt (or length): a run is 2 + band + backends forwards (layer0: 3 + band + "
-                             "backends, the exact reference once more at a tempered softmax scale)")
+    parser.add_argument("--band", type=int, default=None,
+                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}; the sweep {SWEEP_BAND}); "
+                             "each costs one forward per prompt (or length): a run is 2 + band + backends forwards "
+                             "(layer0: 3 + band + backends, the exact reference once more at a tempered softmax "
+                             "scale; the sweep: 1 + band + backends long forwards and two over its first length)")
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")

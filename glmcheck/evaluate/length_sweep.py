@@ -6,11 +6,12 @@ judged beside the band's same positions (the exact reference rerun and the band'
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks.band import band_names
+from glmcheck.checks.band import SWEEP_BAND, band_names
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import position_statistics
 from glmcheck.checks.rows import require_finite
@@ -42,7 +43,7 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     (the endpoint sweep's top-K); in process every position is compared over the full vocabulary.
     A finished record in `record_dir` is read back instead of recomputed."""
     check_logprobs(logprobs)
-    setup = Setup(options)
+    setup = Setup(replace(options, band=SWEEP_BAND) if options.band is None else options)
     lengths = geometric_lengths(*(tokens or ((1024, 32768) if setup.device.type == "cuda" else (32, 256))),
                                 per_octave)
     dense = [b for b in setup.backends if b.startswith("hf_")]

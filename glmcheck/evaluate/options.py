@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass, fields
 
 from glmcheck.arguments import check_experts, check_layers, check_number, check_seed
-from glmcheck.checks.band import DEFAULT_BAND, check_gate_ratio
+from glmcheck.checks.band import check_gate_ratio
 from glmcheck.model.references import DEFAULT_MODEL
 
 
@@ -32,7 +32,7 @@ class CheckOptions:
     backends: list[str] | str | None = None
     exact: str = "fp32"
     baseline: str | None = None
-    band: int = DEFAULT_BAND
+    band: int | None = None  # None: the check's default (DEFAULT_BAND; the sweep SWEEP_BAND)
     kv_cache_dtype: str | None = None
     deterministic: bool = False
     gate_ratio: float = 2.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from glmcheck.arguments import check_band, check_count
 from glmcheck.backends.registry import backend_identity
-from glmcheck.checks.band import Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import CheckOptions
@@ -40,8 +40,9 @@ class Setup:
         from glmcheck.model import distributed
 
         options.check()
-        check_band(options.band)
-        self.band_size, self.band = options.band, band_names(options.band)
+        band = DEFAULT_BAND if options.band is None else options.band
+        check_band(band)
+        self.band_size, self.band = band, band_names(band)
         self.spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, layers=options.layers,
                               experts=options.experts, seed=options.seed, init=options.init)
         self.dist = distributed.current()
