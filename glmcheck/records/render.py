@@ -228,7 +228,9 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     positions = facts.get("statistic") == "positions"
     table = []
     for tokens, group in rows.groupby("tokens", sort=True):
-        cells = {r["backend"]: _fmt(r["distance"], "sci")
+        # a row measured over the first bin only (the sweep's rerun) shows `-` past it, not a measured NaN
+        cells = {r["backend"]: _fmt(r["distance"], "sci",
+                                    not str(r.get("note") or "").startswith("measured over the first"))
                  + (f" ({float(r['exceed']):.0%})" if positions and not _missing(r.get("exceed")) else "")
                  + ("?" if r["verdict"] == INCONCLUSIVE else marks.get(r["out"], "")) for _, r in group.iterrows()}
         first = group.iloc[0]
