@@ -21,7 +21,6 @@ from glmcheck.checks.rows import overall_of
 from glmcheck.checks.sweep import Faulted, SweepResult, onsets
 
 
-
 def length_bins(lengths: list[int]) -> list[tuple[int, int, int]]:
     """(length, first position, stop position) per grid length: the positions p (0-based) whose prompts have
     L_{i-1} < p + 1 <= L_i tokens."""
