@@ -1,4 +1,4 @@
-"""Regenerate the generated prompt sets: glmcheck/resources/prompts/random50.jsonl and glmcheck/resources/prompts/heldout50.jsonl.
+"""Regenerate the generated prompt sets: glmcheck/data/resources/prompts/random50.jsonl and glmcheck/data/resources/prompts/heldout50.jsonl.
 
 Usage: python scripts/make_prompts.py [--set random50|heldout50] [--out FILE]
 random50: 50 records {"id": "random-NN", "prompt": ..., "category": "random-words"} from
@@ -19,7 +19,7 @@ from glmcheck.data.randomwords import random_word_prompts
 COUNT = 50
 SEED = 2026
 CATEGORY = "random-words"
-PROMPTS = Path(__file__).resolve().parent.parent / "glmcheck" / "resources" / "prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "glmcheck" / "data" / "resources" / "prompts"
 
 
 def random_records(count: int = COUNT, seed: int = SEED) -> list[dict[str, str]]:

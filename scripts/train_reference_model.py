@@ -7,9 +7,9 @@ Usage:
 
 The corpus is this Python's standard library and pydoc topics (`glmcheck.training.corpus`), or a
 corpus file saved by `--save-corpus` (so another machine trains on the same text). An interrupted
-run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint to glmcheck/resources/reference_models/<name>
-(and, for ref-gpu, its block-FP8 copy to glmcheck/resources/reference_models/<name>-fp8) and the held-out documents to
-glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
+run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint to glmcheck/data/resources/trained_models/<name>
+(and, for ref-gpu, its block-FP8 copy to glmcheck/data/resources/trained_models/<name>-fp8) and the held-out documents to
+glmcheck/data/resources/corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
 results: docs/models.md, "Reference models".
 """
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (memory)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if a state file exists")
-    parser.add_argument("--fixture", action="store_true", help="copy the result into glmcheck/resources/reference_models/ (the package data)")
+    parser.add_argument("--fixture", action="store_true", help="copy the result into glmcheck/data/resources/trained_models/ (the package data)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     ns = parser.parse_args(argv)
     try:
@@ -71,7 +71,7 @@ def run(ns: argparse.Namespace) -> int:
     print(summary(record))
     if ns.fixture:
         checkpoint = Path(ns.out) / "checkpoint"
-        target = ROOT / "glmcheck" / "resources" / "reference_models" / geometry.fixture
+        target = ROOT / "glmcheck" / "data" / "resources" / "trained_models" / geometry.fixture
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(checkpoint, target)
         if ns.name == "ref-gpu":
@@ -79,8 +79,8 @@ def run(ns: argparse.Namespace) -> int:
 
             shutil.rmtree(target.with_name(target.name + "-fp8"), ignore_errors=True)
             write_fp8(target, target.with_name(target.name + "-fp8"))
-        (ROOT / "glmcheck" / "resources" / "reference_models" / "reference-corpus").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(Path(ns.out) / HELDOUT_FILE, ROOT / "glmcheck" / "resources" / "reference_models" / "reference-corpus" / HELDOUT_FILE)
+        (ROOT / "glmcheck" / "data" / "resources" / "corpus").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(ns.out) / HELDOUT_FILE, ROOT / "glmcheck" / "data" / "resources" / "corpus" / HELDOUT_FILE)
         print(f"fixture: {target}")
     return 0
 

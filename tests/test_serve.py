@@ -234,7 +234,7 @@ def test_generate_refusals_name_their_field(client, body, param):
 def test_models_version_health_and_info(client, served):
     (model,) = client.get("/v1/models").json()["data"]
     assert model["id"] == MODEL and model["owned_by"] == "glmcheck" and model["max_model_len"] == 4096
-    assert model["root"].endswith("reference_models/ref-cpu")
+    assert model["root"].endswith("data/resources/trained_models/ref-cpu")
     from glmcheck import __version__
     assert client.get("/version").json() == {"version": __version__}
     assert client.get("/health").status_code == 200

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from glmcheck.model.indexer_scores import index_scores
+from glmcheck.data.heldout import HELDOUT_FILE
 from glmcheck.model.references import MODELS_DIR, REFERENCE_MODELS
 from glmcheck.training import corpus
 from glmcheck.training.export import check_loss, check_windows, read_record
@@ -19,7 +20,7 @@ from glmcheck.training.loop import build_model, learning_rate
 from glmcheck.training.recipe import train_reference_model
 from glmcheck.training.tokenizer import load_tokenizer
 
-HELDOUT = MODELS_DIR / "reference-corpus" / "heldout.jsonl.gz"
+HELDOUT = HELDOUT_FILE
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ def installed(tmp_path_factory):
                     str(tmp / "dist"), str(ROOT)], check=True, capture_output=True)
     wheel = next((tmp / "dist").glob("glmcheck-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"glmcheck/resources/reference_models/ref-cpu/config.json", "glmcheck/resources/prompts/natural50.jsonl",
-            "glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz"} <= names
+    assert {"glmcheck/data/resources/trained_models/ref-cpu/config.json",
+            "glmcheck/data/resources/prompts/natural50.jsonl", "glmcheck/data/resources/corpus/heldout.jsonl.gz"} <= names
     info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert f"{info}/licenses/LICENSE" in names
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
@@ -72,7 +72,7 @@ def test_layer0_and_firsttoken_run_from_the_wheel(installed):
     assert layer0.returncode == 0, layer0.stderr[-2000:]
     summary = json.loads((cwd / "l0" / "summary.json").read_text())
     assert summary["model"]["reference"] == "ref-cpu" and "held-out" in summary["facts"]["prompt_source"]
-    assert summary["model"]["checkpoint"] == str(site / "glmcheck" / "resources" / "reference_models" / "ref-cpu")
+    assert summary["model"]["checkpoint"] == str(site / "glmcheck" / "data" / "resources" / "trained_models" / "ref-cpu")
     first = _run(installed, "firsttoken", "--prompts", "natural50", "--limit", "2", "--backends", "band:5", "--quiet",
                  "--out", "ft")
     assert first.returncode in (0, 3), first.stderr[-2000:]

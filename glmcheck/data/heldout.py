@@ -1,6 +1,6 @@
 """Natural-text prompts from the reference corpus's held-out split.
 
-`glmcheck/resources/reference_models/reference-corpus/heldout.jsonl.gz` (package data) holds the documents
+`glmcheck/data/resources/corpus/heldout.jsonl.gz` (package data) holds the documents
 no reference model trained on (Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check on a
 checkpoint (a reference model or a real GLM one) reads its prompts from there, encoded by the
 checkpoint's own tokenizer: a trained model's distributions on seeded random ids say little. The
@@ -11,13 +11,12 @@ window at a seeded offset with `<bos>` first (the stream repeats when N is longe
 from __future__ import annotations
 
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
 
 import torch
 
-from glmcheck.model.references import MODELS_DIR
-
-HELDOUT_FILE = MODELS_DIR / "reference-corpus" / "heldout.jsonl.gz"
+HELDOUT_FILE = Path(str(files("glmcheck") / "data" / "resources" / "corpus" / "heldout.jsonl.gz"))  # package data
 
 
 @lru_cache(maxsize=2)
@@ -28,7 +27,7 @@ def heldout_documents(path: str | None = None):
     file = Path(path) if path else HELDOUT_FILE
     if not file.is_file():
         raise FileNotFoundError(f"the held-out corpus {str(file)!r} does not exist (it ships in the glmcheck "
-                                "package: reference_models/reference-corpus/)")
+                                "package: data/resources/corpus/)")
     return tuple(load_documents(file))
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported where a prompt becomes a tensor: the command line 
     import torch
 
 PROMPT_SETS: tuple[str, ...] = ("natural50", "random50", "heldout50")
-PROMPTS_DIR = Path(str(files("glmcheck") / "resources" / "prompts"))  # package data
+PROMPTS_DIR = Path(str(files("glmcheck") / "data" / "resources" / "prompts"))  # package data
 
 
 @dataclass(frozen=True)

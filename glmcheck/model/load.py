@@ -17,7 +17,7 @@ from glmcheck.model.weights import INIT_SCALES
 @dataclass(frozen=True)
 class ModelSpec:
     """Which model to build: a preset with dummy weights, a trained reference model by name
-    (`glmcheck.model.references`: its checkpoint in glmcheck/resources/reference_models/), or a local checkpoint."""
+    (`glmcheck.model.references`: its checkpoint in glmcheck/data/resources/trained_models/), or a local checkpoint."""
 
     preset: str = "tiny"
     checkpoint: str | None = None

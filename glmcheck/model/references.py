@@ -1,5 +1,5 @@
 """The trained reference models glmcheck ships as package data (Hugging Face layout), under
-`glmcheck/resources/reference_models/`.
+`glmcheck/data/resources/trained_models/`.
 
 `--model ref-cpu` (the default) and `--model ref-gpu` / `ref-gpu-fp8` name these checkpoints:
 GLM-MoE-DSA models trained by `scripts/train_reference_model.py` (recipe:
@@ -14,7 +14,7 @@ from importlib.resources import files
 from pathlib import Path
 
 # Package data: found where the package is installed (a wheel or a checkout alike), never through the source tree.
-MODELS_DIR = Path(str(files("glmcheck") / "resources" / "reference_models"))
+MODELS_DIR = Path(str(files("glmcheck") / "data" / "resources" / "trained_models"))
 REFERENCE_MODELS: dict[str, str] = {
     "ref-cpu": "trained CPU-sized GLM-MoE-DSA (tiny geometry: 8 heads, latent 64 + rope 16, index_topk 32, "
                "2,048-id tokenizer)",
@@ -36,6 +36,6 @@ def reference_checkpoint(name: str) -> Path:
     path = MODELS_DIR / name
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"reference model {name!r} is not at {path}: it ships in the glmcheck package "
-                                f"(resources/reference_models/; reinstall glmcheck) or retrain it with "
+                                f"(data/resources/trained_models/; reinstall glmcheck) or retrain it with "
                                 f"scripts/train_reference_model.py")
     return path

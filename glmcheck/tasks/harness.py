@@ -10,7 +10,7 @@ it writes the sample logs in lm-eval's own layout (`glmcheck.tasks.sample_logs`,
 them back, or lm-eval's own).
 
 **Our own task.** `glmcheck_heldout_mc` (`glmcheck.tasks.heldout_mc`: multiple choice over the reference
-corpus's held-out text, the committed `glmcheck/resources/prompts/heldout_mc.jsonl`) is written for each run into a temporary
+corpus's held-out text, the committed `glmcheck/data/resources/prompts/heldout_mc.jsonl`) is written for each run into a temporary
 include directory (`TaskManager(include_path=...)`), its JSONL by absolute path, so it runs from any working
 directory and without the network. When every task asked is ours, lm-eval's ~14 000 built-in task configs
 are not indexed (that takes 10-25 s); a name that no built-in task config mentions is refused before indexing.

@@ -11,7 +11,7 @@ right (60.5 %; the first 100: 61 %; pydoc topics 74 %, library code 50 %, codec 
 `glmcheck serve --model ref-cpu --backend reference` with lm-eval 0.4.13.
 
 Generation is deterministic (`generate(count, seed)`, seeded `random.Random`, no tokenizer): the
-committed `glmcheck/resources/prompts/heldout_mc.jsonl` is `generate()` written by `dumps`, so a task run
+committed `glmcheck/data/resources/prompts/heldout_mc.jsonl` is `generate()` written by `dumps`, so a task run
 never generates anything; `tests/test_task_harness.py` regenerates it and checks it is identical.
 
 - Documents are visited in corpus order, round robin; each gives its lines in a seeded order. A
@@ -50,7 +50,7 @@ CHOICES = 4
 CONTEXT_LINES = 4
 MIN_WORDS, MAX_WORDS = 3, 8  # non-empty words after the cut
 MIN_CHARS, MAX_CHARS = 16, 48  # characters after the cut (about 3 characters a token)
-JSONL_FILE = Path(str(files("glmcheck") / "resources" / "prompts" / "heldout_mc.jsonl"))  # package data
+JSONL_FILE = Path(str(files("glmcheck") / "data" / "resources" / "prompts" / "heldout_mc.jsonl"))  # package data
 
 
 def _cuts(line: str) -> list[int]:

@@ -67,7 +67,7 @@ class ReferenceGeometry:
     schedule: tuple[int, int]  # (index_topk_freq, index_skip_topk_offset)
     rope_theta: float
     recipe: Recipe
-    fixture: str  # folder under glmcheck/resources/reference_models/
+    fixture: str  # folder under glmcheck/data/resources/trained_models/
 
     def config(self, vocab_size: int | None = None) -> GlmMoeDsaConfig:
         fields = dict(self.fields, vocab_size=vocab_size or self.vocab_size)
