@@ -347,7 +347,7 @@ def test_corrected_rerun_with_the_same_out_runs(bad_files, capsys):
 
 def test_report_plots_refuse_a_record_they_cannot_write(bad_files, monkeypatch, capsys):
     """A read-only record (root writes anywhere, so the write probe is made to fail here) is one line."""
-    from glmcheck import arguments as options
+    from glmcheck.evaluate import arguments as options
     assert cli.main(["union-stats", "--out", str(bad_files / "stats")]) == 0
     real = options.tempfile.mkstemp
 

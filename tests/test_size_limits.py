@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from glmcheck import arguments as options
+from glmcheck.evaluate import arguments as options
 from glmcheck.model import memory
 from glmcheck.selftest import selfcheck
 from glmcheck.selftest.selfcheck import CPU_DEFAULT, GPU_DEFAULT, SelfcheckShape

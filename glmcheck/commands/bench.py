@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from glmcheck.arguments import check_experts, check_layers, check_out_dir
 from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
+from glmcheck.evaluate.arguments import check_experts, check_layers, check_out_dir
 
 
 def add_parser(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_count, check_experts, check_layers, check_out_file, check_seed
+from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_out_file, check_seed
 from glmcheck.model.names import model_names
 from glmcheck.model.references import DEFAULT_MODEL
 

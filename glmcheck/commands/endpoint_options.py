@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_count, check_number
+from glmcheck.evaluate.arguments import check_count, check_number
 
 # In-process options and their defaults: given with --endpoint they would be ignored, so they are refused.
 IN_PROCESS_DEFAULTS = {"checkpoint": None, "layers": None, "experts": None, "init": "sharp", "device": None, "tp": 1,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_count, check_number
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.data.prompts import PROMPT_SETS
+from glmcheck.evaluate.arguments import check_count, check_number
 
 
 def add_parser(sub) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_count
 from glmcheck.commands.model_options import add_model_options, check_model_usage
+from glmcheck.evaluate.arguments import check_count
 
 
 def add_parser(sub) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from glmcheck.arguments import check_count
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
+from glmcheck.evaluate.arguments import check_count
 
 ENDPOINT_TOKENS = 4096  # against servers: one prompt of this many tokens unless --tokens names another
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_out_dir
 from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
 from glmcheck.commands.output_format import add_format_option
+from glmcheck.evaluate.arguments import check_out_dir
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
 from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS

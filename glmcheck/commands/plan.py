@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_count, check_experts, check_layers, check_number
+from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_number
 from glmcheck.model.presets import PRESETS
 from glmcheck.records.tables import markdown_table
 

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     if ns.plots:
-        from glmcheck.arguments import check_writable_dir
+        from glmcheck.evaluate.arguments import check_writable_dir
         from glmcheck.records.plots import write_plots
         from glmcheck.records.store import find_records
 

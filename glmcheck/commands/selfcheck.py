@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck import __version__
-from glmcheck.arguments import check_seed
+from glmcheck.evaluate.arguments import check_seed
 
 
 def _positive_int(text: str) -> int:

@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def precheck(ns: argparse.Namespace) -> None:
     """Options that do not apply to the run asked for (`glmcheck.cli` runs it before any heavy import)."""
-    from glmcheck.arguments import check_seed
+    from glmcheck.evaluate.arguments import check_seed
 
     check_seed(ns.seed)
     rates = ns.model is not None or ns.checkpoint is not None

@@ -15,8 +15,8 @@ import argparse
 import os
 import sys
 
-from glmcheck.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.commands.model_options import PRESET_HELP
+from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.model.names import model_names
 from glmcheck.model.references import DEFAULT_MODEL
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from glmcheck.arguments import check_count, check_number, check_out_dir
 from glmcheck.commands.output_format import add_format_option
+from glmcheck.evaluate.arguments import check_count, check_number, check_out_dir
 
 
 def add_parser(sub) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.arguments import check_out_dir
 from glmcheck.bench.names import INDEX_MODES
+from glmcheck.evaluate.arguments import check_out_dir
 from glmcheck.evaluate.union_stats import DEFAULT_MODE, DEFAULT_TOPK, check_union_options
 
 

@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from glmcheck import __version__
-from glmcheck.arguments import check_count, check_number
 from glmcheck.checks.band import FAIL, BadReference
 from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, Choice, PromptOutcome, faulted, summarize
 from glmcheck.checks.sweep import Faulted
+from glmcheck.evaluate.arguments import check_count, check_number
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
 from glmcheck.records.environment import code_identity

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from glmcheck.arguments import check_count, check_forwards
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks.band import SWEEP_BAND, band_names
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
@@ -18,6 +17,7 @@ from glmcheck.checks.rows import require_finite
 from glmcheck.checks.runner import forward_under
 from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.evaluate.arguments import check_count, check_forwards
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import CheckOptions

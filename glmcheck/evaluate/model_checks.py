@@ -21,10 +21,10 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from glmcheck.arguments import check_count, check_forwards, check_number
 from glmcheck.checks.rows import ComparisonRow
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.evaluate.arguments import check_count, check_forwards, check_number
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report

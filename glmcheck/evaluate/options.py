@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, fields
 
-from glmcheck.arguments import check_experts, check_layers, check_number, check_seed
 from glmcheck.checks.band import check_gate_ratio
+from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
 from glmcheck.model.references import DEFAULT_MODEL
 
 

@@ -23,7 +23,7 @@ Progress = Callable[[str], None]
 def _model_run(model: str | None, checkpoint: str | None, seeds: int, tokens: int, checks: str | Sequence[str],
                band: int, known: Sequence[str], context: str = ""):
     """(checks, spec, config, device) of a rates or power run, each option checked (one line naming its flag)."""
-    from glmcheck.arguments import check_band, check_count
+    from glmcheck.evaluate.arguments import check_band, check_count
     from glmcheck.model.load import ModelSpec, config_of, resolve_device
     from glmcheck.model.memory import check_fits
 
@@ -59,8 +59,8 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     import dataclasses
 
     import glmcheck.kernels  # noqa: F401  (the interpreter on a machine without CUDA)
-    from glmcheck.arguments import check_forwards
     from glmcheck.checks.band import FAIL, PASS
+    from glmcheck.evaluate.arguments import check_forwards
     from glmcheck.evaluate.report import Report
     from glmcheck.selftest.rates import (
         CHECKS,

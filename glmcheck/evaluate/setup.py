@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from glmcheck.arguments import check_band, check_count
 from glmcheck.backends.registry import backend_identity
 from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
+from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model

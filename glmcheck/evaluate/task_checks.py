@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from glmcheck import __version__
-from glmcheck.arguments import check_count
 from glmcheck.checks.band import FAIL, BadReference
 from glmcheck.checks.rows import overall_of
+from glmcheck.evaluate.arguments import check_count
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.report import Report

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from glmcheck.arguments import check_count, check_seed
+from glmcheck.evaluate.arguments import check_count, check_seed
 from glmcheck.records.tables import markdown_table
 
 CURVE_LENGTHS = (1024, 2048, 3072, 4096, 6144, 8192)

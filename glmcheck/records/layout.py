@@ -21,7 +21,7 @@ TENSORS_FILE = "tensors.safetensors"
 ITEMS_DIR = "items"
 FINGERPRINT_FILE = "fingerprint.json"
 PLOT_GLOB = "plot-*.png"
-PROBE_PREFIX = ".glmcheck-probe-"  # the write probe of `glmcheck.arguments.check_writable_dir`
+PROBE_PREFIX = ".glmcheck-probe-"  # the write probe of `glmcheck.evaluate.arguments.check_writable_dir`
 
 
 def _command_of(path: Path) -> str | None:

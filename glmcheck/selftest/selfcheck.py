@@ -86,7 +86,7 @@ def memory_bytes(shape: SelfcheckShape) -> tuple[int, int]:
 
 def check_shape(shape: SelfcheckShape, device: torch.device | str) -> None:
     """ValueError naming the option (selfcheck's --tokens, --heads, ...) when the kernel cannot take
-    `shape`, or when it would not fit the device's memory (`glmcheck.arguments.check_memory`:
+    `shape`, or when it would not fit the device's memory (`glmcheck.model.memory.check_memory`:
     RAM, a GPU's free memory) or, on the CPU, run within CPU_LIMIT_S; before anything is allocated."""
     from glmcheck.kernels.validate import MAX_HEADS
     from glmcheck.model.memory import check_memory
