@@ -62,12 +62,12 @@ def run(ns: argparse.Namespace) -> int:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}") from None
         if len(steps) != 2:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}")
-    from glmcheck.training.geometry import reference_geometry
-    from glmcheck.training.recipe import HELDOUT_FILE, train_reference_model
+    from glmcheck.training.geometry import trained_geometry
+    from glmcheck.training.recipe import HELDOUT_FILE, train_model
 
-    geometry = reference_geometry(ns.name)
-    record = train_reference_model(ns.name, ns.out, corpus=ns.corpus, device=ns.device, seed=ns.seed, steps=steps,
-                                   micro_batch=ns.micro_batch, resume=not ns.no_resume, quiet=ns.quiet)
+    geometry = trained_geometry(ns.name)
+    record = train_model(ns.name, ns.out, corpus=ns.corpus, device=ns.device, seed=ns.seed, steps=steps,
+                         micro_batch=ns.micro_batch, resume=not ns.no_resume, quiet=ns.quiet)
     print(summary(record))
     if ns.fixture:
         checkpoint = Path(ns.out) / "checkpoint"

@@ -29,8 +29,8 @@ from glmcheck.model.indexer_chunks import (
     row_chunks,
 )
 from glmcheck.model.memory import activation_bytes, check_fits, plan_memory
-from glmcheck.model.references import MODELS_DIR
 from glmcheck.model.swap import ABSORBED_IMPL, attention_modules
+from glmcheck.model.trained import MODELS_DIR
 
 GIB = 2**30
 

@@ -240,7 +240,7 @@ def test_models_version_health_and_info(client, served):
     assert client.get("/health").status_code == 200
     info = client.get("/glmcheck/info").json()
     assert info["backend"] == "reference" and info["backend_source"] == "built in"
-    assert info["config_hash"] == config_hash(served.model.config) and info["model"]["reference"] == MODEL
+    assert info["config_hash"] == config_hash(served.model.config) and info["model"]["trained"] == MODEL
     assert info["device"] == "cpu" and info["environment"]["torch_version"] == torch.__version__
     assert {"triton_version", "transformers_version"} <= set(info["environment"])
     assert client.get("/nowhere").json()["error"]["code"] == 404

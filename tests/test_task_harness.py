@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("lm_eval")
 
-from glmcheck.model.references import MODELS_DIR
+from glmcheck.model.trained import MODELS_DIR
 from glmcheck.tasks import harness, heldout_mc, lm_eval_quiet
 from glmcheck.tasks.harness import read_samples, run_tasks
 from tests.support.servers import Servers

@@ -1,5 +1,5 @@
-"""`glmcheck tasks` (issue 42): lm-evaluation-harness's multiple-choice task over the reference corpus's held-out
-text (`glmcheck_heldout_mc`) against `glmcheck serve` processes of the trained CPU model: the reference (asked
+"""`glmcheck tasks` (issue 42): lm-evaluation-harness's multiple-choice task over the trained models'
+corpus's held-out text (`glmcheck_heldout_mc`) against `glmcheck serve` processes of ref-cpu: the reference (asked
 again as its control), a legitimate kernel, a planted fault. A legitimate kernel PASSes, the fault FAILs, and 20
 questions are INCONCLUSIVE with the questions it would need (the 80-question run's sample logs cut to their first
 20: the answers a 20-question run gives, without a second lm-eval run). 80 questions and a 10-point --max-drop

@@ -1,4 +1,4 @@
-"""The reference-model recipe: corpus, indexer scores and KL, a short training run, resume, fixtures."""
+"""The trained models' recipe: corpus, indexer scores and KL, a short training run, resume, fixtures."""
 
 from __future__ import annotations
 
@@ -9,25 +9,23 @@ import math
 import pytest
 import torch
 
-from glmcheck.model.indexer_scores import index_scores
 from glmcheck.data.heldout import HELDOUT_FILE
-from glmcheck.model.references import MODELS_DIR, REFERENCE_MODELS
+from glmcheck.model.indexer_scores import index_scores
+from glmcheck.model.trained import MODELS_DIR, TRAINED_MODELS
 from glmcheck.training import corpus
 from glmcheck.training.export import check_loss, check_windows, read_record
-from glmcheck.training.geometry import REFERENCE_GEOMETRIES, reference_geometry
+from glmcheck.training.geometry import TRAINED_GEOMETRIES, trained_geometry
 from glmcheck.training.indexer_loss import IndexerProbe, dense_selection
 from glmcheck.training.loop import build_model, learning_rate
-from glmcheck.training.recipe import train_reference_model
+from glmcheck.training.recipe import train_model
 from glmcheck.training.tokenizer import load_tokenizer
-
-HELDOUT = HELDOUT_FILE
 
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     """A corpus file of a few held-out and training documents of the committed held-out split and
     made-up text (the full stdlib corpus takes seconds to tokenise)."""
-    docs = corpus.load_documents(HELDOUT)
+    docs = corpus.load_documents(HELDOUT_FILE)
     words = " ".join(d.text for d in docs[:6])
     train = [corpus.Document(f"lib/fake{i}.py", words[i * 4000:(i + 1) * 4000]) for i in range(40)]
     train = [d for d in train if not d.heldout]
@@ -61,7 +59,7 @@ def test_stdlib_corpus_has_topics_and_sources_and_no_tests():
 
 
 def _model_and_probe(seq: int = 80):
-    model = build_model(reference_geometry("ref-cpu"), 600, 0, torch.device("cpu"))
+    model = build_model(trained_geometry("ref-cpu"), 600, 0, torch.device("cpu"))
     probe = IndexerProbe(model)
     model(input_ids=torch.randint(3, 600, (2, seq), generator=torch.Generator().manual_seed(1)))
     return model, probe
@@ -107,14 +105,14 @@ def test_dense_selection_restores_topk_and_recall_is_a_share():
 
 
 def test_learning_rate_warms_up_and_decays_to_a_tenth():
-    recipe = reference_geometry("ref-cpu").recipe
+    recipe = trained_geometry("ref-cpu").recipe
     total = recipe.dense_steps + recipe.sparse_steps
     assert learning_rate(recipe, 0) < learning_rate(recipe, recipe.warmup_steps) == pytest.approx(recipe.lr)
     assert learning_rate(recipe, total) == pytest.approx(recipe.lr / 10)
 
 
 def _short_run(out, corpus_file, steps, resume=True):
-    return train_reference_model("ref-cpu", out, corpus=corpus_file, steps=steps, resume=resume, quiet=True,
+    return train_model("ref-cpu", out, corpus=corpus_file, steps=steps, resume=resume, quiet=True,
                                  overrides=dict(seq_len=64, batch=4, eval_windows=2, eval_every=4, check_len=48,
                                                 check_windows=2, lr=3e-3, warmup_steps=2))
 
@@ -162,16 +160,16 @@ def test_an_interrupted_run_resumes_to_the_same_result(tmp_path, small_corpus, m
     assert resumed["check"]["loss"] == whole["check"]["loss"]
 
 
-@pytest.mark.parametrize("name", list(REFERENCE_MODELS))
+@pytest.mark.parametrize("name", list(TRAINED_MODELS))
 def test_fixture_heldout_loss_matches_its_record(name):
-    """Each committed reference model, loaded as a user loads it, gives the held-out check loss its
+    """Each committed trained model, loaded as a user loads it, gives the held-out check loss its
     training run recorded (fp32, the committed held-out documents, the checkpoint's tokenizer)."""
     path = MODELS_DIR / name
     if not path.is_dir():
         pytest.fail(f"fixture {path} is missing")
     record = read_record(path)
     tokenizer = load_tokenizer(path)
-    docs = corpus.load_documents(HELDOUT)
+    docs = corpus.load_documents(HELDOUT_FILE)
     assert [d.name for d in docs] == record["corpus"]["heldout_names"]
     windows = check_windows(tokenizer, docs, record["check"]["len"], record["check"]["windows"])
     loss = check_loss(path, windows)
@@ -180,4 +178,4 @@ def test_fixture_heldout_loss_matches_its_record(name):
 
 
 def test_reference_names_agree_with_the_recipes():
-    assert {g.fixture for g in REFERENCE_GEOMETRIES.values()} | {"ref-gpu-fp8"} == set(REFERENCE_MODELS)
+    assert {g.fixture for g in TRAINED_GEOMETRIES.values()} | {"ref-gpu-fp8"} == set(TRAINED_MODELS)

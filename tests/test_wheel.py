@@ -1,5 +1,5 @@
 """The wheel carries what the checks read (issue 58): built from this checkout, installed without -e into a
-folder of its own, it runs layer0 on the default reference model and firsttoken on natural50 from a directory
+folder of its own, it runs layer0 on the default trained model (ref-cpu) and firsttoken on natural50 from a directory
 outside the checkout (the models, the held-out corpus and the prompt sets are package data)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_layer0_and_firsttoken_run_from_the_wheel(installed):
     layer0 = _run(installed, "layer0", "--backends", "band:5", "--quiet", "--out", "l0")
     assert layer0.returncode == 0, layer0.stderr[-2000:]
     summary = json.loads((cwd / "l0" / "summary.json").read_text())
-    assert summary["model"]["reference"] == "ref-cpu" and "held-out" in summary["facts"]["prompt_source"]
+    assert summary["model"]["trained"] == "ref-cpu" and "held-out" in summary["facts"]["prompt_source"]
     assert summary["model"]["checkpoint"] == str(site / "glmcheck" / "data" / "resources" / "trained_models" / "ref-cpu")
     first = _run(installed, "firsttoken", "--prompts", "natural50", "--limit", "2", "--backends", "band:5", "--quiet",
                  "--out", "ft")

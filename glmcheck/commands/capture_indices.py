@@ -7,7 +7,7 @@ import argparse
 
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_out_file, check_seed
 from glmcheck.model.names import model_names
-from glmcheck.model.references import DEFAULT_MODEL
+from glmcheck.model.trained import DEFAULT_MODEL
 
 
 def add_parser(sub) -> None:
@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
                        description="Run seeded prompts through the model and write each full indexer layer's "
                                    "top-k (kernel convention: index > t -> -1) to a safetensors trace.")
     p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                   help=f"reference model or dummy preset (default {DEFAULT_MODEL})")
+                   help=f"trained model or dummy preset (default {DEFAULT_MODEL})")
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--experts", type=int, default=None)

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
                                    "kernels).")
     add_model_options(p)
     p.add_argument("--prompts", default=None,
-                   help=f"{' or '.join(PROMPT_SETS)} or a JSONL path (default: heldout50 on a reference model, "
+                   help=f"{' or '.join(PROMPT_SETS)} or a JSONL path (default: heldout50 on a trained model, "
                         "text of its corpus it never trained on; natural50 otherwise)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--continue", dest="continue_tokens", type=int, default=0,

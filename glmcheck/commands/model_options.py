@@ -12,16 +12,16 @@ from glmcheck.commands.output_format import add_format_option
 from glmcheck.evaluate.arguments import check_out_dir
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
-from glmcheck.model.references import DEFAULT_MODEL, REFERENCE_MODELS
+from glmcheck.model.trained import DEFAULT_MODEL, TRAINED_MODELS
 
-PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in REFERENCE_MODELS.items()]
+PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in TRAINED_MODELS.items()]
                         + [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()])
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output/--format."""
     parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                        help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
+                        help=f"trained model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
     parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
     parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
     parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")

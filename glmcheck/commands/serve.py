@@ -18,7 +18,7 @@ import sys
 from glmcheck.commands.model_options import PRESET_HELP
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.model.names import model_names
-from glmcheck.model.references import DEFAULT_MODEL
+from glmcheck.model.trained import DEFAULT_MODEL
 
 HELP = "an OpenAI-compatible completions server over the harness, one backend"
 
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "GET /v1/models, /version, /health and /glmcheck/info (backend, model, config hash, versions). No KV "
         "cache: each generated token re-runs the prefill. One request runs at a time."))
     p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                   help=f"reference model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
+                   help=f"trained model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
     p.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
     p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
     p.add_argument("--experts", type=int, default=None, help="override the preset's number of routed experts")
@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: a free one, printed)")
     p.add_argument("--served-model-name", default=None,
-                   help="the name requests give as `model` (default: the reference model's, preset's or checkpoint "
+                   help="the name requests give as `model` (default: the trained model's, preset's or checkpoint "
                         "directory's name)")
     p.add_argument("--max-logprobs", type=int, default=20,
                    help="largest `logprobs` / `top_logprobs_num` a request may ask (default 20, as vLLM)")

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--tasks", default=None, help="comma-separated lm-eval task names (glmcheck_heldout_mc: ours, "
                                                  "runs anywhere; gsm8k, mmlu... where the datasets can be fetched)")
     p.add_argument("--model", default="ref-cpu",
-                   help="the servers' model, for its tokenizer: a reference model name (default ref-cpu)")
+                   help="the servers' model, for its tokenizer: a trained model's name (default ref-cpu)")
     p.add_argument("--checkpoint", default=None, help="the servers' checkpoint directory (its tokenizer files)")
     p.add_argument("--limit", type=int, default=None, help="only the first N questions of each task")
     p.add_argument("--max-drop", type=float, default=1.0,
@@ -108,13 +108,13 @@ def handle(ns: argparse.Namespace) -> int:
 
 def write_yaml(ns: argparse.Namespace) -> int:
     """`--write-yaml DIR`: glmcheck's own tasks for a user's own lm_eval command, and that command."""
-    from glmcheck.model.references import is_reference, reference_checkpoint
+    from glmcheck.model.trained import is_trained, trained_checkpoint
     from glmcheck.tasks.harness import LM_EVAL_MODEL, OWN_TASKS, write_own_task_folders
 
     written = write_own_task_folders(ns.write_yaml)
     for path in written:
         print(f"wrote {path} (its questions beside it)")
-    tokenizer = ns.checkpoint or (reference_checkpoint(ns.model) if is_reference(ns.model) else "TOKENIZER_DIR")
+    tokenizer = ns.checkpoint or (trained_checkpoint(ns.model) if is_trained(ns.model) else "TOKENIZER_DIR")
     include = Path(ns.write_yaml).resolve()
     print(f"run them with: lm_eval --model {LM_EVAL_MODEL} --model_args base_url=http://HOST:PORT/v1/completions,"
           f"model=MODEL,tokenizer={tokenizer},tokenizer_backend=huggingface,tokenized_requests=True "

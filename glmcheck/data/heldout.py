@@ -1,9 +1,9 @@
-"""Natural-text prompts from the reference corpus's held-out split.
+"""Natural-text prompts from the held-out split of the trained models' corpus.
 
-`glmcheck/data/resources/corpus/heldout.jsonl.gz` (package data) holds the documents
-no reference model trained on (Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check on a
-checkpoint (a reference model or a real GLM one) reads its prompts from there, encoded by the
-checkpoint's own tokenizer: a trained model's distributions on seeded random ids say little. The
+`glmcheck/data/resources/corpus/heldout.jsonl.gz` (package data) holds the documents no trained model
+saw in training (Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check
+on a checkpoint (a trained model or a real GLM one) reads its prompts from there, encoded by the checkpoint's
+own tokenizer: a trained model's distributions on seeded random ids say little. The
 stream is every held-out document as `<bos> text <eos>`, in order; a prompt of N tokens is the
 window at a seeded offset with `<bos>` first (the stream repeats when N is longer than it).
 """

@@ -1,7 +1,7 @@
 """The prompt a model check feeds a model: natural text for a checkpoint, seeded ids for a preset.
 
-A checkpoint with a tokenizer (a trained reference model or a real GLM one) has learned language,
-so its checks read windows of the reference corpus's held-out text, encoded by its own tokenizer
+A checkpoint with a tokenizer (a trained model or a real GLM one) has learned language,
+so its checks read windows of the trained models' corpus's held-out text, encoded by its own tokenizer
 (`glmcheck.data.heldout`); a dummy preset cannot speak (nor can a checkpoint of dummy weights,
 which ships no tokenizer), so it reads seeded random ids (`glmcheck.data.prompts.seeded_prompt`), the
 prompts of every recorded preset result.
@@ -27,7 +27,7 @@ def reads_text(spec: ModelSpec) -> bool:
 
 def prompt_source(spec: ModelSpec) -> str:
     """What `model_prompt` draws from, for records and tables."""
-    return "held-out text (reference_models/reference-corpus)" if reads_text(spec) else "seeded random ids"
+    return "held-out text (data/resources/corpus)" if reads_text(spec) else "seeded random ids"
 
 
 @lru_cache(maxsize=4)

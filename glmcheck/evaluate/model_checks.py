@@ -128,7 +128,7 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
                continue_tokens: int = 0, tie_gap: float | None = None, max_dlogprob: float | None = None,
                record_dir: RecordDir = None, overwrite: bool = False) -> Report:
     """The greedy first token of each prompt per backend (`glmcheck.checks.firsttoken`): `prompts` a set
-    name or a JSONL path (default heldout50 on a reference model, natural50 otherwise), the first `limit`
+    name or a JSONL path (default heldout50 on a trained model, natural50 otherwise), the first `limit`
     of them; `continue_tokens` > 0 also compares greedy continuations. Resumable in `record_dir`."""
     from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, forwards_per_prompt, run_firsttoken
     from glmcheck.data.prompts import load_prompts
@@ -138,7 +138,7 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
     check_count(continue_tokens, "--continue", minimum=0)
     check_number(tie_gap, "--tie-gap")
     check_number(max_dlogprob, "--max-dlogprob", positive=True)
-    prompt_set = prompts or ("heldout50" if setup.spec.reference else "natural50")
+    prompt_set = prompts or ("heldout50" if setup.spec.trained else "natural50")
     chosen = load_prompts(prompt_set, limit)
     steps = 1 + continue_tokens  # a continuation re-runs the prefill for every step
     check_forwards(len(chosen) * setup.forwards * steps,

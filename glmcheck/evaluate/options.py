@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import check_gate_ratio
 from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
-from glmcheck.model.references import DEFAULT_MODEL
+from glmcheck.model.trained import DEFAULT_MODEL
 
 
 @dataclass

@@ -51,7 +51,7 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
                   tokens: int = RATES_DEFAULTS["tokens"], checks: str | Sequence[str] = RATES_DEFAULTS["checks"],
                   band: int = RATES_DEFAULTS["band"], kv_cache_dtype: str | None = None,
                   progress: Progress | None = None) -> Report:
-    """False-alarm and detection rates of `checks` on `model` (a preset or reference model) or `checkpoint`, over
+    """False-alarm and detection rates of `checks` on `model` (a preset or trained model) or `checkpoint`, over
     seeds 0..`seeds`-1 at `tokens` tokens with a band of `band`; `kv_cache_dtype="fp8_e4m3"` runs every forward over
     the FP8 pool. ValueError naming the flag for a bad option or a run past the forward limit. Verdict FAIL when
     layer0 misses a planted fault or its false alarms exceed 5 % of its legitimate runs, else PASS; one row per

@@ -100,7 +100,7 @@ def tasks(endpoints: Sequence[str | Endpoint], task_names: Sequence[str], *, con
     spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint)
     if spec.checkpoint is None:
         raise ValueError(f"--model {options.model} has no tokenizer files: name the servers' model with --model (a "
-                         f"reference model) or --checkpoint DIR (its tokenizer is read from there)")
+                         f"trained model) or --checkpoint DIR (its tokenizer is read from there)")
     extra = [control if isinstance(control, Endpoint) else parse_endpoint(control, "--control")] if control else []
     servers = Servers(list(endpoints), extra, http or HttpOptions(), concurrency)
     reference = servers.reference

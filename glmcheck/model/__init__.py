@@ -1,7 +1,7 @@
 """GLM-5.x model harness: presets, seeded dummy weights, the attention swap, TP emulation.
 
 The names below are imported on first use (PEP 562), so that importing a light submodule
-(`glmcheck.model.references`, `glmcheck.model.presets`, `glmcheck.model.names`) does not import
+(`glmcheck.model.trained`, `glmcheck.model.presets`, `glmcheck.model.names`) does not import
 torch and the model code: the command line parses its options and checks them before that.
 """
 

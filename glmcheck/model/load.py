@@ -10,14 +10,14 @@ import torch
 from glmcheck.model.build import build_dummy_model
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS, make_config
-from glmcheck.model.references import is_reference, reference_checkpoint
+from glmcheck.model.trained import is_trained, trained_checkpoint
 from glmcheck.model.weights import INIT_SCALES
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model to build: a preset with dummy weights, a trained reference model by name
-    (`glmcheck.model.references`: its checkpoint in glmcheck/data/resources/trained_models/), or a local checkpoint."""
+    """Which model to build: a preset with dummy weights, a trained model by name
+    (`glmcheck.model.trained`: its checkpoint in glmcheck/data/resources/trained_models/), or a local checkpoint."""
 
     preset: str = "tiny"
     checkpoint: str | None = None
@@ -25,15 +25,15 @@ class ModelSpec:
     experts: int | None = None
     seed: int = 0
     init: str = "sharp"
-    reference: str | None = None  # set from `preset` when it names a reference model
+    trained: str | None = None  # set from `preset` when it names a trained model
 
     def __post_init__(self):
-        if is_reference(self.preset) and self.checkpoint is None:
-            object.__setattr__(self, "reference", self.preset)
-            object.__setattr__(self, "checkpoint", str(reference_checkpoint(self.preset)))
+        if is_trained(self.preset) and self.checkpoint is None:
+            object.__setattr__(self, "trained", self.preset)
+            object.__setattr__(self, "checkpoint", str(trained_checkpoint(self.preset)))
 
     def describe(self) -> dict:
-        return {"preset": None if self.checkpoint else self.preset, "reference": self.reference,
+        return {"preset": None if self.checkpoint else self.preset, "trained": self.trained,
                 "checkpoint": self.checkpoint, "layers": self.layers, "experts": self.experts, "seed": self.seed,
                 "init": None if self.checkpoint else self.init}
 

@@ -4,9 +4,9 @@ parsers from them before any heavy import)."""
 from __future__ import annotations
 
 from glmcheck.model.presets import PRESETS
-from glmcheck.model.references import REFERENCE_MODELS
+from glmcheck.model.trained import TRAINED_MODELS
 
 
 def model_names() -> list[str]:
-    """Every name `--model` takes: the trained reference models, then the dummy presets."""
-    return list(REFERENCE_MODELS) + list(PRESETS)
+    """Every name `--model` takes: the trained models, then the dummy presets."""
+    return list(TRAINED_MODELS) + list(PRESETS)

@@ -377,12 +377,18 @@ def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
     if form == "md":
         model = summary.get("model", {})
         head = [f"# glmcheck {command}", "",
-                f"- model: {model.get('checkpoint') or model.get('preset')} (config {model.get('config_hash')}), "
+                f"- model: {model_name(model)} (config {model.get('config_hash')}), "
                 f"tp {summary.get('options', {}).get('tp')}, exact {summary.get('options', {}).get('exact')}, "
                 f"baseline {summary.get('options', {}).get('baseline')}",
                 f"- environment: {_env_line(summary.get('environment', {}))}", ""]
         return "\n".join(head) + "\n\n".join(texts) + "\n\n" + "\n".join(x for x in lines if x) + "\n"
     return "\n\n".join(texts) + "\n" + "\n".join(x for x in lines if x)
+
+
+def model_name(model: dict) -> str | None:
+    """The model a record's `model` entry names: the trained model (`trained`; `reference` in records written
+    before that name), else the checkpoint, else the preset."""
+    return model.get("trained") or model.get("reference") or model.get("checkpoint") or model.get("preset")
 
 
 def _env_line(env: dict) -> str:

@@ -209,7 +209,7 @@ def measure_power(model="ref-cpu", seeds: Sequence[int] = range(10), tokens: int
                   band_size: int = 4, base: str | None = None, device: torch.device | str = "cpu",
                   progress: Callable[[str], None] | None = None) -> list[PowerPoint]:
     """Run `checks` over `seeds` with every (family, size) as a row (module docstring); one PowerPoint per
-    (check, family, size). `model`: a preset or reference-model name, or a ModelSpec; a seed picks the weights
+    (check, family, size). `model`: a preset or trained-model name, or a ModelSpec; a seed picks the weights
     of a preset, the held-out window of a checkpoint (as `glmcheck.selftest.rates`)."""
     import dataclasses
 

@@ -9,8 +9,8 @@ and printed apart. Each rate comes with its 95 % Wilson interval and the worst m
 largest statistic / limit: legitimate rows should stay below 1, faults above).
 
 What a seed varies: on a dummy preset the weights and the prompt (seeded random ids); on a
-checkpoint (a trained reference model or a real GLM one) the weights are fixed and the seed picks
-the prompts: windows of the reference corpus's held-out text at seeded offsets
+checkpoint (a trained model or a real GLM one) the weights are fixed and the seed picks
+the prompts: windows of the trained models' corpus's held-out text at seeded offsets
 (`glmcheck.data.heldout`). `firsttoken` judges FIRSTTOKEN_PROMPTS short windows a seed.
 """
 

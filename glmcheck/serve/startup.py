@@ -23,7 +23,7 @@ from glmcheck.serve.engine import Served
 @dataclass(frozen=True)
 class ServeSettings:
     """The server's choices: model, backend, device, emulated TP degree, swap options, served name
-    (None: the reference model's, preset's or checkpoint directory's name) and top-k limit."""
+    (None: the trained model's, preset's or checkpoint directory's name) and top-k limit."""
 
     spec: ModelSpec
     backend: str
@@ -71,9 +71,9 @@ class ServePlan:
 
 
 def served_name(spec: ModelSpec) -> str:
-    """The default served model name: the reference model's, the checkpoint directory's or the preset's."""
-    if spec.reference:
-        return spec.reference
+    """The default served model name: the trained model's, the checkpoint directory's or the preset's."""
+    if spec.trained:
+        return spec.trained
     if spec.checkpoint:
         return Path(spec.checkpoint).resolve().name
     return spec.preset

@@ -9,11 +9,12 @@ flight, samples logged. It returns one `TaskSamples` per task lm-eval ran (a gro
 it writes the sample logs in lm-eval's own layout (`glmcheck.tasks.sample_logs`, whose `read_samples` reads
 them back, or lm-eval's own).
 
-**Our own task.** `glmcheck_heldout_mc` (`glmcheck.tasks.heldout_mc`: multiple choice over the reference
-corpus's held-out text, the committed `glmcheck/data/resources/prompts/heldout_mc.jsonl`) is written for each run into a temporary
-include directory (`TaskManager(include_path=...)`), its JSONL by absolute path, so it runs from any working
-directory and without the network. When every task asked is ours, lm-eval's ~14 000 built-in task configs
-are not indexed (that takes 10-25 s); a name that no built-in task config mentions is refused before indexing.
+**Our own task.** `glmcheck_heldout_mc` (`glmcheck.tasks.heldout_mc`: multiple choice over the trained
+models' corpus's held-out text, the committed `glmcheck/data/resources/prompts/heldout_mc.jsonl`) is written for
+each run into a temporary include directory (`TaskManager(include_path=...)`), its JSONL by absolute path, so it
+runs from any working directory and without the network. When every task asked is ours, lm-eval's ~14 000
+built-in task configs are not indexed (that takes 10-25 s); a name that no built-in task config mentions is
+refused before indexing.
 
 Errors are one-line ValueErrors naming the argument or endpoint: a bad argument, an unreachable server or
 one that does not serve `model` (`glmcheck.sources.endpoint.describe`), a task lm-eval does not know, a

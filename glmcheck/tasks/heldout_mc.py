@@ -1,10 +1,10 @@
-"""`glmcheck_heldout_mc`: a multiple-choice task over the reference corpus's held-out text, for
+"""`glmcheck_heldout_mc`: a multiple-choice task over the trained models' corpus's held-out text, for
 lm-evaluation-harness (`glmcheck.tasks.harness.run_tasks`).
 
 A question is a stretch of held-out text cut inside a line: the 4 lines before it and the line's
 first words are the context; the choices are the rest of that line (the answer) and the rests of 3
 other lines of the held-out text of about the same length (distractors). A model that has learned
-the corpus's language scores well above chance (25 %); the trained reference models never saw
+the corpus's language scores well above chance (25 %); the trained models never saw
 these documents (`glmcheck.data.heldout`). lm-eval scores each choice by its log-likelihood after
 the context (`output_type: multiple_choice`, metric `acc`): one 0/1 per question. ref-cpu gets 242 of the 400
 right (60.5 %; the first 100: 61 %; pydoc topics 74 %, library code 50 %, codec tables 92 %), measured through

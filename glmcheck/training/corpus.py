@@ -1,4 +1,4 @@
-"""The reference models' training text: Python's own documentation and standard library.
+"""The trained models' training text: Python's own documentation and standard library.
 
 Every machine with Python has it: the language reference and library topics that `pydoc` ships
 (`pydoc_data.topics`) and the source of every standard-library module (its docstrings and

@@ -1,4 +1,4 @@
-"""A trained reference model as a Hugging Face checkpoint folder, with its training record.
+"""A trained model as a Hugging Face checkpoint folder, with its training record.
 
 The folder loads through `--checkpoint` exactly as a real GLM checkpoint: `config.json`,
 `generation_config.json`, sharded bf16 safetensors with their index (the router and its

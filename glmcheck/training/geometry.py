@@ -1,4 +1,4 @@
-"""The trained reference models: their geometry (a `GlmMoeDsaConfig`) and training recipe.
+"""The trained models (ref-cpu, ref-gpu): their geometry (a `GlmMoeDsaConfig`) and training recipe.
 
 - `ref-cpu`: the `tiny` preset's attention geometry (8 heads, latent 64 + rope 16, nope 32,
   v 32, index_topk 32, indexer full/shared/full) with a 2,048-id tokenizer, trained at 512
@@ -23,7 +23,7 @@ from glmcheck.model.presets import PRESETS, indexer_schedule
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a reference model is trained: sequence length, sequences per step, steps per stage
+    """How a trained model is trained: sequence length, sequences per step, steps per stage
     (dense warm-up, then sparse), peak learning rate, evaluation cadence."""
 
     seq_len: int
@@ -57,8 +57,8 @@ class Recipe:
 
 
 @dataclass(frozen=True)
-class ReferenceGeometry:
-    """A named reference model: config fields, indexer schedule rule, tokenizer size, recipe."""
+class TrainedGeometry:
+    """A named trained model: config fields, indexer schedule rule, tokenizer size, recipe."""
 
     name: str
     description: str
@@ -75,19 +75,19 @@ class ReferenceGeometry:
             **fields, indexer_types=indexer_schedule(fields["num_hidden_layers"], *self.schedule),
             rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
             tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=2)
-        config.glmcheck_reference = self.name
+        config.glmcheck_reference = self.name  # the field name in the shipped config.json (part of config_hash)
         return config
 
 
 _TINY = PRESETS["tiny"]
-REFERENCE_GEOMETRIES: dict[str, ReferenceGeometry] = {
-    "ref-cpu": ReferenceGeometry(
+TRAINED_GEOMETRIES: dict[str, TrainedGeometry] = {
+    "ref-cpu": TrainedGeometry(
         "ref-cpu", "trained CPU-sized GLM-MoE-DSA at the tiny geometry (8 heads, latent 64 + rope 16, "
         "index_topk 32, 3 layers full/shared/full, 4 experts), 2,048-id BPE tokenizer",
         dict(_TINY.fields), 2048, (_TINY.index_topk_freq, _TINY.index_skip_topk_offset), _TINY.rope_theta,
         Recipe(seq_len=512, batch=16, dense_steps=400, sparse_steps=1600, lr=3e-3, eval_every=200, check_len=384),
         "ref-cpu"),
-    "ref-gpu": ReferenceGeometry(
+    "ref-gpu": TrainedGeometry(
         "ref-gpu", "trained GLM-MoE-DSA at the kernel's geometry: 8 heads (a TP8 slice), latent 512 + rope 64, "
         "index_topk 2048, GLM-5.2 indexer schedule (full, full, full, shared), 8 experts; 4,096-id BPE",
         dict(hidden_size=384, intermediate_size=768, moe_intermediate_size=96, num_hidden_layers=4,
@@ -104,7 +104,7 @@ REFERENCE_GEOMETRIES: dict[str, ReferenceGeometry] = {
 }
 
 
-def reference_geometry(name: str) -> ReferenceGeometry:
-    if name not in REFERENCE_GEOMETRIES:
-        raise ValueError(f"unknown reference model {name!r}; expected one of {', '.join(REFERENCE_GEOMETRIES)}")
-    return REFERENCE_GEOMETRIES[name]
+def trained_geometry(name: str) -> TrainedGeometry:
+    if name not in TRAINED_GEOMETRIES:
+        raise ValueError(f"unknown trained model {name!r}; expected one of {', '.join(TRAINED_GEOMETRIES)}")
+    return TRAINED_GEOMETRIES[name]

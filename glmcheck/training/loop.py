@@ -1,4 +1,4 @@
-"""The training loop of a reference model: dense warm-up, then sparse training (DSA's two stages).
+"""The training loop of a trained model (ref-cpu, ref-gpu): dense warm-up, then sparse training (DSA's two stages).
 
 Stage `dense` (`recipe.dense_steps`): every indexer selects its whole causal prefix, the model
 learns language on dense attention and the indexer learns, by its KL term, to match the main
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from glmcheck.training.balance import RouterLoad
 from glmcheck.training.evaluate import indexer_recall, mean_loss
-from glmcheck.training.geometry import Recipe, ReferenceGeometry
+from glmcheck.training.geometry import Recipe, TrainedGeometry
 from glmcheck.training.indexer_loss import IndexerProbe, dense_selection
 from glmcheck.training.stream import eval_windows, training_windows
 
@@ -45,7 +45,7 @@ class TrainState:
     wall_s: float = 0.0
 
 
-def build_model(geometry: ReferenceGeometry, vocab_size: int, seed: int, device: torch.device):
+def build_model(geometry: TrainedGeometry, vocab_size: int, seed: int, device: torch.device):
     """A freshly initialised fp32 GlmMoeDsaForCausalLM (transformers' init, seeded) with eager attention."""
     from transformers import GlmMoeDsaForCausalLM
 
@@ -78,9 +78,9 @@ def stage_of(recipe: Recipe, step: int) -> str:
 
 
 class Trainer:
-    """One reference model's training run in `run_dir` (see the module docstring)."""
+    """One trained model's training run in `run_dir` (see the module docstring)."""
 
-    def __init__(self, geometry: ReferenceGeometry, recipe: Recipe, *, train_stream: torch.Tensor,
+    def __init__(self, geometry: TrainedGeometry, recipe: Recipe, *, train_stream: torch.Tensor,
                  heldout_stream: torch.Tensor, vocab_size: int, run_dir: Path, device: torch.device,
                  seed: int = 0, fingerprint: dict | None = None, micro_batch: int | None = None,
                  quiet: bool = False):

@@ -1,4 +1,5 @@
-"""One call that trains a reference model end to end (`scripts/train_reference_model.py` is its CLI).
+"""One call that trains ref-cpu or ref-gpu (the trained models) end to end; its CLI is
+`scripts/train_reference_model.py`.
 
 corpus (this Python's standard library, or a saved corpus file) -> held-out split -> BPE tokenizer
 on the training split -> `Trainer` (dense warm-up, sparse stage; resumable) -> Hugging Face
@@ -17,7 +18,7 @@ import torch
 
 from glmcheck.training import corpus as corpus_lib
 from glmcheck.training.export import check_loss, check_windows, plot_losses, save_checkpoint, write_record
-from glmcheck.training.geometry import reference_geometry
+from glmcheck.training.geometry import trained_geometry
 from glmcheck.training.loop import Trainer
 from glmcheck.training.stream import encode_stream
 from glmcheck.training.tokenizer import train_tokenizer
@@ -25,15 +26,15 @@ from glmcheck.training.tokenizer import train_tokenizer
 HELDOUT_FILE = "heldout.jsonl.gz"
 
 
-def train_reference_model(name: str, out: str | Path, *, corpus: str | Path | None = None,
-                          device: torch.device | str | None = None, seed: int = 0,
-                          steps: tuple[int, int] | None = None, micro_batch: int | None = None,
-                          overrides: dict | None = None, resume: bool = True, quiet: bool = False) -> dict:
-    """Train reference model `name` (`glmcheck.training.geometry`) into `out`; returns its record.
+def train_model(name: str, out: str | Path, *, corpus: str | Path | None = None,
+                device: torch.device | str | None = None, seed: int = 0,
+                steps: tuple[int, int] | None = None, micro_batch: int | None = None,
+                overrides: dict | None = None, resume: bool = True, quiet: bool = False) -> dict:
+    """Train the trained model `name` (`glmcheck.training.geometry`) into `out`; returns its record.
     `steps` = (dense, sparse) overrides the recipe's stage lengths; `overrides` any other `Recipe`
     field (short runs, tests); the record holds the recipe that ran."""
     started = time.perf_counter()
-    geometry = reference_geometry(name)
+    geometry = trained_geometry(name)
     recipe = geometry.recipe
     if steps is not None:
         dense, sparse = steps
@@ -68,7 +69,8 @@ def train_reference_model(name: str, out: str | Path, *, corpus: str | Path | No
     check = {"len": recipe.check_len, "windows": int(windows.shape[0]), "dtype": "float32",
              "loss": check_loss(checkpoint, windows, device)}
     record = {
-        "reference_model": name, "description": geometry.description, "seed": seed, "device": _device_name(device),
+        "reference_model": name,  # the field name of the shipped training records (data/resources/trained_models/)
+        "description": geometry.description, "seed": seed, "device": _device_name(device),
         "recipe": dataclasses.asdict(recipe), "corpus": corpus_info,
         "tokenizer": {"kind": "byte-level BPE (tokenizers)", "vocab_size": tokenizer.get_vocab_size(),
                       "train_tokens": int(train_stream.numel()), "heldout_tokens": int(heldout_stream.numel())},

@@ -1,4 +1,4 @@
-"""The trained reference models glmcheck ships as package data (Hugging Face layout), under
+"""The trained models glmcheck ships as package data (Hugging Face layout), under
 `glmcheck/data/resources/trained_models/`.
 
 `--model ref-cpu` (the default) and `--model ref-gpu` / `ref-gpu-fp8` name these checkpoints:
@@ -15,7 +15,7 @@ from pathlib import Path
 
 # Package data: found where the package is installed (a wheel or a checkout alike), never through the source tree.
 MODELS_DIR = Path(str(files("glmcheck") / "data" / "resources" / "trained_models"))
-REFERENCE_MODELS: dict[str, str] = {
+TRAINED_MODELS: dict[str, str] = {
     "ref-cpu": "trained CPU-sized GLM-MoE-DSA (tiny geometry: 8 heads, latent 64 + rope 16, index_topk 32, "
                "2,048-id tokenizer)",
     "ref-gpu": "trained GLM-MoE-DSA at the kernel's geometry (8 heads per call, latent 512 + rope 64, "
@@ -25,17 +25,18 @@ REFERENCE_MODELS: dict[str, str] = {
 DEFAULT_MODEL = "ref-cpu"
 
 
-def is_reference(name: str | None) -> bool:
-    return name in REFERENCE_MODELS
+def is_trained(name: str | None) -> bool:
+    """Whether `name` names one of the trained models (ref-cpu, ref-gpu, ref-gpu-fp8)."""
+    return name in TRAINED_MODELS
 
 
-def reference_checkpoint(name: str) -> Path:
-    """The checkpoint folder of reference model `name`; FileNotFoundError when it is not there."""
-    if name not in REFERENCE_MODELS:
-        raise ValueError(f"unknown reference model {name!r}; expected one of {', '.join(REFERENCE_MODELS)}")
+def trained_checkpoint(name: str) -> Path:
+    """The checkpoint folder of the trained model `name`; FileNotFoundError when it is not there."""
+    if name not in TRAINED_MODELS:
+        raise ValueError(f"unknown trained model {name!r}; expected one of {', '.join(TRAINED_MODELS)}")
     path = MODELS_DIR / name
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"reference model {name!r} is not at {path}: it ships in the glmcheck package "
+        raise FileNotFoundError(f"trained model {name!r} is not at {path}: it ships in the glmcheck package "
                                 f"(data/resources/trained_models/; reinstall glmcheck) or retrain it with "
                                 f"scripts/train_reference_model.py")
     return path

@@ -1,4 +1,4 @@
-"""Reference models by name, natural held-out prompts, and checks that run on them."""
+"""The trained models (ref-cpu, ref-gpu) by name, natural held-out prompts, and checks that run on them."""
 
 from __future__ import annotations
 
@@ -13,20 +13,20 @@ from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import CheckpointTokenizer
 from glmcheck.data.prompts import PROMPTS_DIR, load_prompts
 from glmcheck.model.load import ModelSpec, config_of, model_names
-from glmcheck.model.references import DEFAULT_MODEL, MODELS_DIR, reference_checkpoint
+from glmcheck.model.trained import DEFAULT_MODEL, MODELS_DIR, trained_checkpoint
 
 REF_CPU = str(MODELS_DIR / "ref-cpu")
 
 
-def test_reference_names_resolve_to_their_fixtures():
+def test_trained_model_names_resolve_to_their_package_data():
     spec = ModelSpec("ref-cpu")
-    assert spec.checkpoint == str(reference_checkpoint("ref-cpu")) and spec.reference == "ref-cpu"
-    assert spec.describe()["reference"] == "ref-cpu" and spec.describe()["preset"] is None
+    assert spec.checkpoint == str(trained_checkpoint("ref-cpu")) and spec.trained == "ref-cpu"
+    assert spec.describe()["trained"] == "ref-cpu" and spec.describe()["preset"] is None
     assert config_of(spec).index_topk == 32 and config_of(spec).vocab_size == 2048
-    assert ModelSpec("tiny").checkpoint is None and ModelSpec("ref-cpu", checkpoint="/x").reference is None
+    assert ModelSpec("tiny").checkpoint is None and ModelSpec("ref-cpu", checkpoint="/x").trained is None
     assert DEFAULT_MODEL == "ref-cpu" and model_names()[:3] == ["ref-cpu", "ref-gpu", "ref-gpu-fp8"]
-    with pytest.raises(ValueError, match="unknown reference model"):
-        reference_checkpoint("ref-nope")
+    with pytest.raises(ValueError, match="unknown trained model"):
+        trained_checkpoint("ref-nope")
 
 
 def test_heldout50_file_matches_its_generator():
@@ -57,7 +57,7 @@ def test_natural_prompts_are_seeded_windows_of_the_heldout_stream():
 
 
 def test_default_model_and_firsttoken_prompts(tmp_path, capsys):
-    """With no --model a check runs the trained CPU reference model; firsttoken on it reads
+    """With no --model a check runs ref-cpu (the CPU-sized trained model); firsttoken on it reads
     heldout50 by default and reports how peaked the reference's distributions are."""
     out = tmp_path / "ft"
     code = cli.main(["firsttoken", "--limit", "3", "--band", "3", "--backends", "triton_sparse_mla", "--quiet",
@@ -65,7 +65,7 @@ def test_default_model_and_firsttoken_prompts(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert code == 0, printed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["model"]["reference"] == "ref-cpu" and summary["facts"]["prompt_set"] == "heldout50"
+    assert summary["model"]["trained"] == "ref-cpu" and summary["facts"]["prompt_set"] == "heldout50"
     assert 0 < summary["facts"]["reference_median_top1_prob"] <= 1
     assert "reference distributions: median top-1 probability" in printed
 
@@ -83,3 +83,19 @@ def test_rates_on_a_checkpoint_vary_the_prompt_not_the_weights(monkeypatch):
     assert by_name["triton_sparse_mla"].legitimate and by_name["triton_sparse_mla"].runs == 1
     assert by_name["fault:rope_dropped"].fails == 1  # a gross fault flips or moves the first tokens
     assert all(t.check == "firsttoken" for t in tallies)
+
+
+@pytest.mark.parametrize("key", ["trained", "reference"])
+def test_a_record_names_its_trained_model_under_either_key(key):
+    """`report --md` heads a record with the trained model it ran, held as `trained` or, in records written
+    before that name, as `reference`; a record of a preset names the preset."""
+    from pathlib import Path
+
+    from glmcheck.records.render import render
+    from glmcheck.records.store import read_record
+
+    sample = read_record(Path(__file__).resolve().parents[1] / "fixtures" / "results-sample" / "layer0")
+    model = {k: v for k, v in sample.summary["model"].items() if k not in ("trained", "reference")}
+    assert "- model: tiny (config" in render({**sample.summary, "model": model}, sample.rows, "md")
+    model.update({key: "ref-cpu", "checkpoint": REF_CPU, "preset": None})
+    assert "- model: ref-cpu (config" in render({**sample.summary, "model": model}, sample.rows, "md")
