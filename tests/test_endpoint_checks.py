@@ -7,6 +7,7 @@ without asking the servers again for finished prompts."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -69,6 +70,25 @@ def test_firsttoken_against_servers_gives_the_in_process_verdicts(servers, tmp_p
     assert [m["verdict"] for m, _ in pairs if m["backend"] == "fault"] == ["FAIL"]
     servers_seen = remote.model["endpoints"]["servers"]
     assert servers_seen["kernel"]["glmcheck"]["backend"] == "triton_sparse_mla" and servers_seen["ref"]["model"] == "ref-cpu"
+
+
+def _drawn(err: str, desc: str) -> list[tuple[int, int]]:
+    """The (done, total) counts the bar `desc` drew, in order."""
+    return [(int(a), int(b)) for a, b in re.findall(rf"{re.escape(desc)}:[^\r\n]*?\| (\d+)/(\d+) ", err)]
+
+
+def test_the_bar_counts_requests_not_prompts(servers, capsys):
+    """Against servers a request is the forward: firsttoken's bar steps once per prompt and server (the reference
+    twice: its rerun), the sweep's once per server, each labelled in requests."""
+    firsttoken_endpoints([servers.spec("ref"), servers.spec("kernel")], _band(servers), prompts="natural50", limit=2)
+    err = capsys.readouterr().err
+    drawn = _drawn(err, "firsttoken requests (prompt x server)")
+    assert {t for _, t in drawn} == {2 * 6} and [d for d, _ in drawn] == list(range(13)), err
+    assert "request/s" in err
+    sweep_endpoints([servers.spec("ref"), servers.spec("kernel")], _band(servers),
+                    tokenizer=CheckOptions(model="ref-cpu"), tokens=(32, 32))
+    drawn = _drawn(capsys.readouterr().err, "sweep requests (one a server)")
+    assert {t for _, t in drawn} == {6} and [d for d, _ in drawn] == list(range(7)), drawn
 
 
 def test_a_band_of_reruns_cannot_judge(servers):

@@ -26,6 +26,7 @@ from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, Choice, PromptOutcome, faulted, summarize
 from glmcheck.checks.sweep import Faulted
 from glmcheck.evaluate.arguments import check_count, check_number
+from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
 from glmcheck.records.environment import code_identity
@@ -102,22 +103,33 @@ class Servers:
                        "glmcheck": {k: (info.glmcheck or {}).get(k) for k in stable} if info.glmcheck else None}
                 for name, info in self.infos.items()}
 
-    def ask(self, jobs: list[tuple[str, Endpoint]], prompt, max_tokens: int, logprobs: int
-            ) -> dict[str, Completion | NonFiniteAnswer]:
-        """Each (row name, endpoint) asked for `prompt`, up to `concurrency` at once (`judged`)."""
+    def ask(self, jobs: list[tuple[str, Endpoint]], prompt, max_tokens: int, logprobs: int,
+            step: Callable[[], object] | None = None) -> dict[str, Completion | NonFiniteAnswer]:
+        """Each (row name, endpoint) asked for `prompt`, up to `concurrency` at once (`judged`); `step` is called
+        once a request as each answer arrives."""
         def work(endpoint: Endpoint) -> Completion:
             return complete(endpoint, prompt, max_tokens, logprobs, self.http(endpoint))
-        return self.judged(dict(run_bounded(_answer_or_non_finite(work), jobs, self.concurrency)))
+        return self.judged(self._gather(work, jobs, step))
 
-    def windows(self, jobs: list[tuple[str, Endpoint]], token_ids: list[int], window: int, logprobs: int
-                ) -> dict[str, list[TopKDistribution] | Faulted]:
+    def windows(self, jobs: list[tuple[str, Endpoint]], token_ids: list[int], window: int, logprobs: int,
+                step: Callable[[], object] | None = None) -> dict[str, list[TopKDistribution] | Faulted]:
         """Each (row name, endpoint) asked for the distributions at the last `window` positions of `token_ids`; a
-        candidate that answered non-finite logits is `Faulted` there (`judged`)."""
+        candidate that answered non-finite logits is `Faulted` there (`judged`); `step` as in `ask`."""
         def work(endpoint: Endpoint) -> list[TopKDistribution]:
             entries = prompt_window(endpoint, token_ids, window, logprobs, self.http(endpoint))
             return [TopKDistribution.of(entry) for entry in entries]
-        answers = self.judged(dict(run_bounded(_answer_or_non_finite(work), jobs, self.concurrency)))
+        answers = self.judged(self._gather(work, jobs, step))
         return {name: Faulted(a.message) if isinstance(a, NonFiniteAnswer) else a for name, a in answers.items()}
+
+    def _gather(self, work: Callable[[Endpoint], object], jobs: list[tuple[str, Endpoint]],
+                step: Callable[[], object] | None) -> dict:
+        """{row name: `work`'s answer or NonFiniteAnswer} over `jobs`, `step` called in this thread per answer."""
+        answers = {}
+        for name, answer in run_bounded(_answer_or_non_finite(work), jobs, self.concurrency):
+            answers[name] = answer
+            if step is not None:
+                step()
+        return answers
 
     def judged(self, answers: dict) -> dict:
         """`answers` as they are once no server but a candidate answered non-finite logits; BadReference (bad
@@ -194,9 +206,8 @@ def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Se
                          record_dir: RecordDir = None, overwrite: bool = False, quiet: bool = False) -> Report:
     """`glmcheck firsttoken --endpoint ...`: the greedy first token of each prompt (sent as text) from every
     server, judged as in process (`glmcheck.checks.firsttoken.summarize`). Resumable per prompt in
-    `record_dir`; bad input or any server failure raises ValueError (EndpointError) with one line."""
-    from tqdm import tqdm
-
+    `record_dir`; bad input or any server failure raises ValueError (EndpointError) with one line. The bar
+    counts requests, one a prompt and server (the reference twice)."""
     from glmcheck.checks.band import check_gate_ratio
     from glmcheck.data.prompts import load_prompts
 
@@ -221,18 +232,18 @@ def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Se
     jobs = [(servers.reference.name, servers.reference), (rerun, servers.reference)] + \
         [(e.name, e) for e in servers.band + servers.candidates]
     try:
-        with tqdm(total=len(chosen), initial=len(done), desc="firsttoken prompts", disable=quiet, leave=False) as bar:
+        with forward_bar(len(chosen) * len(jobs), "firsttoken requests (prompt x server)", quiet,
+                         initial=len(done) * len(jobs), unit="request") as bar:
             for prompt in chosen:
                 if prompt.id in done:
                     outcomes += done[prompt.id]
                     continue
-                answers = servers.ask(jobs, prompt.prompt, max(1, continue_tokens), logprobs)
+                answers = servers.ask(jobs, prompt.prompt, max(1, continue_tokens), logprobs, step=bar.update)
                 ref = answers[servers.reference.name]
                 batch = [_outcome(prompt.id, name, answers[name], ref, table, continue_tokens > 0)
                          for name, _ in jobs[1:]]
                 resume.save(prompt.id, [_saved_outcome(o, table) for o in batch])
                 outcomes += batch
-                bar.update(1)
     finally:
         servers.close()
     names = [rerun] + [e.name for e in servers.band] + [e.name for e in servers.candidates]

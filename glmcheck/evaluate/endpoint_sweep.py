@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tqdm import tqdm
-
 from glmcheck import __version__
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import listed_position_statistics
 from glmcheck.checks.sweep import Faulted, geometric_lengths, rerun_name
 from glmcheck.data.model_prompts import model_prompt, prompt_source
+from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.endpoint_checks import RecordDir, Servers
 from glmcheck.evaluate.length_sweep import check_logprobs
 from glmcheck.evaluate.options import CheckOptions
@@ -41,7 +40,8 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
                     overwrite: bool = False, quiet: bool = False) -> Report:
     """Sweep `tokens` = (first, last) against the servers: the first of `endpoints` is the reference, the
     others are judged; `tokenizer` (its model / checkpoint and seed) builds the prompt. A finished record in
-    `record_dir` is read back instead of asked again."""
+    `record_dir` is read back instead of asked again. The bar counts requests: one a server, two to the reference
+    (its rerun)."""
 
     lengths = geometric_lengths(*tokens, per_octave)
     check_logprobs(logprobs)
@@ -67,9 +67,8 @@ def sweep_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Sequenc
     band, judged = [e.name for e in servers.band], [e.name for e in servers.candidates]
     try:
         if len(done) < len(lengths):  # one request per server covers every length: a partial record is redone
-            with tqdm(total=1, desc="sweep: every position of each server", disable=quiet, leave=False) as bar:
-                answers = servers.windows(jobs, ids, len(ids), logprobs)
-                bar.update(1)
+            with forward_bar(len(jobs), "sweep requests (one a server)", quiet, unit="request") as bar:
+                answers = servers.windows(jobs, ids, len(ids), logprobs, step=bar.update)
             ref = answers[reference]
             stats = {name: got if isinstance(got, Faulted) else listed_position_statistics(got, ref, logprobs)
                      for name, got in answers.items() if name != reference}
