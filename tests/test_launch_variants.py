@@ -37,13 +37,13 @@ def test_marks_build_launches_one_size_for_every_topk(monkeypatch):
         {frozenset(recorder.launches[0].items())}, recorder.launches
 
 
-def test_per_token_bound_scan_launches_one_size_for_every_topk(monkeypatch):
+def test_per_token_bound_scan_launches_one_size_for_every_topk(monkeypatch, device):
     recorder = _Recorder()
     monkeypatch.setattr(prefill, "sparse_mla_token_kernel", recorder)
-    for tokens in (3, 17, 90, 1500):
-        q = torch.randn(tokens, 8, 576).to(torch.bfloat16)
-        kv = torch.randn(tokens, 576).to(torch.bfloat16)
-        prefill.sparse_mla_prefill(q, kv, _indices(tokens, min(tokens, 2048)), 0.05, 512)
+    for tokens in (3, 17, 90, 1500):  # on the kernels' device (CUDA on the GPU machine), though nothing launches
+        q = torch.randn(tokens, 8, 576).to(device, torch.bfloat16)
+        kv = torch.randn(tokens, 576).to(device, torch.bfloat16)
+        prefill.sparse_mla_prefill(q, kv, _indices(tokens, min(tokens, 2048)).to(device), 0.05, 512)
     assert {k["END_BLOCK"] for k in recorder.launches} == {prefill.END_BLOCK}, recorder.launches
 
 

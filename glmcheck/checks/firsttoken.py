@@ -29,6 +29,7 @@ from typing import Protocol
 import torch
 
 from glmcheck.backends.errors import KernelFault
+from glmcheck.checks import compile_ahead
 from glmcheck.checks.band import (
     DEFAULT_BAND,
     FAIL,
@@ -104,9 +105,13 @@ class FirstTokenResult:
 
 
 def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions, exact: str | None = None,
-            prompt_id: str = "") -> torch.Tensor:
-    """Final logits under `backend`; with `exact` (a reference or band run) NaN/Inf is bad input (BadReference)."""
-    logits = forward_under(model, ids, backend, options).captured.logits[0, -1]
+            prompt_id: str = "", calls: list | None = None) -> torch.Tensor:
+    """Final logits under `backend`; with `exact` (a reference or band run) NaN/Inf is bad input (BadReference).
+    `calls`: a list the forward's backend calls are added to (`compile_ahead`)."""
+    run = forward_under(model, ids, backend, options, record_calls=calls is not None)
+    if calls is not None:
+        calls += run.kernel_calls
+    logits = run.captured.logits[0, -1]
     if exact is not None:
         require_finite(model, logits, f"logits on prompt {prompt_id!r} ({ids.shape[1]} tokens)", backend, exact)
     return logits
@@ -130,8 +135,7 @@ def _first_divergence(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
-def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice: Choice,
-                 ref_logprobs: torch.Tensor) -> PromptOutcome:
+def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice: Choice) -> PromptOutcome:
     """Compare one backend's final logits with the reference's choice. It agrees when the reference's token is
     among its most likely (an exact tie at the top, common in bf16 logits, agrees whichever token a tie-break
     would pick, so in-process and server rows agree alike)."""
@@ -153,34 +157,50 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
     module docstring). `done` maps prompt ids to outcomes already computed (a resumed run); those
     prompts are skipped. `on_prompt` is called after each newly computed prompt. `encoded` maps
     prompt ids to token ids to use instead of encoding the prompt's text (windows of a token stream).
-    `progress` is updated once a forward (`forwards_per_prompt` of them a prompt)."""
+    `progress` is updated once a forward (`forwards_per_prompt` of them a prompt). The reference's first forward
+    runs over every prompt before the rest, so that the other backends' kernels compile in threads at once.
+    Prompt ids must be unique."""
+    ids_seen = [p.id for p in prompts]
+    if len(set(ids_seen)) != len(ids_seen):
+        raise ValueError(f"prompts must have unique ids, got {sorted({i for i in ids_seen if ids_seen.count(i) > 1})}")
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
     control_name = f"{exact} (rerun)"
     outcomes: list[PromptOutcome] = []
 
-    def logits(ids: torch.Tensor, name: str, prompt_id: str, own: bool = True) -> torch.Tensor:
+    def logits(ids: torch.Tensor, name: str, prompt_id: str, own: bool = True, calls=None) -> torch.Tensor:
         try:
-            return _logits(model, ids, name, options, exact if own else None, prompt_id)
+            return _logits(model, ids, name, options, exact if own else None, prompt_id, calls)
         finally:
             if progress is not None:
                 progress.update(1)
-    for prompt in prompts:
-        if done and prompt.id in done:
-            outcomes += done[prompt.id]
-            continue
+
+    # The reference's forward over every prompt first: its recorded calls hold every prompt shape the other
+    # backends will meet, so their kernel variants compile at once, in threads (`compile_ahead`), not prompt by prompt.
+    todo = [p for p in prompts if not (done and p.id in done)]
+    calls = [] if compile_ahead.enabled(device) else None
+    first: dict[str, tuple[torch.Tensor, Choice]] = {}  # prompt id -> (token ids, the reference's choice)
+    for prompt in todo:
         tokens = encoded[prompt.id] if encoded and prompt.id in encoded else tokenizer.encode(prompt.prompt)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
-        ref_choice, ref_logprobs = choose(logits(ids, exact, prompt.id))
+        first[prompt.id] = (ids, choose(logits(ids, exact, prompt.id, calls=calls))[0])
+    if calls:
+        unique = list({call.key(): call for call in calls}.values())
+        compile_ahead.compile_ahead(unique, variants + others, deterministic=options.deterministic,
+                                    kv_cache_dtype=options.kv_cache_dtype)
+    for prompt in prompts:
+        if prompt.id not in first:
+            outcomes += done[prompt.id]
+            continue
+        ids, ref_choice = first.pop(prompt.id)
         ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens, progress) \
             if continue_tokens else []
-        batch = [judge_prompt(prompt.id, control_name, logits(ids, exact, prompt.id), ref_choice, ref_logprobs)]
-        batch += [judge_prompt(prompt.id, name, logits(ids, name, prompt.id), ref_choice, ref_logprobs)
+        batch = [judge_prompt(prompt.id, control_name, logits(ids, exact, prompt.id), ref_choice)]
+        batch += [judge_prompt(prompt.id, name, logits(ids, name, prompt.id), ref_choice)
                   for name in variants]
         for name in others:
             try:
-                outcome = judge_prompt(prompt.id, name, logits(ids, name, prompt.id, own=False), ref_choice,
-                                       ref_logprobs)
+                outcome = judge_prompt(prompt.id, name, logits(ids, name, prompt.id, own=False), ref_choice)
             except KernelFault as fault:
                 batch.append(faulted(prompt.id, name, ref_choice, fault.reason))
                 if progress is not None:

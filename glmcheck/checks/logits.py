@@ -18,6 +18,7 @@ from dataclasses import replace
 import torch
 
 from glmcheck.backends.errors import KernelFault
+from glmcheck.checks import compile_ahead
 from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, ideal_kind, pairwise_median
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.position_gate import PositionBand, PositionGate
@@ -63,9 +64,9 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     tokens, num_layers = input_ids.shape[1], model.config.num_hidden_layers
     what = f"logits at {tokens} tokens"
 
-    def run(name: str):
+    def run(name: str, record_calls: bool = False):
         try:
-            return forward_under(model, input_ids, name, options, last_logits=tokens)
+            return forward_under(model, input_ids, name, options, last_logits=tokens, record_calls=record_calls)
         finally:
             if progress is not None:
                 progress.update(1)
@@ -75,7 +76,8 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         require_finite(model, logits, what, name, exact)  # NaN in the reference or band: bad input
         return logits
 
-    ref = run(exact)
+    ref = run(exact, compile_ahead.enabled(input_ids.device))
+    compile_ahead.after(ref, band_names(band_size) + list(backends), options)
     reference = ref.captured.logits
     require_finite(model, reference, what, exact, exact)
     dense = bool(ref.dense_layers)

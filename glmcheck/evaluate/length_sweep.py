@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from glmcheck.backends.errors import KernelFault
+from glmcheck.checks import compile_ahead
 from glmcheck.checks.band import SWEEP_BAND, band_names
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import position_statistics
@@ -53,7 +54,8 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     judged = [b for b in setup.backends if not b.startswith("hf_") and b != setup.exact
               and b not in band_names(setup.band_size)]
     band = band_names(setup.band_size)
-    check_forwards(2 + len(band) + len(judged), f"{2 + len(band) + len(judged)} forwards (--band, --backends)")
+    forwards = 3 + len(band) + len(judged)  # the reference's long forward and its two short reruns, every other row
+    check_forwards(forwards, f"{forwards} forwards (--band, --backends)")
     setup.check_prompt(lengths[-1], "--tokens (its longest length)")
     resume = ResumeStore(record_dir, setup.fingerprint("sweep", lengths=lengths, logprobs=logprobs,
                                                        seed=options.seed),
@@ -82,9 +84,12 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
     (`run_position_sweep`)."""
     last = prompt.shape[1]
     with forward_bar(3 + len(band) + len(judged), "sweep forwards", setup.quiet) as bar:
-        def logits(name: str, tokens=prompt, kept: int = last):
+        def logits(name: str, tokens=prompt, kept: int = last, ahead_of: list[str] | None = None):
             try:
-                run = forward_under(model, tokens, name, setup.options, last_logits=kept)
+                record = ahead_of is not None and compile_ahead.enabled(tokens.device)
+                run = forward_under(model, tokens, name, setup.options, last_logits=kept, record_calls=record)
+                if record:
+                    compile_ahead.after(run, ahead_of, setup.options)
             except KernelFault as fault:
                 if name == setup.exact or name in band:  # glmcheck's own
                     raise
@@ -98,7 +103,7 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
                 require_finite(model, run.captured.logits, f"logits at {kept} tokens", name, setup.exact)
             return run.captured.logits
 
-        reference = logits(setup.exact)
+        reference = logits(setup.exact, ahead_of=[*band, *judged])
         # The rerun shows whether the exact reference repeats itself; the gate reads the band variants only, so it
         # is two forwards over the first bin's prompt (docs/performance.md, "Time to verdict": the sweep's rerun).
         # Not the long forward's first positions: other shapes may take other (deterministic) GEMM algorithms.

@@ -52,6 +52,25 @@ HF_BACKENDS = {"hf_eager": "eager", "hf_sdpa": "sdpa"}
 KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")
 
 Listener = Callable[[int, str, torch.Tensor], None]  # (layer index, what, tensor)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """One backend call's arguments as the session made it (rank 0's slice under TP): q [T, H/tp, d_qk] bf16,
+    kv [S, d_qk], indices [T, topk] int32, lengths [T] int32 or None, sm_scale, d_v. Kept to run other backends on
+    the same inputs (`glmcheck.checks.compile_ahead`)."""
+
+    q: torch.Tensor
+    kv: torch.Tensor
+    indices: torch.Tensor
+    lengths: torch.Tensor | None
+    sm_scale: float
+    d_v: int
+
+    def key(self) -> tuple:
+        """What decides which kernel variants a call compiles, as far as shapes go."""
+        return (tuple(self.q.shape), tuple(self.kv.shape), tuple(self.indices.shape), self.lengths is None,
+                self.q.dtype, self.kv.dtype, self.d_v)
 # (layer, batch, seq, topk, device) -> a replacement top-k [batch, seq, topk] int32 in the indexer's convention
 Selector = Callable[[int, int, int, int, torch.device], torch.Tensor]
 
@@ -72,6 +91,7 @@ class SwapSession:
     plan_builds: Counter = field(default_factory=Counter)
     dense_layers: set = field(default_factory=set)
     listeners: list[Listener] = field(default_factory=list)
+    recorded: list[KernelCall] | None = None  # with record_calls: one call per distinct `KernelCall.key`
     _latents: dict = field(default_factory=dict)
     _selection: tuple | None = None  # (the indexer's top-k tensor, its kernel indices, lengths, plans per rank)
 
@@ -133,11 +153,17 @@ class SwapSession:
                     plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
                     plans[rank] = plan
                     self.plan_builds[layer] += 1
+                if rank == 0 and self.recorded is not None:
+                    self._record(KernelCall(q_rank, rows, indices, lengths, scaling, latent_dim))
                 part = self._call(q_rank, rows, indices, scaling, latent_dim, lengths, plan)
                 self.calls[layer] += 1
                 check_output(self.name, part, q_rank, latent_dim, self.backend.fp32_output)
                 parts.append(part)
         return parts[0] if self.tp == 1 else torch.cat(parts, dim=1)
+
+    def _record(self, call: KernelCall) -> None:
+        if all(seen.key() != call.key() for seen in self.recorded):
+            self.recorded.append(call)
 
     def _call(self, q, rows, indices, scaling, latent_dim, lengths, plan) -> torch.Tensor:
         """One backend call; a plug-in that raises is a KernelFault naming it (glmcheck's own raise as they are)."""
@@ -252,7 +278,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
                 deterministic: bool = False, reuse_plans: bool = True, topk_length: bool = False,
                 clock: AttentionClock | None = None, selector: Selector | None = None,
-                chunked_indexer: bool = True) -> Iterator[SwapSession]:
+                chunked_indexer: bool = True, record_calls: bool = False) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" writes the KV rows to the FP8 pool engines store (`glmcheck.kernels.fp8`: e4m3
@@ -266,7 +292,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     indices for timing runs; every backend sees them, hf ones included). Absorbed backends only:
     chunked_indexer (default) computes each full layer's top-k a chunk of query rows at a time (as many as keep
     one chunk's transient scores within a fixed budget, `indexer_chunks.chunk_rows`); False runs transformers' own
-    indexer on the [T, T] sdpa mask (the same top-k, T^2 memory).
+    indexer on the [T, T] sdpa mask (the same top-k, T^2 memory). record_calls keeps the backend's calls
+    (`SwapSession.recorded`: rank 0's, one per distinct shape; their tensors stay alive with the session).
     """
     check_tp(model, tp)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -279,7 +306,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     else:
         backend_obj = (get_backend(name, deterministic=deterministic, kv_cache_dtype=kv_cache_dtype)
                        if isinstance(backend, str) else backend)
-    session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock)
+    session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock,
+                          recorded=[] if record_calls else None)
     chunked = session.absorbed and chunked_indexer
     previous = model.config._attn_implementation
     handles, restores = [], []

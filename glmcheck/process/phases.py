@@ -4,7 +4,8 @@ The process's one `CLOCK` adds up wall seconds per phase as the run goes: `impor
 first phase: the command's imports of torch, transformers and triton, and its argument checks), `setup` (the
 model's config, backends, memory plan), `build` (the model and its weights), `forwards` (every forward under a
 backend, device synchronised), `compile` (Triton compiling or loading its kernels from its cache, inside the
-forwards; timed through Triton's JIT hooks while profiling), `compare` (the metrics), `write` (the record and its
+forwards; timed through Triton's JIT hooks while profiling), `compile ahead` (the variants compiled in threads
+before the forwards, `glmcheck.checks.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `write` (the record and its
 tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
 prints them with `other` (the rest) and the total.
 """
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 ENV = "GLMCHECK_PROFILE"
-ORDER = ("startup", "imports", "setup", "build", "forwards", "compile", "compare", "write")
+ORDER = ("startup", "imports", "setup", "build", "compile ahead", "forwards", "compile", "compare", "write")
 
 
 def requested() -> bool:
@@ -35,7 +37,7 @@ class PhaseClock:
         self.rows: dict[str, float] = defaultdict(float)  # backend -> wall seconds of its forwards (compiles in)
         self.began: float | None = None
         self.profiling = False
-        self._open = 0  # phases in progress (nested ones add to their own name only)
+        self._open: list[str] = []  # phases in progress (nested ones add to their own name only)
         self._restore = None  # puts Triton's JIT hooks back (`enable`)
 
     def begin(self) -> None:
@@ -68,12 +70,16 @@ class PhaseClock:
         start = time.perf_counter()
         if self.began is not None and "imports" not in self.seconds and not self._open:
             self.seconds["imports"] = start - self.began
-        self._open += 1
+        self._open.append(name)
         try:
             yield
         finally:
-            self._open -= 1
+            self._open.remove(name)
             self.seconds[name] += time.perf_counter() - start
+
+    def in_forwards(self) -> bool:
+        """True outside `compile ahead`: a compile now is one a forward waits for."""
+        return "compile ahead" not in self._open
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += seconds
@@ -121,8 +127,9 @@ def _seconds_since_process_start() -> float | None:
 
 def _time_triton_compiles(clock: PhaseClock):
     """Triton calls `jit_cache_hook` before it compiles (or loads from its disk cache) a kernel variant and
-    `jit_post_compile_hook` after: the time between is `compile`. Returns what puts the former hooks back (None
-    when this Triton has no such hooks)."""
+    `jit_post_compile_hook` after, in the thread that launches: the time between is `compile` for the main thread's
+    launches outside `compile ahead` (compiles there overlap; the phase's wall time counts them). Every variant is
+    counted. Returns what puts the former hooks back (None when this Triton has no such hooks)."""
     try:
         from triton import knobs
     except ImportError:
@@ -131,17 +138,20 @@ def _time_triton_compiles(clock: PhaseClock):
     if runtime is None or not hasattr(runtime, "jit_cache_hook") or not hasattr(runtime, "jit_post_compile_hook"):
         return None
     former = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
-    starts: list[float] = []
+    starts: dict[int, float] = {}  # thread id -> when its compile began
+    lock = threading.Lock()
 
     def before(*args, **kwargs) -> bool:
-        starts.append(time.perf_counter())
+        starts[threading.get_ident()] = time.perf_counter()
         return False  # a true value would skip the compile
 
     def after(*args, **kwargs) -> None:
-        if starts:
-            clock.add("compile", time.perf_counter() - starts.pop())
+        began = starts.pop(threading.get_ident(), None)
         fn = kwargs.get("fn")
-        clock.compiled[getattr(fn, "name", "kernel")] += 1
+        with lock:
+            if began is not None and threading.current_thread() is threading.main_thread() and clock.in_forwards():
+                clock.add("compile", time.perf_counter() - began)
+            clock.compiled[getattr(fn, "name", "kernel")] += 1
 
     runtime.jit_cache_hook, runtime.jit_post_compile_hook = before, after
 
