@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40 ("layer0 still 100 %") on the H200: layer0's verdict rates over 20 seeds on the trained reference models
+# Issue 40 ("layer0 still 100 %") on the H200: layer0's verdict rates over 20 seeds on the trained models
 # with the temperature-bias statistic (docs/reliability.md, "Temperature bias"); run 26 call 1 measured them without
 # it. As run 26's rates.sh: the seeds split over parallel processes on the one GPU, their tallies merged.
 # Carry nothing (FlashMLA is not used here). Tables go to $OUT/rates.log.

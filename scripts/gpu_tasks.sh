@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 42 on the H200: the GPU reference model served by `glmcheck serve` with each built-in backend, judged by
+# Issue 42 on the H200: the GPU trained model (ref-gpu) served by `glmcheck serve` with each built-in backend, judged by
 # `glmcheck tasks` on glmcheck_heldout_mc (all 400 questions) against the reference backend, its rerun the control.
 # The H200 lacks fastapi, starlette, uvicorn, pydantic(-core), annotated-types, typing-inspection, tenacity, lm-eval
 # and datasets (with dill, multiprocess): carry their py312 wheels in .whl (see the device README). lm-eval's wheel

@@ -4,7 +4,7 @@
     python scripts/position_kl.py OUT.pt [--model ref-cpu] [--tokens 256] [--seeds 20] [--band 8] [--device cpu]
         [--compact] [--faults all|none|NAME,...] [--late-start P] [--extra flashmla_sparse,...]
 
-For each seed (a window of the reference model's held-out text at a seeded offset), one forward per row with every
+For each seed (a window of the trained model's held-out text at a seeded offset), one forward per row with every
 position's logits kept: the exact reference twice, band:0..band:N-1, the kernel under test (per-token and each legal
 union), the planted faults of `glmcheck.selftest.faults` (the structural ones and the late one included). Saves
 {seed: {row: kl [T]}} with same_top and dlogprob beside it (computed in fp64, stored as fp32: the device returns

@@ -1,4 +1,4 @@
-"""Train a reference model (a GLM-MoE-DSA checkpoint that has learned language) from scratch.
+"""Train a model of the trained set, ref-cpu or ref-gpu (a GLM-MoE-DSA checkpoint that has learned language) from scratch.
 
 Usage:
   python scripts/train_reference_model.py ref-cpu --out runs/train-ref-cpu [--corpus FILE] [--fixture]
@@ -10,7 +10,7 @@ corpus file saved by `--save-corpus` (so another machine trains on the same text
 run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint to glmcheck/data/resources/trained_models/<name>
 (and, for ref-gpu, its block-FP8 copy to glmcheck/data/resources/trained_models/<name>-fp8) and the held-out documents to
 glmcheck/data/resources/corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
-results: docs/models.md, "Reference models".
+results: docs/models.md, "Trained models".
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("name", nargs="?", help="reference model: ref-cpu or ref-gpu")
+    parser.add_argument("name", nargs="?", help="trained model: ref-cpu or ref-gpu")
     parser.add_argument("--out", help="run folder (state, checkpoint, held-out documents)")
     parser.add_argument("--corpus", default=None, help="corpus file (default: this Python's standard library)")
     parser.add_argument("--save-corpus", default=None, help="write this Python's corpus to FILE and stop")
@@ -53,7 +53,7 @@ def run(ns: argparse.Namespace) -> int:
         print(f"{ns.save_corpus}: {len(docs)} documents, sha256 {corpus.corpus_hash(docs)}")
         return 0
     if not ns.name or not ns.out:
-        raise ValueError("give a reference model name and --out (or --save-corpus FILE)")
+        raise ValueError("give a trained model name and --out (or --save-corpus FILE)")
     steps = None
     if ns.steps:
         try:
