@@ -14,7 +14,7 @@ import torch
 import triton.testing
 
 from glmcheck.bench.kernel import synthetic_indices
-from glmcheck.bench.names import REFERENCE_POINTS
+from glmcheck.bench.names import HEADLINE_POINTS
 from glmcheck.kernels import union_dedup
 
 INT32_MAX = 2**31 - 1
@@ -47,7 +47,7 @@ def main() -> None:
     print("| indices | point | G | method | gate | eager ms | graph ms |")
     print("|---|---|---|---|---|---|---|")
     for mode in ns.modes.split(","):
-        for batch, seq_len in REFERENCE_POINTS:
+        for batch, seq_len in HEADLINE_POINTS:
             started = time.time()
             indices = synthetic_indices(mode, [seq_len] * batch, 2048, seed=0).cuda()
             kv_rows = batch * seq_len

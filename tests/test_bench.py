@@ -106,7 +106,7 @@ def test_gpu_graph_timing_every_backend():
 
 
 def test_geomean_is_reported_per_head_count():
-    """The table's summary gives the H = 8 reference points their own geomean (the issue's target),
+    """The table's summary gives the H = 8 headline points their own geomean (the issue's target),
     apart from the extra head counts, and then the geomean over every point."""
     from glmcheck.bench.kernel import BenchResult
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from glmcheck.backends.reference import sparse_mla_reference
-from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, REFERENCE_POINTS, TIMINGS  # noqa: F401
+from glmcheck.bench.names import DEFAULT_POINTS, HEADLINE_POINTS, INDEX_MODES, TIMINGS  # noqa: F401
 from glmcheck.checks import metrics
 from glmcheck.data.indices import calibrated_indices, drifting_indices, uniform_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv

@@ -12,7 +12,7 @@ from glmcheck.evaluate.arguments import check_experts, check_layers, check_out_d
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="kernel timings on the GPU, each point correctness-gated first",
-                       description="Kernel benchmark, topk 2048, at the five reference points (1x2048, 1x4096, "
+                       description="Kernel benchmark, topk 2048, at the five headline points (1x2048, 1x4096, "
                                    "1x8192, 2x4096, 4x2048; H=8), 1x8192 at H=16, 32, 64, 96, 128 and 1x2048 at "
                                    "H=64, 128: per-token and union 2 / 4 / 8 (where G*H is legal), each with and "
                                    "without topk_length, FlashMLA (heads zero-padded to a multiple of 64 inside "

@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("union-stats", help="valid rows/token and union-of-2/4 ratios of index sets",
                        description="Print valid rows per token and the union-of-2 / union-of-4 ratios for a "
                                    "captured trace (--indices FILE, every layer) or for synthetic indices at "
-                                   "the five reference points (--synthetic, the default), beside the published "
+                                   "the five headline points (--synthetic, the default), beside the published "
                                    "GLM-5.1 targets.")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--indices", default=None, help="index trace from glmcheck capture-indices")

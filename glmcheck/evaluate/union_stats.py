@@ -1,5 +1,5 @@
 """`union_stats`: valid rows per token and the union-of-2 / union-of-4 ratios of index sets, a captured trace's
-(every layer) or synthetic indices' at the reference points, beside the published GLM-5.1 targets, as a `Report`.
+(every layer) or synthetic indices' at the headline points, beside the published GLM-5.1 targets, as a `Report`.
 
 Light module (no torch): the CLI checks the options with `check_union_options` before any heavy import.
 """
