@@ -71,7 +71,9 @@ def compile_ahead(calls: list[KernelCall], names: Iterable[str], *, deterministi
                   kv_cache_dtype: str | None = None, threads: int | None = None) -> list[str]:
     """Run each of `compiling(names)` on `calls` (`run_each`), a thread per backend (at most `threads`, default
     min(backends, CPU count, 16); one under Triton's interpreter), and wait for all; the device is synchronised.
-    Returns the backends run. The wall time is the `--profile` table's `compile ahead` phase."""
+    Returns the backends run. The wall time is the `--profile` table's `compile ahead` phase. Memory: the threads
+    hold one call's workspace and output per backend at once; a backend that runs out of it is left to its forward
+    (`run_each`), and the allocator's cache is emptied after."""
     todo = compiling(names)
     if not calls or not todo:
         return []
@@ -90,8 +92,8 @@ def compile_ahead(calls: list[KernelCall], names: Iterable[str], *, deterministi
         device = calls[0].q.device
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()  # the threads' blocks cached at once: give them back before the forwards
     return todo
-
 
 
 def after(run, names: Iterable[str], options) -> list[str]:
