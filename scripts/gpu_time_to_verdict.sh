@@ -5,8 +5,8 @@
 #   bash scripts/gpu_time_to_verdict.sh OUTDIR [TREE]
 # TREE (default .): a folder holding a glmcheck package to run instead of this checkout's, or a git revision (e.g.
 # fc20ae8, the day issue 55 was filed), exported to /tmp/tree-REV with its `fixtures/` linked to this checkout's
-# trained models and held-out corpus (the layout of revisions before the package data moved); it runs from there, so its package is the
-# one imported. A tree whose CLI has no --profile runs without it (wall times only).
+# trained models and held-out corpus (the layout before the package data moved); it runs from there, so its package
+# is the one imported. A tree whose CLI has no --profile runs without it (wall times only).
 # PROFILE=1 adds a cProfile of a warm layer0; STEPS picks steps (default "layer0 firsttoken logits"; "bytecode": two
 # warm layer0 runs with Python allowed to write bytecode, which the H200 image forbids); LIMIT caps
 # logits and firsttoken (s, default 200). Records go under OUTDIR/<tree name>/.
