@@ -196,3 +196,15 @@ def test_firsttoken_compiles_ahead_once_for_every_prompt_shape(monkeypatch):
     assert len(lengths) == len(set(lengths)) >= 2, "one call per prompt shape, every prompt's"
     assert ran == [(name, lengths) for name in ("band:0", "band:1", "band:2", "triton_sparse_mla:union2")], \
         "each backend once, over all the prompts' calls"
+
+
+def test_a_call_set_keeps_one_call_a_shape_within_its_budget(tiny, prompt):
+    first = forward_under(tiny, prompt, "reference", SwapOptions(tp=2), record_calls=True).kernel_calls
+    other = forward_under(tiny, prompt[:, :9], "reference", SwapOptions(tp=2), record_calls=True).kernel_calls
+    size = sum(t.numel() * t.element_size() for t in (first[0].q, first[0].kv, first[0].indices))
+    kept = compile_ahead.CallSet()
+    kept.add(first + first + other)
+    assert kept.calls() == [first[0], other[0]], "one a shape"
+    tight = compile_ahead.CallSet(budget=size)
+    tight.add(first + other)
+    assert tight.calls() == [first[0]] and tight.used == size, "past the budget a shape compiles in its forward"

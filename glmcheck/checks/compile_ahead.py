@@ -33,6 +33,7 @@ from glmcheck.process.phases import CLOCK
 
 ENV = "GLMCHECK_COMPILE_AHEAD"
 MAX_THREADS = 16
+KEPT_BYTES = 1 << 30  # the recorded calls of several forwards kept at once (`CallSet`): 1 GiB of their tensors
 
 
 def enabled(device: torch.device | str) -> bool:
@@ -94,6 +95,25 @@ def compile_ahead(calls: list[KernelCall], names: Iterable[str], *, deterministi
             torch.cuda.synchronize(device)
             torch.cuda.empty_cache()  # the threads' blocks cached at once: give them back before the forwards
     return todo
+
+
+class CallSet:
+    """The recorded calls of several forwards (firsttoken's prompts), one per distinct `KernelCall.key`, their tensors
+    kept alive up to `budget` bytes; a shape past the budget compiles in its forward, as without compile ahead."""
+
+    def __init__(self, budget: int = KEPT_BYTES):
+        self.budget, self.used, self.by_key = budget, 0, {}
+
+    def add(self, calls: Iterable[KernelCall]) -> None:
+        for call in calls:
+            size = sum(t.numel() * t.element_size() for t in (call.q, call.kv, call.indices, call.lengths)
+                       if t is not None)
+            if call.key() not in self.by_key and self.used + size <= self.budget:
+                self.by_key[call.key()] = call
+                self.used += size
+
+    def calls(self) -> list[KernelCall]:
+        return list(self.by_key.values())
 
 
 def after(run, names: Iterable[str], options) -> list[str]:

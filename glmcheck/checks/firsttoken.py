@@ -105,12 +105,12 @@ class FirstTokenResult:
 
 
 def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions, exact: str | None = None,
-            prompt_id: str = "", calls: list | None = None) -> torch.Tensor:
+            prompt_id: str = "", calls: compile_ahead.CallSet | None = None) -> torch.Tensor:
     """Final logits under `backend`; with `exact` (a reference or band run) NaN/Inf is bad input (BadReference).
-    `calls`: a list the forward's backend calls are added to (`compile_ahead`)."""
+    `calls`: where the forward's backend calls are kept (`compile_ahead`)."""
     run = forward_under(model, ids, backend, options, record_calls=calls is not None)
     if calls is not None:
-        calls += run.kernel_calls
+        calls.add(run.kernel_calls)
     logits = run.captured.logits[0, -1]
     if exact is not None:
         require_finite(model, logits, f"logits on prompt {prompt_id!r} ({ids.shape[1]} tokens)", backend, exact)
@@ -178,15 +178,14 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
     # The reference's forward over every prompt first: its recorded calls hold every prompt shape the other
     # backends will meet, so their kernel variants compile at once, in threads (`compile_ahead`), not prompt by prompt.
     todo = [p for p in prompts if not (done and p.id in done)]
-    calls = [] if compile_ahead.enabled(device) else None
+    calls = compile_ahead.CallSet() if compile_ahead.enabled(device) else None
     first: dict[str, tuple[torch.Tensor, Choice]] = {}  # prompt id -> (token ids, the reference's choice)
     for prompt in todo:
         tokens = encoded[prompt.id] if encoded and prompt.id in encoded else tokenizer.encode(prompt.prompt)
         ids = torch.tensor([tokens], dtype=torch.long, device=device)
         first[prompt.id] = (ids, choose(logits(ids, exact, prompt.id, calls=calls))[0])
-    if calls:
-        unique = list({call.key(): call for call in calls}.values())
-        compile_ahead.compile_ahead(unique, variants + others, deterministic=options.deterministic,
+    if calls is not None:
+        compile_ahead.compile_ahead(calls.calls(), variants + others, deterministic=options.deterministic,
                                     kv_cache_dtype=options.kv_cache_dtype)
     for prompt in prompts:
         if prompt.id not in first:
