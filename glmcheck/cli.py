@@ -103,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if getattr(ns, "precheck", None) is not None:
             ns.precheck(ns)
+        from glmcheck.checks.precompile import start_for
+
+        start_for(ns)  # a cold run's kernels compile in a second process while this one imports and builds
         import glmcheck.kernels  # noqa: F401
 
         if getattr(ns, "profile", False) or requested():

@@ -1,5 +1,6 @@
-"""Long prompts (CPU): the chunked DSA indexer is transformers' top-k bit for bit, nothing on the absorbed
-path grows with T^2, and the memory plan is linear in T there and bounds the dense hf_* paths."""
+"""Long prompts (CPU): the chunked DSA indexer is transformers' top-k bit for bit (on the GPU too, at GLM-5.2's
+and ref-gpu's indexer geometry), nothing on the absorbed path grows with T^2, and the memory plan is linear in T
+there and bounds the dense hf_* paths."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from glmcheck.backends.registry import Backend
 from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model import memory as plan_module
 from glmcheck.model.absorbed import kernel_indices
-from glmcheck.model.checkpoint import load_checkpoint_model
+from glmcheck.model.checkpoint import load_checkpoint_model, read_config
 from glmcheck.model.indexer_chunks import (
     INDEX_BUDGET_BYTES,
     causal_standin,
@@ -86,6 +87,34 @@ def test_chunked_topk_is_transformers_topk_bit_for_bit(models, name, tokens, bat
             assert torch.equal(chunked_topk(indexer, hidden, q_resid, position_embeddings, mask, rows=rows), expected)
             assert torch.equal(chunked_topk(indexer, hidden, q_resid, position_embeddings, standin, rows=rows),
                                expected), (name, tokens, rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preset,tokens", [("glm-5.2", 1500), ("glm-5.2", 2049), ("glm-5.2", 4099),
+                                           ("ref-gpu", 16384)])
+def test_chunked_topk_is_transformers_topk_on_the_gpu(preset, tokens):
+    """cuBLAS picks its GEMMs by shape: the chunked scores (one [C * Hi, D] x [D, S] GEMM a chunk) must still be
+    transformers' broadcast products bit for bit, at the automatic chunk size, on real indexer geometries."""
+    from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import GlmMoeDsaIndexer
+
+    config = read_config(MODELS_DIR / preset) if preset == "ref-gpu" else make_config(preset, layers=1)
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    indexer = GlmMoeDsaIndexer(config, layer_idx=0).to("cuda", torch.bfloat16)
+    with torch.no_grad():
+        for param in indexer.parameters():
+            param.normal_(0.0, 0.05, generator=gen) if param.dim() > 1 else param.fill_(1.0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
+
+    hidden, q_resid = rand(1, tokens, config.hidden_size), rand(1, tokens, config.q_lora_rank)
+    angles = torch.rand(1, tokens, config.qk_rope_head_dim, device="cuda", generator=gen) * 6.28
+    args = (hidden, q_resid, (angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)),
+            torch.ones(tokens, tokens, dtype=torch.bool, device="cuda").tril_()[None])
+    expected = _transformers_topk(indexer, args)
+    assert torch.equal(chunked_topk(indexer, *args), expected)
+    standin = causal_standin(1, tokens, "cuda")[:, 0]
+    assert torch.equal(chunked_topk(indexer, *args[:3], standin), expected)
 
 
 def test_chunked_topk_keeps_transformers_cache_behaviour(models):

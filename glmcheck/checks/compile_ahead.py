@@ -11,6 +11,9 @@ strides and integer arguments, hence the same variants), a thread per backend. T
 forwards that follow find their variants compiled. A backend that raises here is left alone: its own forward
 raises it where the check reports it.
 
+A cold run's command line may have started a child compiling the variants its options predict
+(`glmcheck.checks.precompile`): compile ahead first waits for it, then finds them cached.
+
 Which backends: glmcheck's own Triton ones (the kernel under test's paths, the band's variants), not plug-ins (their
 thread safety is not ours to assume) and not the exact reference. Where: a CUDA device without Triton's interpreter.
 `GLMCHECK_COMPILE_AHEAD=0` turns it off (for measurements); `1` forces it on any device (tests: the interpreter then
@@ -28,7 +31,9 @@ import torch
 
 from glmcheck.backends.registry import backend_source, get_backend, is_band_name
 from glmcheck.kernels.runtime import interpreter_active
-from glmcheck.model.swap import HF_BACKENDS, KernelCall
+from glmcheck.backends.validation import HF_NAMES
+from glmcheck.checks import precompile
+from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.phases import CLOCK
 
 ENV = "GLMCHECK_COMPILE_AHEAD"
@@ -48,7 +53,7 @@ def enabled(device: torch.device | str) -> bool:
 
 def compiling(names: Iterable[str]) -> list[str]:
     """Of `names`, glmcheck's own backends that compile Triton kernels, each once, in order."""
-    own = (n for n in dict.fromkeys(names) if n not in HF_BACKENDS)
+    own = (n for n in dict.fromkeys(names) if n not in HF_NAMES)
     return [n for n in own if (n.startswith("triton_sparse_mla") or is_band_name(n))
             and backend_source(n) == "built in"]
 
@@ -83,6 +88,7 @@ def compile_ahead(calls: list[KernelCall], names: Iterable[str], *, deterministi
     if threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     with CLOCK.phase("compile ahead"):
+        precompile.wait()  # the command line's child compiled the predicted variants: they are then cached
         if threads == 1:
             for name in todo:
                 run_each(name, calls, deterministic=deterministic, kv_cache_dtype=kv_cache_dtype)

@@ -14,7 +14,7 @@ from glmcheck.checks import compile_ahead
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
-from glmcheck.model.swap import KernelCall
+from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.phases import CLOCK
 
 

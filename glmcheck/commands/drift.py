@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
                                    "the exact reference beside the band at that layer.")
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
-    p.set_defaults(handler=handle, precheck=precheck)
+    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=lambda ns: [ns.tokens or 4096])
 
 
 def precheck(ns: argparse.Namespace) -> None:

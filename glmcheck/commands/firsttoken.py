@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
                    help="with --endpoint: top-k logprobs asked of each server (default 5; at least 2, for the "
                         "reference's top-1/top-2 gap)")
     add_endpoint_options(p)
-    p.set_defaults(handler=handle, precheck=precheck)
+    p.set_defaults(handler=handle, precheck=precheck,
+                   precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # precompile.PROMPTS
 
 
 def precheck(ns: argparse.Namespace) -> None:

@@ -16,13 +16,18 @@ def add_parser(sub) -> None:
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
     p.add_argument("--text", default=None, help="use this text (tokenised, repeated up to --tokens) as the prompt")
-    p.set_defaults(handler=handle, precheck=precheck)
+    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
 
 def precheck(ns: argparse.Namespace) -> None:
     """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
     check_model_usage(ns)
     check_count(ns.tokens, "--tokens")
+
+
+def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
+    """The prompt length on a GPU, for `glmcheck.checks.precompile` (a --text prompt's is known only once tokenised)."""
+    return None if ns.text is not None else [ns.tokens or 4096]
 
 
 def handle(ns: argparse.Namespace) -> int:

@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
                         "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
                         "vocabulary")
     add_endpoint_options(p)
-    p.set_defaults(handler=handle, precheck=precheck)
+    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
 
 def precheck(ns: argparse.Namespace) -> None:
@@ -65,6 +65,11 @@ def precheck(ns: argparse.Namespace) -> None:
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
     check_count(ns.logprobs, "--logprobs")
     refuse_band_gate_options(ns, "logits")
+
+
+def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
+    """The prompt lengths on a GPU, for `glmcheck.checks.precompile` (none against servers)."""
+    return None if ns.endpoint else _lengths(ns.tokens, "") if ns.tokens is not None else [2048, 4096, 8192]
 
 
 def handle(ns: argparse.Namespace) -> int:

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
                         "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
                         "vocabulary")
     add_endpoint_options(p)
-    p.set_defaults(handler=handle, precheck=precheck)
+    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
 
 def precheck(ns: argparse.Namespace) -> None:
@@ -40,6 +40,12 @@ def precheck(ns: argparse.Namespace) -> None:
         geometric_lengths(*parse_token_range(ns.tokens), ns.per_octave)
     check_count(ns.logprobs, "--logprobs")
     refuse_band_gate_options(ns, "the sweep")
+
+
+def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
+    """The longest length on a GPU (the one forward per row), for `glmcheck.checks.precompile`; none against
+    servers."""
+    return None if ns.endpoint else [int(ns.tokens.split("..")[-1]) if ns.tokens is not None else 32768]
 
 
 def handle(ns: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from glmcheck.checks.band import check_gate_ratio
 from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
 from glmcheck.model.trained import DEFAULT_MODEL
 
+EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
+
 
 @dataclass
 class CheckOptions:

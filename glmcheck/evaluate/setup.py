@@ -13,15 +13,13 @@ from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.backend_choice import choose_backends
-from glmcheck.evaluate.options import CheckOptions
+from glmcheck.evaluate.options import EXACT, CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits
 from glmcheck.process.phases import CLOCK
 from glmcheck.records.environment import code_identity, config_hash
 from glmcheck.records.layout import clear_record
 from glmcheck.records.progress import ItemStore
-
-EXACT = {"fp32": "reference", "fp64": "reference:fp64"}
 
 
 class Setup:

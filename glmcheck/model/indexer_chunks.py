@@ -16,10 +16,10 @@ for it: memory grows with T^2 (GLM-5.2, Hi = 32: the fp32 scores and their scale
 
 Chunk rows C (`chunk_rows`): the transient bytes of one chunk stay within `budget_bytes`:
 
-    row_bytes = B * S * (4 * Hi + 17) (+ B * S * 4 * D when B > 1)
+    row_bytes = B * S * (4 * Hi + 17)
                 fp32 head scores [Hi, S], fp32 weighted scores [S], bool causal mask [S], torch.topk's
-                fp32 values and int64 indices (at most 12 bytes per key); for B > 1 torch.matmul also
-                copies the broadcast keys, fp32 [D, S] per row
+                fp32 values and int64 indices (at most 12 bytes per key); the head scores come from one GEMM
+                a batch (`weighted_scores`), which copies no keys
     C = max(budget_bytes // row_bytes, MIN_ROWS), and C = T when S <= index_topk
 
 and chunks split T evenly (no short tail chunk). On CUDA the automatic choice avoids two shapes
@@ -72,12 +72,12 @@ def chunk_rows(batch: int, queries: int, keys: int, heads: int, head_dim: int, t
         raise ValueError(f"budget_bytes must be a positive int, got {budget_bytes!r}")
     if keys <= topk:
         return max(queries, 1)
-    return max(MIN_ROWS, budget_bytes // row_bytes(batch, keys, heads, head_dim))
+    return max(MIN_ROWS, budget_bytes // row_bytes(batch, keys, heads))
 
 
-def row_bytes(batch: int, keys: int, heads: int, head_dim: int) -> int:
+def row_bytes(batch: int, keys: int, heads: int) -> int:
     """Transient bytes of one query row of a chunk (module docstring)."""
-    return batch * keys * (4 * heads + 17 + (4 * head_dim if batch > 1 else 0))
+    return batch * keys * (4 * heads + 17)
 
 
 def row_chunks(tokens: int, rows: int) -> list[slice]:

@@ -120,7 +120,7 @@ def activation_terms(config: GlmMoeDsaConfig, tp: int, tokens: int, path: str = 
     }
     inputs = 2 * t * (c.q_lora_rank + 3 * h * (nope + rope) + h * rope + h * (nope + v) + 2 * (lat + rope))
     if path == "absorbed":
-        chunk = min(t, chunk_rows(1, t, t, hi, di, c.index_topk, index_budget_bytes)) * row_bytes(1, t, hi, di)
+        chunk = min(t, chunk_rows(1, t, t, hi, di, c.index_topk, index_budget_bytes)) * row_bytes(1, t, hi)
         indexer = t * (6 * hi * di + 4 * hi + 8 * di) + chunk
         q_abs = 2 * t * h * (lat + rope)
         swap = q_abs + max(4 * t * h * (lat + rope), 36 * t * kk,

@@ -45,6 +45,7 @@ from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.model.absorbed import absorb_query, expand_values, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
 from glmcheck.model.indexer_chunks import absorbed_mask, install_chunked_indexer
+from glmcheck.model.kernel_call import KernelCall
 
 ABSORBED_IMPL = "glmcheck_absorbed"  # absorbed attention, chunked indexer, causal stand-in mask
 ABSORBED_HF_INDEXER_IMPL = "glmcheck_absorbed_hf_indexer"  # the same with transformers' indexer and sdpa mask
@@ -54,23 +55,6 @@ KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")
 Listener = Callable[[int, str, torch.Tensor], None]  # (layer index, what, tensor)
 
 
-@dataclass(frozen=True)
-class KernelCall:
-    """One backend call's arguments as the session made it (rank 0's slice under TP): q [T, H/tp, d_qk] bf16,
-    kv [S, d_qk], indices [T, topk] int32, lengths [T] int32 or None, sm_scale, d_v. Kept to run other backends on
-    the same inputs (`glmcheck.checks.compile_ahead`)."""
-
-    q: torch.Tensor
-    kv: torch.Tensor
-    indices: torch.Tensor
-    lengths: torch.Tensor | None
-    sm_scale: float
-    d_v: int
-
-    def key(self) -> tuple:
-        """What decides which kernel variants a call compiles, as far as shapes go."""
-        return (tuple(self.q.shape), tuple(self.kv.shape), tuple(self.indices.shape), self.lengths is None,
-                self.q.dtype, self.kv.dtype, self.d_v)
 # (layer, batch, seq, topk, device) -> a replacement top-k [batch, seq, topk] int32 in the indexer's convention
 Selector = Callable[[int, int, int, int, torch.device], torch.Tensor]
 
