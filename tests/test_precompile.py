@@ -1,4 +1,4 @@
-"""The precompile child (`glmcheck.checks.precompile`, issue 55): the calls it predicts from a command line are the
+"""The precompile child (`glmcheck.checks.precompile`, `glmcheck.evaluate.precompile_child`; issue 55): the calls it predicts from a command line are the
 attention swap's own (shapes, strides, dtypes), its picks are causal; when it starts; the child's lifecycle; and on
 the GPU a check after it compiles none of the variants it compiled."""
 
@@ -18,6 +18,7 @@ from glmcheck.checks.precompile import PrecompileSpec, causal_picks, predicted_c
 from glmcheck.checks.runner import forward_under
 from glmcheck.cli import build_parser
 from glmcheck.data.model_prompts import model_prompt
+from glmcheck.evaluate import precompile_child
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.setup import Setup
 from glmcheck.model.load import load_model
@@ -140,7 +141,7 @@ def test_the_child_compiles_ahead_the_bands_and_kernels_on_the_predicted_calls(m
                         lambda name, calls, **kw: ran.append((name, [tuple(c.q.shape) for c in calls], kw)))
     spec = PrecompileSpec(8, 2, 64, 16, 32, (40, 24), "triton_sparse_mla:union2,hf_sdpa", 3, "fp32", None, True, None,
                           "cpu")
-    assert precompile.run(spec) == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
+    assert precompile_child.run(spec) == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert [name for name, *_ in ran] == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert all(shapes == [(24, 4, 80), (40, 4, 80)] and kw["deterministic"] for _, shapes, kw in ran)
 
@@ -154,7 +155,7 @@ def test_the_childs_lifecycle(monkeypatch):
     assert precompile.start(spec)
     assert precompile.wait(timeout=0.001) is None, "past the wait it is stopped"
     assert precompile._child is None
-    bad = subprocess.run([sys.executable, "-m", "glmcheck.checks.precompile"], check=False, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", precompile.CHILD_MODULE], check=False, capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
 
@@ -184,7 +185,7 @@ def test_on_the_gpu_a_check_after_the_child_compiles_none_of_its_variants(tmp_pa
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), compile_ahead.ENV: "1", precompile.ENV: "0"}
     spec = PrecompileSpec(8, 2, 64, 16, 32, (300,), "triton_sparse_mla,triton_sparse_mla:union4", 4, "fp32", None,
                           False, None, None)
-    child = subprocess.run([sys.executable, "-m", "glmcheck.checks.precompile", spec.to_json()], env=env, check=False,
+    child = subprocess.run([sys.executable, "-m", precompile.CHILD_MODULE, spec.to_json()], env=env, check=False,
                            capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-2000:]
     before = _kernels(tmp_path)

@@ -5,7 +5,7 @@ imports (11-17 s on the H200 image) and the build: on a cold Triton cache (a fre
 the check then still waits for the slowest backend's compiles (docs/performance.md, "Compile in a second process").
 Yet a check's attention calls follow from its options alone: per prompt length T, q [T, H/tp, d_qk] bf16, kv
 [T, d_qk] bf16, indices [T, min(index_topk, T)] int32 holding each token's causal picks (-1 past them), no lengths.
-So the command line, before its own heavy imports, starts `python -m glmcheck.checks.precompile SPEC`: a child
+So the command line, before its own heavy imports, starts `python -m glmcheck.evaluate.precompile_child SPEC`: a child
 that imports only torch, Triton and glmcheck's backends, makes such calls with seeded contents and runs compile
 ahead on them, filling Triton's on-disk cache, which the parent shares. The parent's compile ahead waits for the
 child (`wait`, at most WAIT_SECONDS) and then finds those variants cached. A variant the prediction misses compiles
@@ -32,6 +32,7 @@ from pathlib import Path
 ENV = "GLMCHECK_PRECOMPILE"
 WAIT_SECONDS = 120.0  # the parent's longest wait for the child; past it the child is stopped
 CALL_BYTES = 2 << 30  # a predicted call's q, kv and indices stay within this (larger lengths compile in the parent)
+CHILD_MODULE = "glmcheck.evaluate.precompile_child"  # the child's entry point (it resolves the check's backends)
 _OFF = ("0", "false", "no", "off")
 PROMPTS = "prompts"  # a command's precompile_tokens for "the lengths of my prompt set" (firsttoken)
 _child: subprocess.Popen | None = None
@@ -140,12 +141,12 @@ def start_for(ns: argparse.Namespace) -> bool:
 
 
 def start(spec: PrecompileSpec) -> bool:
-    """Start `python -m glmcheck.checks.precompile` for `spec` (output discarded); one child per process."""
+    """Start the child (CHILD_MODULE) for `spec`, its output discarded; one child per process."""
     global _child
     if _child is not None:
         return False
     try:
-        _child = subprocess.Popen([sys.executable, "-m", "glmcheck.checks.precompile", spec.to_json()],
+        _child = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, spec.to_json()],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         return False
@@ -236,42 +237,3 @@ def predicted_calls(spec: PrecompileSpec, device) -> list:
         calls.append(KernelCall(q, kv, causal_picks(tokens, spec.index_topk, device), None, d_qk ** -0.5,
                                 spec.latent_dim))
     return calls
-
-
-def run(spec: PrecompileSpec) -> list[str]:
-    """The child's work: compile ahead over `predicted_calls` for the check's band and backends on its device
-    (default: CUDA; none there, nothing is run); returns the backends run."""
-    import torch
-
-    from glmcheck.backends.validation import HF_NAMES
-    from glmcheck.checks.band import band_names
-    from glmcheck.checks.compile_ahead import compile_ahead
-    from glmcheck.evaluate.backend_choice import choose_backends
-    from glmcheck.evaluate.options import EXACT
-
-    if spec.device is None and not torch.cuda.is_available():
-        return []
-    device = torch.device(spec.device or "cuda")
-    named = None if spec.backends is None else [b.strip() for b in spec.backends.split(",") if b.strip()]
-    choice = choose_backends(named, device=device, heads=spec.heads, tp=spec.tp,
-                             latent_dims=(spec.latent_dim, spec.rope_dim), band_size=spec.band,
-                             exact=EXACT.get(spec.exact, spec.exact),
-                             baseline=spec.baseline, deterministic=spec.deterministic,
-                             kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
-    names = [*band_names(spec.band), *(b for b in choice.backends if b not in HF_NAMES)]
-    calls = predicted_calls(spec, device)
-    return compile_ahead(calls, names, deterministic=spec.deterministic,
-                         kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m glmcheck.checks.precompile SPEC_JSON", file=sys.stderr)
-        return 2
-    run(PrecompileSpec.from_json(args[0]))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
