@@ -136,14 +136,31 @@ def test_it_starts_only_where_it_can_help(monkeypatch):
 
 
 def test_the_child_compiles_ahead_the_bands_and_kernels_on_the_predicted_calls(monkeypatch):
-    ran = []
+    ran, warmed = [], []
     monkeypatch.setattr(compile_ahead, "run_each",
                         lambda name, calls, **kw: ran.append((name, [tuple(c.q.shape) for c in calls], kw)))
+    monkeypatch.setattr(precompile_child, "warm_sdpa", lambda spec, device: warmed.append(spec.tokens))
     spec = PrecompileSpec(8, 2, 64, 16, 32, (40, 24), "triton_sparse_mla:union2,hf_sdpa", 3, "fp32", None, True, None,
                           "cpu")
     assert precompile_child.run(spec) == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert [name for name, *_ in ran] == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert all(shapes == [(24, 4, 80), (40, 4, 80)] and kw["deterministic"] for _, shapes, kw in ran)
+    assert warmed == [(40, 24)], "hf_sdpa is a row: its SDPA kernels are warmed, once"
+    precompile_child.run(PrecompileSpec(8, 2, 64, 16, 32, (40,), "triton_sparse_mla", 1, "fp32", None, False, None,
+                                        "cpu"))
+    assert warmed == [(40, 24)], "no hf_sdpa row: nothing warmed"
+
+
+def test_sdpa_is_warmed_at_each_length_of_the_models_head_dims():
+    spec = _spec("layer0", "--model", "ref-gpu")
+    assert (spec.qk_head_dim, spec.v_head_dim) == (128, 96)
+    assert (_spec("layer0", "--model", "glm-5.2").qk_head_dim, _spec("layer0", "--model", "glm-5.2").v_head_dim) == \
+        (256, 256)
+    spec = PrecompileSpec(8, 1, 64, 16, 32, (12, 30, precompile_child.SDPA_MAX_TOKENS + 1), None, 1, "fp32", None,
+                          False, None, "cpu", qk_head_dim=48, v_head_dim=32)
+    assert precompile_child.warm_sdpa(spec, "cpu") == 2, "past SDPA_MAX_TOKENS: not warmed"
+    assert precompile_child.warm_sdpa(PrecompileSpec(8, 1, 64, 16, 32, (12,), None, 1, "fp32", None, False, None,
+                                                     "cpu"), "cpu") == 0, "head dims unknown: nothing"
 
 
 def test_the_childs_lifecycle(monkeypatch):

@@ -62,6 +62,8 @@ class PrecompileSpec:
     continue_tokens: int = 0
     tokenizer: str | None = None  # a folder holding tokenizer.json; None: the byte tokenizer over vocab_size
     vocab_size: int = 0
+    qk_head_dim: int = 0  # transformers' dense attention (hf_sdpa): query/key and value head dims
+    v_head_dim: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -112,6 +114,8 @@ def spec_for(ns: argparse.Namespace, tokens: list[int] | str) -> PrecompileSpec 
     try:
         heads, latent, rope = (int(geometry[k]) for k in ("num_attention_heads", "kv_lora_rank", "qk_rope_head_dim"))
         topk, vocab = int(geometry["index_topk"]), int(geometry.get("vocab_size", 0))
+        qk_dim = int(geometry.get("qk_nope_head_dim", 0)) + rope
+        v_dim = int(geometry.get("v_head_dim", 0))
     except (TypeError, KeyError, ValueError):
         return None
     band = ns.band if getattr(ns, "band", None) is not None else SWEEP_BAND if ns.command == "sweep" else DEFAULT_BAND
@@ -125,7 +129,8 @@ def spec_for(ns: argparse.Namespace, tokens: list[int] | str) -> PrecompileSpec 
         tokenizer = folder
     return PrecompileSpec(heads, ns.tp, latent, rope, topk, () if tokens == PROMPTS else tuple(tokens), ns.backends,
                           band, ns.exact, ns.baseline, ns.deterministic, ns.kv_cache_dtype, ns.device, prompts,
-                          getattr(ns, "limit", None), getattr(ns, "continue_tokens", 0), tokenizer, vocab)
+                          getattr(ns, "limit", None), getattr(ns, "continue_tokens", 0), tokenizer, vocab,
+                          qk_dim, v_dim)
 
 
 def start_for(ns: argparse.Namespace) -> bool:

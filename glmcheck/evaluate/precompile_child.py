@@ -2,13 +2,43 @@
 `glmcheck.checks.precompile.start`): the check's band and backends resolved as the check resolves them, compile ahead
 run on the calls its spec predicts, Triton's on-disk cache filled for the parent. Its output is discarded; it exits
 0 when done (without CUDA and no device named: nothing run), 2 for bad usage.
+
+When hf_sdpa is a row, a thread also calls torch's masked SDPA once per predicted length (transformers' dense path
+with a bool mask): on a fresh machine the CUDA driver compiles some of those kernels from PTX at their first use,
+once per machine (its ~/.nv/ComputeCache), which cost hf_sdpa's first run 5 s of firsttoken and 2 s of layer0
+(docs/performance.md, "Compile in a second process").
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 
-from glmcheck.checks.precompile import PrecompileSpec, predicted_calls
+from glmcheck.checks.precompile import PrecompileSpec, predicted_calls, prompt_lengths
+
+SDPA_MAX_TOKENS = 8192  # longer prompts' [T, T] masks are not worth warming for (one call of one length suffices)
+
+
+def warm_sdpa(spec: PrecompileSpec, device) -> int:
+    """One masked `scaled_dot_product_attention` a predicted length (at most SDPA_MAX_TOKENS; bf16, a causal bool
+    mask, the model's head dims, 8 heads): the CUDA driver's first-use compiles of the kernels hf_sdpa will take.
+    Returns the calls made."""
+    import torch
+    import torch.nn.functional as F
+
+    if spec.qk_head_dim < 1 or spec.v_head_dim < 1:
+        return 0
+    calls = 0
+    with torch.inference_mode():
+        for tokens in prompt_lengths(spec):
+            if tokens > SDPA_MAX_TOKENS:
+                continue
+            q = torch.zeros(1, 8, tokens, spec.qk_head_dim, device=device, dtype=torch.bfloat16)
+            v = torch.zeros(1, 8, tokens, spec.v_head_dim, device=device, dtype=torch.bfloat16)
+            mask = torch.ones(1, 1, tokens, tokens, device=device, dtype=torch.bool).tril_()
+            F.scaled_dot_product_attention(q, q, v, attn_mask=mask)
+            calls += 1
+    return calls
 
 
 def run(spec: PrecompileSpec) -> list[str]:
@@ -32,9 +62,16 @@ def run(spec: PrecompileSpec) -> list[str]:
                              baseline=spec.baseline, deterministic=spec.deterministic,
                              kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
     names = [*band_names(spec.band), *(b for b in choice.backends if b not in HF_NAMES)]
+    sdpa = threading.Thread(target=warm_sdpa, args=(spec, device), name="glmcheck-sdpa-warm")
+    if "hf_sdpa" in choice.backends:
+        sdpa.start()
     calls = predicted_calls(spec, device)
-    return compile_ahead(calls, names, deterministic=spec.deterministic,
-                         kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
+    try:
+        return compile_ahead(calls, names, deterministic=spec.deterministic,
+                             kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
+    finally:
+        if sdpa.is_alive():
+            sdpa.join()
 
 
 def main(argv: list[str] | None = None) -> int:
