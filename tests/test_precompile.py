@@ -49,6 +49,13 @@ def test_predicted_calls_are_the_swaps_own(model, tp, tokens):
     assert mine.lengths is None and theirs.lengths is None
 
 
+def test_predicted_calls_keep_within_their_budget():
+    spec = _spec("logits", "--model", "ref-cpu", "--tokens", "64,128")
+    assert [c.q.shape[0] for c in predicted_calls(spec, "cpu")] == [64, 128]
+    one = 128 * (8 * 80 * 2 + 80 * 2 + 32 * 4)  # q, kv and indices of the 128-token call
+    assert [c.q.shape[0] for c in predicted_calls(spec, "cpu", budget=one - 1)] == [64]
+
+
 def test_causal_picks_are_each_tokens_own_positions():
     picks = causal_picks(50, 16, "cpu")
     assert picks.shape == (50, 16) and picks.dtype == torch.int32
@@ -131,8 +138,9 @@ def test_it_starts_only_where_it_can_help(monkeypatch):
     assert precompile.start_for(_ns("firsttoken", "--model", "ref-gpu"))
     assert started[1].tokens == () and started[1].prompts == "heldout50" and started[1].tokenizer.endswith("ref-gpu")
     assert not precompile.start_for(_ns("layer0", "--text", "x"))
+    assert precompile.start_for(_ns("layer0", "--text", "x", "--tokens", "300")) and started[2].tokens == (300,)
     assert not precompile.start_for(_ns("layer0", "--device", "cpu"))
-    assert len(started) == 2
+    assert len(started) == 3
 
 
 def test_the_child_compiles_ahead_the_bands_and_kernels_on_the_predicted_calls(monkeypatch):

@@ -32,6 +32,7 @@ from pathlib import Path
 ENV = "GLMCHECK_PRECOMPILE"
 WAIT_SECONDS = 120.0  # the parent's longest wait for the child; past it the child is stopped
 CALL_BYTES = 2 << 30  # a predicted call's q, kv and indices stay within this (larger lengths compile in the parent)
+DEVICE_SHARE = 32  # ... and within 1/32 of the device's memory: the check's own forwards run beside the child
 CHILD_MODULE = "glmcheck.evaluate.precompile_child"  # the child's entry point (it resolves the check's backends)
 _OFF = ("0", "false", "no", "off")
 PROMPTS = "prompts"  # a command's precompile_tokens for "the lengths of my prompt set" (firsttoken)
@@ -223,8 +224,8 @@ def prompt_lengths(spec: PrecompileSpec) -> list[int]:
     return sorted({n + step for n in counts for step in range(spec.continue_tokens + 1)})
 
 
-def predicted_calls(spec: PrecompileSpec, device) -> list:
-    """One `KernelCall` per prefill length of `spec` (`prompt_lengths`) whose tensors fit CALL_BYTES, seeded
+def predicted_calls(spec: PrecompileSpec, device, budget: int = CALL_BYTES) -> list:
+    """One `KernelCall` per prefill length of `spec` (`prompt_lengths`) whose tensors fit `budget` bytes, seeded
     contents."""
     import torch
 
@@ -234,7 +235,7 @@ def predicted_calls(spec: PrecompileSpec, device) -> list:
     calls = []
     for tokens in prompt_lengths(spec):
         width = min(spec.index_topk, tokens)
-        if tokens * (per_rank * d_qk * 2 + d_qk * 2 + width * 4) > CALL_BYTES:
+        if tokens * (per_rank * d_qk * 2 + d_qk * 2 + width * 4) > budget:
             continue
         gen = torch.Generator(device=device).manual_seed(tokens)
         q = torch.randn(tokens, per_rank, d_qk, generator=gen, device=device).to(torch.bfloat16)

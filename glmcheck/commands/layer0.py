@@ -26,8 +26,11 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
-    """The prompt length on a GPU, for `glmcheck.checks.precompile` (a --text prompt's is known only once tokenised)."""
-    return None if ns.text is not None else [ns.tokens or 4096]
+    """The prompt length on a GPU, for `glmcheck.checks.precompile`: --tokens, which a --text prompt is repeated up to
+    (a text longer than that, or one without --tokens, has its length only once tokenised)."""
+    if ns.text is not None:
+        return [ns.tokens] if ns.tokens is not None else None
+    return [ns.tokens or 4096]
 
 
 def handle(ns: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from glmcheck.checks.precompile import PrecompileSpec, predicted_calls, prompt_lengths
+from glmcheck.checks.precompile import CALL_BYTES, DEVICE_SHARE, PrecompileSpec, predicted_calls, prompt_lengths
 
 SDPA_MAX_TOKENS = 8192  # longer prompts' [T, T] masks are not worth warming for (one call of one length suffices)
 
@@ -65,7 +65,10 @@ def run(spec: PrecompileSpec) -> list[str]:
     sdpa = threading.Thread(target=warm_sdpa, args=(spec, device), name="glmcheck-sdpa-warm")
     if "hf_sdpa" in choice.backends:
         sdpa.start()
-    calls = predicted_calls(spec, device)
+    budget = CALL_BYTES
+    if device.type == "cuda":  # the check's own forwards share the device with the child: keep to a small part of it
+        budget = min(budget, torch.cuda.get_device_properties(device).total_memory // DEVICE_SHARE)
+    calls = predicted_calls(spec, device, budget)
     try:
         return compile_ahead(calls, names, deterministic=spec.deterministic,
                              kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
