@@ -109,6 +109,7 @@ def spec_for(ns: argparse.Namespace, tokens: list[int] | str) -> PrecompileSpec 
     """The child's spec for a parsed model-check command line and its prompt lengths (PROMPTS: firsttoken's, from its
     prompt set), or None when the geometry or the tokenizer cannot be read without the model code."""
     from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
+    from glmcheck.evaluate.options import default_prompt_set
     from glmcheck.model.trained import MODELS_DIR, TRAINED_MODELS
 
     geometry = model_geometry(getattr(ns, "model", None), getattr(ns, "checkpoint", None))
@@ -123,7 +124,7 @@ def spec_for(ns: argparse.Namespace, tokens: list[int] | str) -> PrecompileSpec 
     prompts = tokenizer = None
     if tokens == PROMPTS:  # firsttoken (`glmcheck.evaluate.model_checks.firsttoken`: its default set, its tokenizer)
         trained = ns.checkpoint is None and ns.model in TRAINED_MODELS
-        prompts = ns.prompts or ("heldout50" if trained else "natural50")
+        prompts = ns.prompts or default_prompt_set(trained)
         folder = ns.checkpoint or (str(MODELS_DIR / ns.model) if trained else None)
         if folder is not None and not (Path(folder) / "tokenizer.json").is_file():
             return None  # another tokenizer format: read only by transformers

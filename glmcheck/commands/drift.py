@@ -6,6 +6,7 @@ import argparse
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.evaluate.arguments import check_count
+from glmcheck.evaluate.options import GPU_TOKENS
 
 
 def add_parser(sub) -> None:
@@ -15,7 +16,7 @@ def add_parser(sub) -> None:
                                    "the exact reference beside the band at that layer.")
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
-    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=lambda ns: [ns.tokens or 4096])
+    p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=lambda ns: [ns.tokens or GPU_TOKENS])
 
 
 def precheck(ns: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ import argparse
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.evaluate.arguments import check_count
+from glmcheck.evaluate.options import GPU_TOKENS
 
 
 def add_parser(sub) -> None:
@@ -30,7 +31,7 @@ def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
     (a text longer than that, or one without --tokens, has its length only once tokenised)."""
     if ns.text is not None:
         return [ns.tokens] if ns.tokens is not None else None
-    return [ns.tokens or 4096]
+    return [ns.tokens or GPU_TOKENS]
 
 
 def handle(ns: argparse.Namespace) -> int:

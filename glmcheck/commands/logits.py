@@ -8,6 +8,7 @@ from collections import Counter
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
 from glmcheck.evaluate.arguments import check_count
+from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS
 
 ENDPOINT_TOKENS = 4096  # against servers: one prompt of this many tokens unless --tokens names another
 
@@ -69,7 +70,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
     """The prompt lengths on a GPU, for `glmcheck.checks.precompile` (none against servers)."""
-    return None if ns.endpoint else _lengths(ns.tokens, "") if ns.tokens is not None else [2048, 4096, 8192]
+    return None if ns.endpoint else _lengths(ns.tokens, "") if ns.tokens is not None else list(GPU_LOGITS_LENGTHS)
 
 
 def handle(ns: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import argparse
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
 from glmcheck.evaluate.arguments import check_count
+from glmcheck.evaluate.options import GPU_SWEEP_RANGE
 
 
 def add_parser(sub) -> None:
@@ -45,7 +46,7 @@ def precheck(ns: argparse.Namespace) -> None:
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
     """The longest length on a GPU (the one forward per row), for `glmcheck.checks.precompile`; none against
     servers."""
-    return None if ns.endpoint else [int(ns.tokens.split("..")[-1]) if ns.tokens is not None else 32768]
+    return None if ns.endpoint else [int(ns.tokens.split("..")[-1]) if ns.tokens is not None else GPU_SWEEP_RANGE[1]]
 
 
 def handle(ns: argparse.Namespace) -> int:
@@ -59,7 +60,7 @@ def handle(ns: argparse.Namespace) -> int:
 
         return run_report(ns, "sweep", lambda record_dir: sweep_endpoints(
             ns.endpoint, ns.band_endpoint or [], tokenizer=CheckOptions.from_namespace(ns),
-            tokens=tokens or (1024, 32768), per_octave=ns.per_octave, logprobs=ns.logprobs,
+            tokens=tokens or GPU_SWEEP_RANGE, per_octave=ns.per_octave, logprobs=ns.logprobs,
             concurrency=ns.concurrency or 4, http=http_options(ns), record_dir=record_dir, overwrite=ns.overwrite,
             quiet=ns.quiet), resumable=True)
     return run_report(ns, "sweep", lambda record_dir: sweep(

@@ -21,7 +21,7 @@ from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.arguments import check_count, check_forwards
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.model_checks import _build, _report
-from glmcheck.evaluate.options import CheckOptions
+from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 
@@ -45,7 +45,7 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
     A finished record in `record_dir` is read back instead of recomputed."""
     check_logprobs(logprobs)
     setup = Setup(replace(options, band=SWEEP_BAND) if options.band is None else options)
-    lengths = geometric_lengths(*(tokens or ((1024, 32768) if setup.device.type == "cuda" else (32, 256))),
+    lengths = geometric_lengths(*(tokens or (GPU_SWEEP_RANGE if setup.device.type == "cuda" else (32, 256))),
                                 per_octave)
     dense = [b for b in setup.backends if b.startswith("hf_")]
     if dense and options.backend_list() is not None:

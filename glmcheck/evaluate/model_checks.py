@@ -26,7 +26,7 @@ from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.evaluate.arguments import check_count, check_forwards, check_number
 from glmcheck.evaluate.bars import forward_bar
-from glmcheck.evaluate.options import CheckOptions
+from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS, CheckOptions, default_prompt_set
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.model.load import load_model
@@ -100,7 +100,7 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
     from glmcheck.checks.position_gate import PositionGate
 
     setup = Setup(options)
-    lengths = list(tokens) if tokens is not None else ([2048, 4096, 8192] if setup.device.type == "cuda" else [64, 128])
+    lengths = list(tokens) if tokens is not None else (list(GPU_LOGITS_LENGTHS) if setup.device.type == "cuda" else [64, 128])
     check_count(options.dense_threshold, "--dense-threshold", minimum=0)
     check_forwards(len(lengths) * setup.forwards,
                    f"{len(lengths)} lengths x {setup.forwards} forwards each (--tokens, --band, --backends)")
@@ -138,7 +138,7 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
     check_count(continue_tokens, "--continue", minimum=0)
     check_number(tie_gap, "--tie-gap")
     check_number(max_dlogprob, "--max-dlogprob", positive=True)
-    prompt_set = prompts or ("heldout50" if setup.spec.trained else "natural50")
+    prompt_set = prompts or default_prompt_set(setup.spec.trained)
     chosen = load_prompts(prompt_set, limit)
     steps = 1 + continue_tokens  # a continuation re-runs the prefill for every step
     check_forwards(len(chosen) * setup.forwards * steps,

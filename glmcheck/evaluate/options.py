@@ -14,6 +14,15 @@ from glmcheck.evaluate.arguments import check_experts, check_layers, check_numbe
 from glmcheck.model.trained import DEFAULT_MODEL
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
+# The checks' prompt lengths on a GPU when none is given (the precompile child predicts the same ones)
+GPU_TOKENS = 4096  # layer0, drift (128 on the CPU)
+GPU_LOGITS_LENGTHS = (2048, 4096, 8192)  # logits (64, 128 on the CPU)
+GPU_SWEEP_RANGE = (1024, 32768)  # the sweep's grid (32..256 on the CPU)
+
+
+def default_prompt_set(trained: bool) -> str:
+    """firsttoken's prompts when none are named: held-out text of a trained model's corpus, else natural50."""
+    return "heldout50" if trained else "natural50"
 
 
 @dataclass

@@ -5,7 +5,7 @@ run on the calls its spec predicts, Triton's on-disk cache filled for the parent
 
 When hf_sdpa is a row, a thread also calls torch's masked SDPA once per predicted length (transformers' dense path
 with a bool mask): on a fresh machine the CUDA driver compiles some of those kernels from PTX at their first use,
-once per machine (its ~/.nv/ComputeCache), which cost hf_sdpa's first run 5 s of firsttoken and 2 s of layer0
+once per machine (its ~/.nv/ComputeCache), which cost hf_sdpa's first forwards on a machine 5 s of firsttoken and 2 s of layer0
 (docs/performance.md, "Compile in a second process").
 """
 
@@ -56,11 +56,11 @@ def run(spec: PrecompileSpec) -> list[str]:
         return []
     device = torch.device(spec.device or "cuda")
     named = None if spec.backends is None else [b.strip() for b in spec.backends.split(",") if b.strip()]
+    kv_cache_dtype = None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype
     choice = choose_backends(named, device=device, heads=spec.heads, tp=spec.tp,
                              latent_dims=(spec.latent_dim, spec.rope_dim), band_size=spec.band,
-                             exact=EXACT.get(spec.exact, spec.exact),
-                             baseline=spec.baseline, deterministic=spec.deterministic,
-                             kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
+                             exact=EXACT.get(spec.exact, spec.exact), baseline=spec.baseline,
+                             deterministic=spec.deterministic, kv_cache_dtype=kv_cache_dtype)
     names = [*band_names(spec.band), *(b for b in choice.backends if b not in HF_NAMES)]
     sdpa = threading.Thread(target=warm_sdpa, args=(spec, device), name="glmcheck-sdpa-warm")
     if "hf_sdpa" in choice.backends:
@@ -70,8 +70,7 @@ def run(spec: PrecompileSpec) -> list[str]:
         budget = min(budget, torch.cuda.get_device_properties(device).total_memory // DEVICE_SHARE)
     calls = predicted_calls(spec, device, budget)
     try:
-        return compile_ahead(calls, names, deterministic=spec.deterministic,
-                             kv_cache_dtype=None if spec.kv_cache_dtype == "bf16" else spec.kv_cache_dtype)
+        return compile_ahead(calls, names, deterministic=spec.deterministic, kv_cache_dtype=kv_cache_dtype)
     finally:
         if sdpa.is_alive():
             sdpa.join()

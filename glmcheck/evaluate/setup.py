@@ -13,7 +13,7 @@ from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.backend_choice import choose_backends
-from glmcheck.evaluate.options import EXACT, CheckOptions
+from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits
 from glmcheck.process.phases import CLOCK
@@ -71,7 +71,7 @@ class Setup:
                                                   if b != self.exact and b not in self.band])
         self.tokens = None
         if one_prompt:
-            self.tokens = tokens if tokens is not None else (4096 if self.device.type == "cuda" else 128)
+            self.tokens = tokens if tokens is not None else (GPU_TOKENS if self.device.type == "cuda" else 128)
             self.check_prompt(self.tokens)
 
     def describe(self) -> dict:
