@@ -109,7 +109,7 @@ def spec_for(ns: argparse.Namespace, tokens: list[int] | str) -> PrecompileSpec 
     """The child's spec for a parsed model-check command line and its prompt lengths (PROMPTS: firsttoken's, from its
     prompt set), or None when the geometry or the tokenizer cannot be read without the model code."""
     from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
-    from glmcheck.evaluate.options import default_prompt_set
+    from glmcheck.data.prompts import default_prompt_set
     from glmcheck.model.trained import MODELS_DIR, TRAINED_MODELS
 
     geometry = model_geometry(getattr(ns, "model", None), getattr(ns, "checkpoint", None))

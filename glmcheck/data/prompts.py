@@ -23,6 +23,13 @@ if TYPE_CHECKING:  # imported where a prompt becomes a tensor: the command line 
     import torch
 
 PROMPT_SETS: tuple[str, ...] = ("natural50", "random50", "heldout50")
+
+
+def default_prompt_set(trained: bool) -> str:
+    """firsttoken's prompts when none are named: held-out text of a trained model's corpus, else natural50."""
+    return "heldout50" if trained else "natural50"
+
+
 PROMPTS_DIR = Path(str(files("glmcheck") / "data" / "resources" / "prompts"))  # package data
 
 

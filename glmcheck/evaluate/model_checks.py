@@ -24,9 +24,10 @@ from pathlib import Path
 from glmcheck.checks.rows import ComparisonRow
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
+from glmcheck.data.prompts import default_prompt_set
 from glmcheck.evaluate.arguments import check_count, check_forwards, check_number
 from glmcheck.evaluate.bars import forward_bar
-from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS, CheckOptions, default_prompt_set
+from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.model.load import load_model

@@ -20,11 +20,6 @@ GPU_LOGITS_LENGTHS = (2048, 4096, 8192)  # logits (64, 128 on the CPU)
 GPU_SWEEP_RANGE = (1024, 32768)  # the sweep's grid (32..256 on the CPU)
 
 
-def default_prompt_set(trained: bool) -> str:
-    """firsttoken's prompts when none are named: held-out text of a trained model's corpus, else natural50."""
-    return "heldout50" if trained else "natural50"
-
-
 @dataclass
 class CheckOptions:
     """Which model, which backends, which reference and gate (docs/checks.md, "Options": each field is the
