@@ -1,6 +1,6 @@
 """`python -m glmcheck` entry point."""
 
-from glmcheck.cli import main
+from glmcheck.cli import console_main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console_main())

@@ -90,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers or triton is imported yet, so bad usage is answered in well under a second), then
     import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
     TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
+    from glmcheck.process.bytecode import hint as bytecode_hint
     from glmcheck.process.bytecode import use_private_cache
     from glmcheck.process.phases import CLOCK, requested
 
@@ -114,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = ns.handler(ns)
         if CLOCK.profiling:
             print(f"where the time went (--profile):\n{CLOCK.table()}", file=sys.stderr)
+            if (advice := bytecode_hint()) is not None:
+                print(advice, file=sys.stderr)
             CLOCK.disable()
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         return code
@@ -131,6 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def console_main() -> int:
+    """The `glmcheck` command (console script and `python -m glmcheck`): `main()`, then the process ends without the
+    interpreter's teardown once every exit handler has run (`glmcheck.process.fast_exit`)."""
+    from glmcheck.process import fast_exit
+
+    fast_exit.arm()
+    return fast_exit.finish(main())
 
 
 @contextlib.contextmanager

@@ -51,3 +51,34 @@ def test_a_cache_is_made_when_needed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
     assert out == [str(tmp_path / "glmcheck" / "pycache")] * 2, out
+
+
+def _in_fresh_python(code: str, tmp_path, **env: str) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX",
+                                                             "GLMCHECK_PYCACHE")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**base, **env, "XDG_CACHE_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("|")
+
+
+@pytest.mark.parametrize("torch_cached", [False, True])
+def test_the_opt_in_writes_bytecode_to_the_private_folder_only(tmp_path, torch_cached):
+    """GLMCHECK_PYCACHE=1 under PYTHONDONTWRITEBYTECODE=1: bytecode written, but to the private folder (never beside
+    the installed sources), and only where torch has none beside it."""
+    code = (f"import glmcheck.process.bytecode as b, sys; b._has_bytecode = lambda p: {torch_cached}; "
+            "print(b.use_private_cache(), sys.pycache_prefix, sys.dont_write_bytecode, sep='|', end='')")
+    out = _in_fresh_python(code, tmp_path, PYTHONDONTWRITEBYTECODE="1", GLMCHECK_PYCACHE="1")
+    folder = str(tmp_path / "glmcheck" / "pycache")
+    assert out == (["None", "None", "True"] if torch_cached else [folder, folder, "False"]), out
+
+
+def test_without_the_opt_in_profile_names_the_cost_and_the_opt_in(tmp_path):
+    code = ("import glmcheck.process.bytecode as b; b._has_bytecode = lambda p: False; "
+            "print(b.use_private_cache(), b.hint(), sep='|', end='')")
+    out = _in_fresh_python(code, tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    assert out[0] == "None" and "GLMCHECK_PYCACHE=1" in out[1] and "PYTHONDONTWRITEBYTECODE" in out[1], out
+    opted = _in_fresh_python(code, tmp_path, PYTHONDONTWRITEBYTECODE="1", GLMCHECK_PYCACHE="1")
+    assert opted[0] != "None" and opted[1] == "None", opted  # bytecode is cached now: nothing to advise
+    allowed = _in_fresh_python(code.replace("lambda p: False", "lambda p: True"), tmp_path)
+    assert allowed[1] == "None", allowed

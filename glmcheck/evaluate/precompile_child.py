@@ -81,9 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m glmcheck.evaluate.precompile_child SPEC_JSON", file=sys.stderr)
         return 2
+    from glmcheck.process.bytecode import use_private_cache
+
+    use_private_cache()  # as the parent: GLMCHECK_PYCACHE's bytecode serves this process's imports too
     run(PrecompileSpec.from_json(args[0]))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from glmcheck.process import fast_exit
+
+    fast_exit.arm()  # the check waits for this process to end: its teardown (~1 s) would be the check's wait
+    sys.exit(fast_exit.finish(main()))
