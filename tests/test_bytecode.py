@@ -39,16 +39,18 @@ def test_a_read_only_folder_is_seen_as_such(tmp_path, monkeypatch):
 def test_the_users_choice_stands(env, tmp_path):
     code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, **env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
+    base = {k: v for k, v in os.environ.items() if k != "GLMCHECK_PYCACHE"}  # no opt-in: the user's choice stands
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         env={**base, **env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
     assert out[0] == "None" and out[1] == env.get("PYTHONPYCACHEPREFIX", "None"), out
 
 
 def test_a_cache_is_made_when_needed(tmp_path):
     code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "GLMCHECK_PYCACHE")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          env={**env, "XDG_CACHE_HOME": str(tmp_path)}).stdout.split()
     assert out == [str(tmp_path / "glmcheck" / "pycache")] * 2, out
 
@@ -56,7 +58,7 @@ def test_a_cache_is_made_when_needed(tmp_path):
 def _in_fresh_python(code: str, tmp_path, **env: str) -> list[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX",
                                                              "GLMCHECK_PYCACHE")}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                           env={**base, **env, "XDG_CACHE_HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     return done.stdout.split("|")
