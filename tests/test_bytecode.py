@@ -84,3 +84,15 @@ def test_without_the_opt_in_profile_names_the_cost_and_the_opt_in(tmp_path):
     assert opted[0] != "None" and opted[1] == "None", opted  # bytecode is cached now: nothing to advise
     allowed = _in_fresh_python(code.replace("lambda p: False", "lambda p: True"), tmp_path)
     assert allowed[1] == "None", allowed
+
+
+def test_the_profile_table_carries_the_hint(monkeypatch, capsys):
+    """`--profile` (here GLMCHECK_PROFILE=1, any command) prints `hint()`'s line under its table."""
+    from glmcheck import cli
+    from glmcheck.process import bytecode
+
+    monkeypatch.setenv("GLMCHECK_PROFILE", "1")
+    monkeypatch.setattr(bytecode, "hint", lambda: "imports: a planted hint")
+    assert cli.main(["backends"]) == 0
+    err = capsys.readouterr().err
+    assert "where the time went" in err and err.rstrip().endswith("imports: a planted hint"), err[-300:]
