@@ -62,7 +62,7 @@ def use_private_cache() -> Path | None:
     nor cacheable and the user set no bytecode option, or when GLMCHECK_PYCACHE=1 opts in and torch has no bytecode
     beside its sources (then bytecode is written there even under PYTHONDONTWRITEBYTECODE). Returns the folder, or
     None when nothing was changed."""
-    if sys.pycache_prefix is not None or "torch" in sys.modules:
+    if sys.pycache_prefix is not None or PROBE in sys.modules:
         return None
     opt_in = opted_in()
     if sys.dont_write_bytecode and not opt_in:

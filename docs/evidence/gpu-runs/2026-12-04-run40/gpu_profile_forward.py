@@ -1,6 +1,6 @@
 """Where one model forward's time goes, per backend: a torch.profiler table of one warm forward under each row.
 
-    python3 scripts/gpu_profile_forward.py --model ref-gpu --tokens 32768 --backends band:0,triton_sparse_mla
+    python3 docs/evidence/gpu-runs/2026-12-04-run40/gpu_profile_forward.py --model ref-gpu --tokens 32768 --backends band:0,triton_sparse_mla
 
 Each backend runs one untimed forward first (its Triton kernels compile and its plans warm up), then one forward
 timed with `torch.cuda.synchronize` (wall seconds) and one under `torch.profiler` (device kernels and host
