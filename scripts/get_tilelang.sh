@@ -12,7 +12,9 @@
 # Then carry DEST in the device call; scripts/gpu_tilelang_bench.sh unpacks site.tar.xz to /tmp/tilelang-site and
 # points GLMCHECK_TILELANG_MODULE at the module (glmcheck/backends/tilelang_sparse.py loads it by path).
 # Versions: SGLANG_VERSION (default 0.5.23), TILELANG_VERSION (default 0.1.12, that release's pin), TVM_FFI_VERSION
-# (0.1.11, inside tilelang 0.1.12's range), Z3_VERSION (4.15.4.0: tilelang's libraries load libz3.so.4.15).
+# (0.1.11, inside tilelang 0.1.12's range), Z3_VERSION (4.15.4.0: tilelang's libraries load libz3.so.4.15). For the
+# newest tilelang instead: TILELANG_VERSION=0.1.15 TVM_FFI_VERSION=0.1.12 (its range is >=0.1.11,<0.1.13).
+# Takes ~3 min on two cores (xz -9); needs pip, unzip, xz.
 set -euo pipefail
 dest=${1:?usage: get_tilelang.sh DEST (a git-ignored folder, e.g. .tilelang)}
 sglang=${SGLANG_VERSION:-0.5.23}; tilelang=${TILELANG_VERSION:-0.1.12}
