@@ -81,7 +81,7 @@ fi
     grep -E "passed|failed|error|skipped|no tests ran|^exit" "$logs/pytest-matrix-$i.txt" | tail -n 2 | paste -sd' '; done
   for name in bench-h8 bench-wide bench-paired; do
     [ -f "$logs/$name.txt" ] || continue
-    echo; echo "== $name"; grep -E "^(FlashMLA|TileLang|error)" "$logs/$name.txt"
+    echo; echo "== $name"; grep -E "^(FlashMLA|TileLang|glmcheck bench: error)" "$logs/$name.txt"
     sed -n '/^Our fastest exact path/,/^record:/p' "$logs/$name.txt"
   done; } > "$out/summary.txt" 2>&1
 tar -czf "$out/logs.tgz" -C "$work" logs records
