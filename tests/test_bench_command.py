@@ -35,7 +35,8 @@ def test_kernel_bench_prints_the_table_and_writes_its_record(no_gpu_needed, monk
     out = tmp_path / "bench"
     assert cli.main(["bench", "--points", "1x24:8", "--out", str(out), "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("FlashMLA") and lines[1].startswith("timing: eager (the Python call")
+    assert lines[0].startswith("FlashMLA") and lines[1].startswith("TileLang")
+    assert lines[2].startswith("timing: eager (the Python call")
     assert lines[-1] == f"record: {out}" and any(line.startswith("| 1x24") for line in lines)
     summary = json.loads((out / "summary.json").read_text())
     assert KERNEL_FIELDS <= set(summary) and summary["command"] == "bench" and summary["verdict"] == "PASS"

@@ -10,7 +10,8 @@ before the timed calls ("+plan": a shared layer's call). With an FP8 KV cache (`
 rows are DSA's FP8 pool (`glmcheck.kernels.fp8`): our paths read its dequantised rows as they are ("+len") and with
 the dequantisation in the timed call ("+len+deq": the one-launch `glmcheck.kernels.fp8_dequant`, the torch form's
 bits), and FlashMLA's FP8 decode kernel reads the pool itself ("flashmla_kv", the engines' pick over an FP8 cache),
-all gated against the reference on the pool's values. Every backend's output is first compared with
+all gated against the reference on the pool's values. Peers: FlashMLA and SGLang's TileLang prefill where they load;
+a shape a peer does not take is a refused cell. Every backend's output is first compared with
 the fp32 reference (rel-L2 gate); only a backend that passes is timed
 (`triton.testing.do_bench`, median ms); a failed gate gives a message, never a number.
 """
@@ -102,6 +103,8 @@ class BenchSpec:
     run: Callable[[PointInputs, torch.Tensor], torch.Tensor]
     gate_rel_l2: float = GATE_REL_L2
     applies: Callable[[int], bool] = lambda heads: True  # runs at points with this many heads
+    refuses: Callable[[PointInputs], str | None] | None = None  # why a peer does not take a point: a "refused" cell
+    catch: tuple[type[Exception], ...] = ()  # a peer's errors that end its cell ("failed: ..."), not the bench
 
 
 def synthetic_indices(mode: str, seq_lens: list[int], topk: int, seed: int) -> torch.Tensor:
@@ -144,12 +147,19 @@ def make_inputs(point: BenchPoint, topk: int | None = None, seed: int = 0, devic
 
 EXACT_PATHS = ("per-token", "union2", "union4", "union8")  # our kernel's paths; each also as "+len"
 LENGTH_SUFFIX = "+len"
+TILELANG = "tilelang"  # SGLang's TileLang prefill, a peer
+BEST = "best"  # in a pair: the fastest of our exact paths at that point, build included (`is_exact_path`)
 
 
-def default_specs(flashmla: bool, kv_cache_dtype: str | None = None) -> list[BenchSpec]:
-    """The backends of the reference table (FlashMLA only when it loads): each of our paths with and
-    without topk_length (a union path only where G*H is legal: elsewhere it would run per-token); over an FP8 KV
-    cache also `fp8_specs`."""
+def is_exact_path(name: str) -> bool:
+    """One of our paths as a user calls it, with or without topk_length (its build included; not "+plan")."""
+    return name.removesuffix(LENGTH_SUFFIX) in EXACT_PATHS
+
+
+def default_specs(flashmla: bool, kv_cache_dtype: str | None = None, tilelang: bool = False) -> list[BenchSpec]:
+    """The backends of the reference table (FlashMLA, and SGLang's TileLang prefill, only when they load): each of
+    our paths with and without topk_length (a union path only where G*H is legal: elsewhere it would run
+    per-token); over an FP8 KV cache also `fp8_specs`."""
     from glmcheck.backends.flashmla import flashmla_sparse_prefill
     from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 
@@ -170,12 +180,24 @@ def default_specs(flashmla: bool, kv_cache_dtype: str | None = None) -> list[Ben
                 x.q, x.kv, x.indices, x.sm_scale, D_V, topk_length=x.topk_length)),
             BenchSpec("flashmla", lambda x, out: flashmla_sparse_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V)),
         ]
+    if tilelang:
+        specs.append(tilelang_spec())
     # Its scores are rounded to bf16 by the bmm, so it gets a looser gate (about 3e-3 measured).
     specs.append(BenchSpec("torch_bf16", lambda x, out: torch_bf16_sparse_prefill(
         x.q, x.kv, x.indices, x.sm_scale, D_V), gate_rel_l2=1e-2, applies=lambda heads: heads == 8))
     if kv_cache_dtype == "fp8_e4m3":
         specs += fp8_specs(flashmla)
     return specs
+
+
+def tilelang_spec() -> BenchSpec:
+    """SGLang's TileLang prefill (`glmcheck.backends.tilelang_sparse`) as SGLang calls it: no topk_length, heads
+    unpadded; a shape its kernel does not take is a "refused" cell, an error in its compile or run a "failed" one."""
+    from glmcheck.backends.tilelang_sparse import tilelang_refusal, tilelang_sparse_prefill
+
+    return BenchSpec(TILELANG, lambda x, out: tilelang_sparse_prefill(x.q, x.kv, x.indices, x.sm_scale, D_V),
+                     refuses=lambda x: tilelang_refusal(x.q.shape[1], x.q.shape[2], D_V, x.indices.shape[-1]),
+                     catch=(Exception,))
 
 
 DEQUANT_SUFFIX = "+deq"  # the pool's dequantisation inside the timed call
@@ -318,7 +340,8 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
     rounding, ~1e-10 of a ~2e-3 rel-L2); the union builds are timed
     alone as well, and so is the per-token path's row compaction where that path runs the ping-pong tile
     (docs/performance.md, "Per-token compaction"); then each (A, B) of `pairs` that both passed their gates is timed alternately
-    over `pair_rounds` rounds (`paired_ratios`), one paired row per pair.
+    over `pair_rounds` rounds (`paired_ratios`), one paired row per pair (A or B `BEST`: the fastest exact path
+    there). A spec's `refuses` gives a "refused: ..." row, an exception of its `catch` a "failed: ..." row.
 
     `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
     point whose host work outlasts its GPU work measures the host); "graph" captures each call
@@ -338,7 +361,15 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
     rep = 40 if quick else 100
     calls = {}
     for spec in (s for s in specs if s.applies(point.heads)):
-        call, rel, note = gated_call(spec, inputs, reference, timing, capture)
+        refusal = spec.refuses(inputs) if spec.refuses else None
+        if refusal:
+            results.append(BenchResult(point, spec.name, None, None, f"refused: {refusal}"))
+            continue
+        try:
+            call, rel, note = gated_call(spec, inputs, reference, timing, capture)
+        except spec.catch as err:
+            results.append(BenchResult(point, spec.name, None, None, f"failed: {type(err).__name__}: {err}"[:300]))
+            continue
         results.append(BenchResult(point, spec.name, None if call is None else timer(call, rep_ms=rep), rel, note))
         if call is not None:
             calls[spec.name] = call
@@ -352,8 +383,12 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
         call, _, failure = (work, None, "") if timing == "eager" else _try_capture(capture, work)
         results.append(BenchResult(point, name, None if call is None else timer(call, rep_ms=rep), None,
                                    failure or what))
+    ours = [r for r in results if r.ms is not None and is_exact_path(r.backend)]
+    best = min(ours, key=lambda r: r.ms).backend if ours else None
     for a, b in pairs:
-        if pair_rounds and a in calls and b in calls:
-            ratios = paired_ratios(calls[a], calls[b], pair_rounds, timer, rep_ms=rep // 2)
-            results.append(BenchResult(point, f"{a} / {b}", None, None, f"{pair_rounds} paired rounds", ratios))
+        a_name, b_name = (best if name == BEST else name for name in (a, b))
+        if pair_rounds and a_name in calls and b_name in calls:
+            ratios = paired_ratios(calls[a_name], calls[b_name], pair_rounds, timer, rep_ms=rep // 2)
+            note = f"{pair_rounds} paired rounds" + (f"; {BEST} = {best}" if BEST in (a, b) else "")
+            results.append(BenchResult(point, f"{a} / {b}", None, None, note, ratios))
     return results

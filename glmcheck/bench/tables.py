@@ -8,7 +8,15 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from glmcheck.bench.kernel import DEQUANT_SUFFIX, EXACT_PATHS, LENGTH_SUFFIX, BenchPoint, BenchResult
+from glmcheck.bench.kernel import (
+    DEQUANT_SUFFIX,
+    EXACT_PATHS,
+    LENGTH_SUFFIX,
+    TILELANG,
+    BenchPoint,
+    BenchResult,
+    is_exact_path,
+)
 from glmcheck.bench.model import REBUILD, schedule_ms
 from glmcheck.records.tables import markdown_table
 
@@ -25,10 +33,20 @@ class BenchTable:
     results: list[BenchResult] = field(default_factory=list)
 
     def ms(self, point: BenchPoint, backend: str) -> float | None:
-        for r in self.results:
-            if r.point == point and r.backend == backend:
-                return r.ms
-        return None
+        found = self.result(point, backend)
+        return None if found is None else found.ms
+
+    def result(self, point: BenchPoint, backend: str) -> BenchResult | None:
+        return next((r for r in self.results if r.point == point and r.backend == backend), None)
+
+    def cell(self, point: BenchPoint, backend: str) -> str:
+        """ms with 3 decimals; "refused" / "failed" where a peer did not run there; "-" otherwise (absent, or its
+        gate failed)."""
+        found = self.result(point, backend)
+        if found is not None and found.ms is not None:
+            return f"{found.ms:.3f}"
+        kind = found.note.split(":")[0] if found is not None else ""
+        return kind if kind in ("refused", "failed") else "-"
 
 
 def render_table(results: list[BenchResult]) -> str:
@@ -43,11 +61,7 @@ def render_table(results: list[BenchResult]) -> str:
     rows = []
     best_vs_flash: dict[int, list[float]] = {}  # heads -> one ratio per point
     for p in points:
-        row = [p.label]
-        for b in backends:
-            ms = table.ms(p, b)
-            row.append("-" if ms is None else f"{ms:.3f}")
-        rows.append(row)
+        rows.append([p.label] + [table.cell(p, b) for b in backends])
     out = [markdown_table(headers, rows)]
     ratio_rows = []
     exact = [b for b in EXACT_PATHS if b in backends]
@@ -75,6 +89,8 @@ def render_table(results: list[BenchResult]) -> str:
     out.append(markdown_table(ratio_headers, ratio_rows))
     if best_vs_flash:
         out.append(geomean_line(best_vs_flash))
+    if TILELANG in backends:
+        out.append(render_peers(table, points))
     if "flashmla_kv" in backends:
         out.append(render_fp8(table, points, backends))
     if paired:
@@ -108,6 +124,37 @@ def render_fp8(table: BenchTable, points: list[BenchPoint], backends: list[str])
         parts = [f"H={h} {geomean(r):.2f}x over {len(r)} point{'s' if len(r) != 1 else ''}" for h, r in ratios.items()]
         text += "\n\ngeomean of flashmla_kv / best ours+len+deq: " + "; ".join(parts)
     return text
+
+
+PEERS = ("flashmla+len", "flashmla", TILELANG)
+
+
+def render_peers(table: BenchTable, points: list[BenchPoint]) -> str:
+    """Per point our fastest exact path (build included) against each peer and the best of them (ratios > 1: ours
+    faster), the geomean against the best peer per head count, then one line per peer cell that did not run."""
+    rows, ratios, notes = [], {}, []
+    for p in points:
+        ours = [(ms, b) for b in dict.fromkeys(r.backend for r in table.results)
+                if is_exact_path(b) and (ms := table.ms(p, b)) is not None]
+        best_ms, best = min(ours, default=(None, "-"))
+        peers = [ms for b in PEERS if (ms := table.ms(p, b)) is not None]
+        row = [p.label, best, _ms(best_ms, 3), table.cell(p, "flashmla+len"), table.cell(p, TILELANG)]
+        for peer in [table.ms(p, "flashmla+len"), table.ms(p, TILELANG), min(peers, default=None)]:
+            row.append("-" if peer is None or best_ms is None else f"{peer / best_ms:.2f}x")
+        if peers and best_ms is not None:
+            ratios.setdefault(p.heads, []).append(min(peers) / best_ms)
+        rows.append(row)
+        found = table.result(p, TILELANG)
+        if found is not None and found.ms is None:
+            notes.append(f"{TILELANG} at {p.label}: {found.note}")
+    headers = ["point", "best ours", "ms", "flashmla+len ms", "tilelang ms", "vs flashmla+len", "vs tilelang",
+               "vs best peer"]
+    text = ("Our fastest exact path (build included) against the peers (FlashMLA, SGLang's TileLang prefill; > 1: "
+            "ours faster):\n\n" + markdown_table(headers, rows))
+    if ratios:
+        text += "\n\ngeomean of the best peer / best ours: " + "; ".join(
+            f"H={h} {geomean(r):.2f}x over {len(r)} point{'s' if len(r) != 1 else ''}" for h, r in ratios.items())
+    return text + "".join(f"\n{note}" for note in notes)
 
 
 def render_paired(paired: list[BenchResult]) -> str:

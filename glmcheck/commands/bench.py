@@ -16,7 +16,9 @@ def add_parser(sub) -> None:
                                    "1x8192, 2x4096, 4x2048; H=8), 1x8192 at H=16, 32, 64, 96, 128 and 1x2048 at "
                                    "H=64, 128: per-token and union 2 / 4 / 8 (where G*H is legal), each with and "
                                    "without topk_length, FlashMLA (heads zero-padded to a multiple of 64 inside "
-                                   "the timed call, with and without topk_length) and plain torch bf16 (H=8); the "
+                                   "the timed call, with and without topk_length), SGLang's TileLang prefill "
+                                   "(when $GLMCHECK_TILELANG_MODULE or an installed SGLang provides it; a shape it "
+                                   "does not take is a refused cell) and plain torch bf16 (H=8); the "
                                    "union builds alone, and the per-token path's row compaction where it runs "
                                    "the ping-pong tile; then each path with topk_length against it without, in "
                                    "paired rounds. With --model: whole-prefill latency per backend.")
@@ -25,9 +27,10 @@ def add_parser(sub) -> None:
     p.add_argument("--pair-rounds", type=int, default=5,
                    help="alternating rounds of each path with topk_length against it without, and of the "
                         "--paired backends (0: none)")
-    p.add_argument("--paired", default=None, metavar="A,B",
+    p.add_argument("--paired", default=None, metavar="A,B[;C,D]",
                    help="also time backends A and B of the table alternately at every point (e.g. "
-                        "per-token,flashmla+len): a verdict within the noise")
+                        "per-token,flashmla+len; several pairs separated by ';'; 'best' is our fastest exact path "
+                        "at each point, e.g. best,tilelang): a verdict within the noise")
     p.add_argument("--fp64", action="store_true",
                    help="gate and record rel-L2 against the fp64 reference (not fp32) and print our worst "
                         "path against FlashMLA's best")

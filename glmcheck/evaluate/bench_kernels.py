@@ -24,14 +24,21 @@ def require_gpu() -> None:
 
 
 def paired_option(text: str | None, specs) -> list[tuple[str, str]]:
-    """The --paired pair of backend names of `specs`; ValueError naming --paired and the choices otherwise."""
+    """The --paired pairs "A,B[;C,D...]" of backend names of `specs` (or "best": our fastest exact path at each
+    point); ValueError naming --paired and the choices otherwise."""
+    from glmcheck.bench.kernel import BEST
+
     if text is None:
         return []
-    names = [name.strip() for name in text.split(",")]
-    known = [spec.name for spec in specs]
-    if len(names) != 2 or names[0] == names[1] or any(name not in known for name in names):
-        raise ValueError(f"--paired takes two different backends of {', '.join(known)} as A,B; got {text!r}")
-    return [(names[0], names[1])]
+    known = [spec.name for spec in specs] + [BEST]
+    pairs = []
+    for item in text.split(";"):
+        names = [name.strip() for name in item.split(",")]
+        if len(names) != 2 or names[0] == names[1] or any(name not in known for name in names):
+            raise ValueError(f"--paired takes two different backends of {', '.join(known)} as A,B (several pairs "
+                             f"separated by ';'); got {text!r}")
+        pairs.append((names[0], names[1]))
+    return pairs
 
 
 def trace_points(path: str, layer: int | None = None) -> list[tuple]:
@@ -74,6 +81,7 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
     from tqdm import tqdm
 
     from glmcheck.backends import flashmla_available
+    from glmcheck.backends.tilelang_sparse import find_tilelang, tilelang_available
     from glmcheck.bench.kernel import default_specs, length_pairs, parse_points, run_point
     from glmcheck.bench.tables import render_accuracy, render_table
     from glmcheck.checks.band import PASS
@@ -84,7 +92,8 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
         raise ValueError(f"--pair-rounds must be >= 0, got {pair_rounds}")
     chosen = trace_points(indices, trace_layer) if indices else [(point, None) for point in parse_points(points)]
     have_flash, source = flashmla_available()
-    specs = default_specs(have_flash, kv_cache_dtype)
+    have_tilelang, tilelang_source = tilelang_available()
+    specs = default_specs(have_flash, kv_cache_dtype, tilelang=have_tilelang)
     pairs = length_pairs(specs) + paired_option(paired, specs)
     preface = [ceilings_text(chosen)] if ceilings else []
     reference = "fp64" if fp64 else "fp32"
@@ -94,7 +103,11 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
                              pairs=pairs, pair_rounds=pair_rounds,
                              reference_dtype=torch.float64 if fp64 else torch.float32, kv_cache_dtype=kv_cache_dtype)
     table = "\n\n".join(part for part in (render_table(results), render_accuracy(results, reference)) if part)
+    if have_tilelang and find_tilelang().first_call_s:
+        table += "\n\nTileLang's first call per head count (its JIT compile or disk-cache load included): " + ", ".join(
+            f"H={h} {s:.1f} s" for h, s in sorted(find_tilelang().first_call_s.items()))
     preface += [f"FlashMLA: {source}" if have_flash else f"FlashMLA absent ({source})",
+                f"TileLang: {tilelang_source}" if have_tilelang else f"TileLang absent ({tilelang_source})",
                 f"timing: {timing}" + (" (CUDA-graph replay: GPU time without host launch cost)" if timing == "graph"
                                        else " (the Python call, host launch cost included)")]
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
