@@ -18,6 +18,8 @@ import sys
 from typing import Sequence
 
 from glmcheck import __version__
+from glmcheck.process.interrupts import Terminated, raise_sigint, raise_terminated
+from glmcheck.process.wording import cli_wording, error_line
 
 # Command name -> (module under glmcheck.commands, one-line help). `glmcheck --help` and --version
 # read this table only; a command's module (and with it torch and the model code) is imported when
@@ -57,8 +59,21 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else 'bad usage'}\n")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (finished items kept) but ending with exit 143."""
+# What an interrupted command keeps, by command (the rest keep nothing: they write only once finished). The
+# resumable checks keep their finished items in the record directory (`glmcheck.evaluate.setup.ResumeStore`).
+KEPT_WHEN_INTERRUPTED = {
+    "logits": "the prompt lengths finished so far are kept in the record directory; rerun with the same --out to "
+              "resume",
+    "firsttoken": "the prompts finished so far are kept in the record directory; rerun with the same --out to resume",
+    "serve": "nothing was served",
+}
+
+
+def interrupted_message(command: str) -> str:
+    """The line an interrupted `command` ends with: what it keeps."""
+    kept = KEPT_WHEN_INTERRUPTED.get(command, "nothing was written (this command writes its record only once it "
+                                              "has finished)")
+    return f"glmcheck {command}: interrupted; {kept}"
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -90,9 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers or triton is imported yet, so bad usage is answered in well under a second), then
     import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
     TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
-    from glmcheck.process.bytecode import hint as bytecode_hint
     from glmcheck.process.bytecode import use_private_cache
-    from glmcheck.process.phases import CLOCK, requested
+    from glmcheck.process.phases import CLOCK
 
     CLOCK.begin()
     use_private_cache()  # before torch is imported: a read-only install compiles its sources once, not every run
@@ -100,7 +114,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ns = build_parser(argv).parse_args(argv)
 
-    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
+    previous = _install_handlers() if _main_thread() else None
+    try:
+        with cli_wording():  # argument errors name the flags, not the library's Python arguments
+            return _run(ns)
+    finally:
+        if previous is not None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _run(ns: argparse.Namespace) -> int:
+    """The command `ns` names, from its precheck to its exit code (the exceptions that end it as exit codes)."""
+    from glmcheck.process.bytecode import hint as bytecode_hint
+    from glmcheck.process.phases import CLOCK, requested
+
     try:
         if getattr(ns, "precheck", None) is not None:
             ns.precheck(ns)
@@ -124,16 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
         return EXIT_BROKEN_PIPE
     except USAGE_ERRORS as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"glmcheck {ns.command}: error: {message}", file=sys.stderr)
+        print(f"glmcheck {ns.command}: error: {error_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        print(f"glmcheck {ns.command}: interrupted; finished items are kept, rerun with the same --out to "
-              f"resume", file=sys.stderr)
+        print(interrupted_message(ns.command), file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def console_main() -> int:
@@ -166,9 +189,14 @@ def _torchrun(ns: argparse.Namespace):
         distributed.shutdown()
 
 
-def _terminate(signum, frame):
-    """SIGTERM ends a run like Ctrl-C: finished items stay on disk for a resume (exit 143)."""
-    raise Terminated
+def _install_handlers() -> dict:
+    """SIGTERM ends a run like Ctrl-C (exit 143); a SIGINT raises `SignalInterrupt`, so that a KeyboardInterrupt a
+    kernel under test raises itself is told from Ctrl-C (`glmcheck.process.interrupts`). Returns the handlers
+    replaced. A SIGINT handler of the caller's own (not Python's default) is left in place."""
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, raise_terminated)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, raise_sigint)
+    return previous
 
 
 def _main_thread() -> bool:

@@ -11,6 +11,7 @@ import pytest
 from glmcheck import cli
 from glmcheck.bench.kernel import BenchResult
 from glmcheck.bench.model import PrefillTiming
+from tests.support.tamper import assert_tampering_refused
 
 KERNEL_FIELDS = {"command", "environment", "index_mode", "timing", "points", "pair_rounds", "paired", "reference",
                  "kv_cache_dtype", "indices", "rows", "table"}
@@ -44,6 +45,7 @@ def test_kernel_bench_prints_the_table_and_writes_its_record(no_gpu_needed, monk
     assert summary["table"] in "\n".join(lines)
     assert cli.main(["report", str(out)]) == 0
     assert capsys.readouterr().out.strip() == summary["table"].strip()
+    assert_tampering_refused(out, tmp_path, capsys)  # a bench record measures: its verdict is PASS (issue 68)
 
 
 def test_kernel_bench_refuses_a_bad_pair_in_one_line(no_gpu_needed, monkeypatch, capsys):

@@ -91,8 +91,8 @@ def test_round_trip(tmp_path):
     rec = read_record(out)
     assert isinstance(rec, Record) and rec.directory == out
     assert rec.summary["files"] == ["rows.parquet", "tensors.safetensors", "summary.json"]
-    assert rec.summary["record_version"] == 1
-    body = {k: v for k, v in rec.summary.items() if k not in ("files", "record_version")}
+    assert rec.summary["record_version"] == 2 and set(rec.summary["digest"]) == set(rec.summary["files"])
+    body = {k: v for k, v in rec.summary.items() if k not in ("files", "record_version", "digest")}
     assert same(body, expected)
     pd.testing.assert_frame_equal(rec.rows, rows)
     assert rec.tensors.keys() == tensors.keys()
@@ -191,7 +191,9 @@ def test_failed_summary_replace_keeps_old_summary(tmp_path, monkeypatch):
         write_record(out, {"v": "new"}, [{"a": 2}])
     monkeypatch.undo()
     assert leftovers(out) == []
-    assert read_record(out).summary["v"] == "old"
+    assert read_record(out, verify=False).summary["v"] == "old"
+    with pytest.raises(ValueError, match="rows.parquet: its content does not match the record's digest"):
+        read_record(out)  # the new rows beside the old summary: a torn record is refused, not read as the old one
 
 
 def test_failed_json_helper_leaves_nothing(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from glmcheck.selftest.mutants import (
 )
 from glmcheck.selftest.runner import run_baseline, run_selftest
 from glmcheck.selftest.suite import SUITE
+from tests.support.tamper import assert_tampering_refused
 
 REQUIRED = {"ownership_ignored", "tail_dropped", "search_off_by_one", "duplicate_row", "rope_tail_dropped",
             "softmax_scale_no_log2e", "empty_slot_as_row0", "topk_length_ignored", "int32_offset_wrap",
@@ -156,7 +157,7 @@ def test_cli_one_mutant_exits_zero_and_prints_score(monkeypatch, capsys):
     assert "score: 1/1 (100%)" in printed
 
 
-def test_cli_full_table_from_report(report, monkeypatch, capsys):
+def test_cli_full_table_from_report(report, monkeypatch, capsys, tmp_path):
     import glmcheck.selftest.runner as runner
 
     monkeypatch.setattr(runner, "run_selftest", lambda mutants, **kwargs: report)
@@ -166,6 +167,11 @@ def test_cli_full_table_from_report(report, monkeypatch, capsys):
     for name in mutant_names():
         assert f"| {name}" in printed
     assert f"score: {len(CATALOGUE)}/{len(CATALOGUE)} (100%)" in printed
+    # its record, as the library writes it: PASS only when every row passed (issue 68)
+    from glmcheck.evaluate.selftest_suite import selftest_suite
+
+    selftest_suite(mutants=True).write(tmp_path / "r")
+    assert_tampering_refused(tmp_path / "r", tmp_path, capsys)
 
 
 def test_cli_rejects_unknown_mutant():

@@ -107,22 +107,26 @@ def test_run_selfcheck_refuses_before_allocating(monkeypatch):
 def test_depth_experts_band_and_forward_limits():
     options.check_layers(None)
     options.check_layers(options.MAX_LAYERS)
-    with pytest.raises(ValueError, match=r"^--layers 313: at most 312 layers \(4 x the 78 of GLM-5.x"):
+    with pytest.raises(ValueError, match=r"^layers 313: at most 312 layers \(4 x the 78 of GLM-5.x"):
         options.check_layers(313)
-    with pytest.raises(ValueError, match=r"--layers must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"layers must be an int >= 1"):
         options.check_layers(0)
     options.check_experts(1024)
-    with pytest.raises(ValueError, match=r"^--experts 1025: at most 1024 routed experts \(4 x the 256 of GLM-5.x"):
+    with pytest.raises(ValueError, match=r"^experts 1025: at most 1024 routed experts \(4 x the 256 of GLM-5.x"):
         options.check_experts(1025)
     options.check_band(16)
-    with pytest.raises(ValueError, match=r"^--band 17: at most 16 variants \(the band family has 16 flash-style"):
+    with pytest.raises(ValueError, match=r"^band 17: at most 16 variants \(the band family has 16 flash-style"):
         options.check_band(17)
     options.check_band(14, held_out=2)
-    with pytest.raises(ValueError, match=r"^--band 15: at most 14 variants .*holds 2 of them out of the band\)$"):
+    with pytest.raises(ValueError, match=r"^band 15: at most 14 variants .*holds 2 of them out of the band\)$"):
         options.check_band(15, held_out=2)
     options.check_forwards(options.MAX_FORWARDS, "x")
     with pytest.raises(ValueError, match=r"^3 seeds: 100,001 model forwards, more than the limit of 100,000 "):
         options.check_forwards(100_001, "3 seeds")
+    from glmcheck.process.wording import cli_wording
+
+    with cli_wording(), pytest.raises(ValueError, match=r"^--layers 313: at most 312 layers"):
+        options.check_layers(313)  # the command line names the flag
 
 
 def test_the_depth_limit_keeps_the_meta_skeleton_quick():

@@ -17,6 +17,7 @@ from glmcheck.evaluate import CheckOptions, sweep
 from glmcheck.records.plots import write_plots
 from glmcheck.records.store import read_record
 from tests.support.late_fault import LATE_FROM
+from tests.support.tamper import assert_tampering_refused
 
 LATE = "late=tests/support/late_fault.py:late_fault"
 
@@ -105,6 +106,9 @@ def test_sweep_cli(tmp_path, capsys):
     assert "length sweep, in process" in printed and "| band:9 | - " in printed
     assert read_record(tmp_path / "c").summary["onsets"]["band:9"]["verdict"] == "PASS"
     assert cli.main(["report", str(tmp_path / "c")]) == 0
+    rows = read_record(tmp_path / "c").rows
+    judged = int(rows.index[rows["role"] == "judged"][0])
+    assert_tampering_refused(tmp_path / "c", tmp_path, capsys, judged_row=judged)  # issue 68
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,61 +1,127 @@
-"""`glmcheck report` refuses a record that glmcheck did not write as it is (a verdict that is no verdict, rows
-without the fields its tables need) with one line naming the field and exit 2, and stops quietly when the
-reader of its output goes away (issue 54)."""
+"""`glmcheck report` believes no record glmcheck did not write as it is (issues 54, 68): a record edited after it was
+written fails its content digest; one forged with its digest recomputed still fails where its verdicts are not what
+its rows give (each verdict recomputed with the record's own gate), where its summary's rows are not its rows file's,
+or where a verdict is no verdict or a field its tables need is missing. Each is one line naming the field, exit 2.
+The sweep's, bench's, selftest's and tasks' records are tampered with where their own tests make them
+(test_sweep, test_bench_command, test_selftest, test_tasks)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 from glmcheck import cli
+from tests.support.tamper import assert_tampering_refused, flip_row, forged, refusal
+
+QUICK = ["--model", "tiny", "--band", "3", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     root = tmp_path_factory.mktemp("records")
-    for command, extra in (("layer0", []), ("firsttoken", ["--limit", "1"])):
-        assert cli.main([command, "--model", "tiny", "--backends", "torch_bf16", "--quiet", "--out", str(root / command),
-                         *extra]) in (0, 1, 3)
+    runs = {"layer0": ["layer0", "--tokens", "16", "--backends", "torch_bf16,band:5"],
+            "drift": ["drift", "--tokens", "16", "--backends", "torch_bf16"],
+            "logits": ["logits", "--tokens", "24", "--backends", "band:5"],
+            "firsttoken": ["firsttoken", "--limit", "2", "--backends", "torch_bf16"]}
+    for name, args in runs.items():
+        assert cli.main([*args, *QUICK, "--out", str(root / name)]) in (0, 1, 3), name
+    assert cli.main(["union-stats", "--synthetic", "--mode", "uniform", "--out", str(root / "union-stats")]) == 0
     return root
 
 
-def _tampered(records, tmp_path, command: str, edit_summary=None, edit_rows=None):
-    copy = tmp_path / command
-    shutil.copytree(records / command, copy)
-    if edit_summary:
-        summary = json.loads((copy / "summary.json").read_text())
-        edit_summary(summary)
-        (copy / "summary.json").write_text(json.dumps(summary))
-    if edit_rows:
-        rows = pd.read_parquet(copy / "rows.parquet")
-        edit_rows(rows).to_parquet(copy / "rows.parquet")
-    return copy
+def _judged_row(record, verdicts=("PASS", "FAIL")) -> int:
+    import pandas as pd
+
+    rows = pd.read_parquet(record / "rows.parquet")
+    return int(next(i for i, v in enumerate(rows["verdict"]) if v in verdicts))
 
 
-def _drop_agree(summary):
-    del summary["summary_rows"][0]["agree"]
+@pytest.mark.parametrize("command", ["layer0", "drift", "logits"])
+def test_a_check_record_edited_or_forged_is_refused(records, tmp_path, capsys, command):
+    assert_tampering_refused(records / command, tmp_path, capsys, judged_row=_judged_row(records / command))
 
 
-@pytest.mark.parametrize("command, edit_summary, edit_rows, words", [
-    ("layer0", lambda s: s.update(verdict="BANANA"), None, "verdict 'BANANA' is not one of PASS, FAIL, INCONCLUSIVE"),
-    ("layer0", None, lambda r: r.drop(columns=["rel_l2"]), "no column 'rel_l2'"),
-    ("layer0", None, lambda r: r.assign(verdict="MAYBE"), "verdict 'MAYBE'"),
-    ("firsttoken", _drop_agree, None, "summary_rows[0] has no field 'agree'"),
-    ("firsttoken", lambda s: s.update(summary_rows="x"), None, "summary_rows is not a list of objects"),
+def test_a_band_row_passed_off_as_judged_or_a_judged_row_as_a_band_sample_is_refused(records, tmp_path, capsys):
+    record = records / "layer0"
+    judged = _judged_row(record)
+
+    def hide(frame):  # a FAIL row made unjudged ("-"), as if it were a band sample
+        frame = frame.copy()
+        frame.loc[judged, "verdict"] = "-"
+        return frame
+
+    def hide_copy(data):
+        data["rows"][judged]["verdict"] = "-"
+
+    err = refusal(forged(record, tmp_path / "hidden", hide_copy, hide), capsys)
+    assert f"row {judged} (" in err and ("give 'PASS'" in err or "give 'FAIL'" in err), err
+
+
+def test_summary_rows_that_are_not_the_rows_file_are_refused(records, tmp_path, capsys):
+    """The seed of issue 68: a layer0 record whose summary.json rows are replaced printed `verdict: FAIL`."""
+    def replace(data):
+        data["rows"][-1]["verdict"] = "FAIL"
+
+    err = refusal(forged(records / "layer0", tmp_path / "rows", replace), capsys)
+    assert "summary.json: rows[" in err and "rows.parquet holds" in err
+
+
+def test_a_firsttoken_record_whose_backend_rows_lie_is_refused(records, tmp_path, capsys):
+    record = records / "firsttoken"
+    assert_tampering_refused(record, tmp_path, capsys)
+
+    def flip(data):
+        row = next(r for r in data["summary_rows"] if r["verdict"] in ("PASS", "FAIL"))
+        row["verdict"] = "PASS" if row["verdict"] == "FAIL" else "FAIL"
+
+    err = refusal(forged(record, tmp_path / "rows", flip), capsys)
+    assert "summary.json: summary_rows[" in err and "outcomes and the record's gate give" in err
+
+
+def test_a_table_command_record_with_a_verdict_it_cannot_have_is_refused(records, tmp_path, capsys):
+    """union-stats measures: its verdict is PASS; 'BANANA' exited 1 before issue 68, FAIL is a lie too."""
+    assert_tampering_refused(records / "union-stats", tmp_path, capsys)
+    banana = forged(records / "union-stats", tmp_path / "banana", lambda s: s.update(verdict="BANANA"))
+    assert "verdict 'BANANA' is not one of PASS, FAIL, INCONCLUSIVE" in refusal(banana, capsys)
+
+
+def test_a_record_without_a_digest_or_with_a_file_added_is_refused(records, tmp_path, capsys):
+    def strip(data):
+        del data["digest"]
+
+    assert "no digest" in refusal(forged(records / "layer0", tmp_path / "bare", strip, reseal=False), capsys)
+    added = forged(records / "layer0", tmp_path / "added")
+    (added / "tensors.safetensors").write_bytes(b"\0" * 16)
+    assert "tensors.safetensors: a file the record's digest does not name" in refusal(added, capsys)
+
+
+@pytest.mark.parametrize("edit_summary, edit_rows, words", [
+    (lambda s: s.update(verdict="BANANA"), None, "verdict 'BANANA' is not one of PASS, FAIL, INCONCLUSIVE"),
+    (None, lambda r: r.drop(columns=["rel_l2"]), "no column 'rel_l2'"),
+    (None, lambda r: r.assign(verdict="MAYBE"), "verdict 'MAYBE'"),
 ])
-def test_a_tampered_record_is_refused_in_one_line(records, tmp_path, capsys, command, edit_summary, edit_rows,
-                                                  words):
-    assert cli.main(["report", str(records / command)]) in (0, 1, 3), "the record as written renders"
-    capsys.readouterr()
-    copy = _tampered(records, tmp_path, command, edit_summary, edit_rows)
-    code = cli.main(["report", str(copy)])
-    out, err = capsys.readouterr()
-    assert code == 2 and not out and len(err.strip().splitlines()) == 1 and words in err, err
+def test_a_record_without_what_its_tables_need_is_refused(records, tmp_path, capsys, edit_summary, edit_rows, words):
+    copy = forged(records / "layer0", tmp_path / "x", edit_summary, edit_rows)
+    assert words in refusal(copy, capsys)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda s: s["summary_rows"][0].pop("agree"), "summary_rows[0] has no field 'agree'"),
+    (lambda s: s.update(summary_rows="x"), "summary_rows is not a list of objects"),
+])
+def test_a_firsttoken_record_without_its_fields_is_refused(records, tmp_path, capsys, edit, words):
+    assert words in refusal(forged(records / "firsttoken", tmp_path / "x", edit), capsys)
+
+
+def test_plots_skip_a_tampered_record(records, tmp_path):
+    from glmcheck.records.plots import write_plots
+
+    forged(records / "layer0", tmp_path / "lie" / "layer0", *flip_row(_judged_row(records / "layer0")))
+    skipped = []
+    assert write_plots(tmp_path / "lie", lambda path, why: skipped.append(why)) == []
+    assert skipped and skipped[0].startswith("refused: rows.parquet: row")
 
 
 def test_a_closed_pipe_ends_report_quietly(records):

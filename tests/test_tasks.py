@@ -21,6 +21,7 @@ from glmcheck import cli
 from glmcheck.evaluate import tasks_compare
 from glmcheck.records.plots import write_plots
 from tests.support.servers import Servers
+from tests.support.tamper import assert_tampering_refused
 
 FAULT = "fault=tests/support/server_faults.py:rope_dropped"
 TASK = "glmcheck_heldout_mc"
@@ -49,7 +50,7 @@ def eighty(servers, tmp_path_factory):
     return code, printed.getvalue(), out
 
 
-def test_kernel_passes_fault_fails_and_compare_agrees(eighty, tmp_path):
+def test_kernel_passes_fault_fails_and_compare_agrees(eighty, tmp_path, capsys):
     code, printed, out = eighty
     assert code == 1, printed
     summary = json.loads((out / "summary.json").read_text())
@@ -69,6 +70,7 @@ def test_kernel_passes_fault_fails_and_compare_agrees(eighty, tmp_path):
     assert [r["p_one_sided_drop"] for r in again["rows"]] == [r["p_one_sided_drop"] for r in summary["rows"]]
     assert [p.name for p in write_plots(out)] == ["plot-tasks.png"]
     assert cli.main(["report", str(out)]) == 1
+    assert_tampering_refused(out, tmp_path / "tampered", capsys, judged_row=0)  # the paired rules (issue 68)
 
 
 def _first_questions(log: Path, into: Path, count: int) -> Path:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
+from glmcheck.checks.band import BAND_FAMILY_SIZE
 from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
 
 
@@ -86,7 +87,9 @@ BAND_FAMILY: tuple[FlashVariant, ...] = (
     FlashVariant(32, _R, True),
     FlashVariant(64, _F, False),
 )
-BAND_FAMILY_SIZE = len(BAND_FAMILY)
+if len(BAND_FAMILY) != BAND_FAMILY_SIZE:
+    raise ImportError(f"the band family has {len(BAND_FAMILY)} kernels; glmcheck.checks.band.BAND_FAMILY_SIZE says "
+                      f"{BAND_FAMILY_SIZE}")
 
 
 def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int = 512,

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from glmcheck.backends.errors import BackendError
+from glmcheck.process.interrupts import raised_by_code, signals_told_apart
 
 ENTRY_POINT_GROUP = "glmcheck.backends"
 
@@ -38,11 +39,14 @@ def entry_point_source(point: importlib.metadata.EntryPoint) -> str:
 
 def load_entry_point(name: str, point: importlib.metadata.EntryPoint) -> Callable:
     """The function of an entry point; BackendError naming the backend and its module otherwise."""
-    try:
-        fn = point.load()
-    except Exception as err:  # noqa: BLE001  (any failure to import is the plugin's; say which)
-        raise BackendError(f"backend {name!r}: cannot load {point.value} ({type(err).__name__}: "
-                           f"{_first_line(err)})") from None
+    with signals_told_apart() as told_apart:
+        try:
+            fn = point.load()
+        except BaseException as err:  # noqa: BLE001  (any failure to import is the plugin's, SystemExit too)
+            if not raised_by_code(err, told_apart):
+                raise
+            raise BackendError(f"backend {name!r}: cannot load {point.value} ({type(err).__name__}: "
+                               f"{_first_line(err)})") from None
     return _callable(name, fn, point.value)
 
 
@@ -60,13 +64,16 @@ def load_target(name: str, target: str) -> Callable:
     """The function `module:function` (a dotted module importable from the working directory or
     sys.path, or a .py file) names; BackendError naming the backend and the module otherwise."""
     module_name, _, attr = target.rpartition(":")
-    try:
-        module = _import_file(module_name) if module_name.endswith(".py") else _import_module(module_name)
-    except BackendError:
-        raise
-    except Exception as err:  # noqa: BLE001  (the plugin's own import error, in one line)
-        raise BackendError(f"backend {name!r}: cannot import {module_name} ({type(err).__name__}: "
-                           f"{_first_line(err)})") from None
+    with signals_told_apart() as told_apart:
+        try:
+            module = _import_file(module_name) if module_name.endswith(".py") else _import_module(module_name)
+        except BackendError:
+            raise
+        except BaseException as err:  # noqa: BLE001  (the plugin's own import error, SystemExit too, in one line)
+            if not raised_by_code(err, told_apart):
+                raise
+            raise BackendError(f"backend {name!r}: cannot import {module_name} ({type(err).__name__}: "
+                               f"{_first_line(err)})") from None
     if not hasattr(module, attr):
         raise BackendError(f"backend {name!r}: module {module_name} has no {attr!r}")
     return _callable(name, getattr(module, attr), target)
@@ -74,7 +81,11 @@ def load_target(name: str, target: str) -> Callable:
 
 def _import_module(module_name: str):
     """Import `module_name` with the working directory on the path, as `python -m` would."""
-    cwd = str(Path.cwd())
+    try:
+        cwd = str(Path.cwd())
+    except FileNotFoundError:
+        raise BackendError(f"cannot import {module_name}: the working directory no longer exists (removed while "
+                           f"glmcheck ran?); run from an existing directory") from None
     added = cwd not in sys.path
     if added:
         sys.path.insert(0, cwd)
@@ -101,6 +112,6 @@ def _callable(name: str, fn: object, target: str) -> Callable:
     return fn
 
 
-def _first_line(err: Exception) -> str:
+def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else "no message"

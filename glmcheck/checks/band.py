@@ -46,6 +46,9 @@ SWEEP_BAND = 8
 # Ideal variants a gate needs: a held-out variant against a band of 1 FAILS 8/96 (tiny logits) and 4/64 (ref-cpu
 # logits) times, against 2 still 4/64 (ref-cpu, last layer's drift), against 3 or more never.
 MIN_BAND = 3
+# The ideal kernels a band draws its variants from (`glmcheck.backends.band_kernels.BAND_FAMILY`: every block size x
+# order x normaliser once); named here, in a module without torch, so an option's check needs no kernel import.
+BAND_FAMILY_SIZE = 16
 # Band max / band median beyond which the band cannot judge: legitimate bands reach 2.6 (tiny and ref-cpu, 64 tokens),
 # bands with a flip 4.65 and more; at the limit the gate admits 6 x the median (docs/reliability.md, "Gate"). The
 # same limit on median / the smallest ideal variant finds a band where most variants flipped ("split").
@@ -160,7 +163,7 @@ class Band:
         return f"band rel-L2 over {count} samples: min {low:.3e} / median {mid:.3e} / max {high:.3e}"
 
     def as_dict(self) -> dict:
-        return {"names": self.names, "samples": self.samples}
+        return {"names": self.names, "samples": self.samples, "apart": self.apart}
 
     def variants(self) -> int:
         """Ideal variants in the band: its samples less the rerun (the first)."""

@@ -89,6 +89,9 @@ class PromptOutcome:
     fault: str | None = None  # why this backend gave no answer (it raised, broke its contract, NaN from a server)
 
 
+NONFINITE_LOGITS = "gave non-finite logits (NaN/Inf)"  # a fault: the row names no token
+
+
 def faulted(prompt_id: str, backend: str, ref_choice: Choice, reason: str) -> PromptOutcome:
     """The outcome of a backend that gave no answer on a prompt (`reason`): no token, NaN logprobs; a FAIL."""
     return PromptOutcome(prompt_id, backend, -1, math.nan, ref_choice.token, ref_choice.logprob, ref_choice.gap,
@@ -199,12 +202,16 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
                   for name in variants]
         for name in others:
             try:
-                outcome = judge_prompt(prompt.id, name, logits(ids, name, prompt.id, own=False), ref_choice)
-            except KernelFault as fault:
-                batch.append(faulted(prompt.id, name, ref_choice, fault.reason))
+                mine_logits = logits(ids, name, prompt.id, own=False)
+                fault = None if bool(torch.isfinite(mine_logits).all()) else NONFINITE_LOGITS
+            except KernelFault as err:
+                fault = err.reason
+            if fault is not None:  # no answer: no token, no tie (its argmax over NaN would name an arbitrary token)
+                batch.append(faulted(prompt.id, name, ref_choice, fault))
                 if progress is not None:
                     progress.update(continue_tokens)  # the continuation it will not run
                 continue
+            outcome = judge_prompt(prompt.id, name, mine_logits, ref_choice)
             if continue_tokens:
                 mine = greedy_continuation(model, ids, name, options, continue_tokens, progress)
                 outcome.divergence = _first_divergence(mine, ref_continuation)
@@ -276,7 +283,7 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
              f"{gate_ratio:g} x the band's max |dlogprob|)) and mean |dlogprob| over every prompt <= "
              f"{gate_ratio:g} x the band's max mean" + (f" and <= {max_dlogprob:g}" if max_dlogprob else "")
              + "; a check with no backend judged FAILS; " + inconclusive_rule(),
-             "continue_tokens": continue_tokens}
+             "continue_tokens": continue_tokens, "max_dlogprob": max_dlogprob}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
 
 
@@ -318,9 +325,11 @@ def _stats(outcomes: list[PromptOutcome]) -> dict:
 
 
 def _flip(o: PromptOutcome, tokenizer: Tokenizer, tie_gap: float) -> dict:
+    """A disagreement's entry; a row whose logprob is not finite names no token and no tie (None: shown as '-')."""
+    finite = math.isfinite(o.logprob) and o.token >= 0
     return {"prompt_id": o.prompt_id, "backend": o.backend, "ref_token": tokenizer.token_text(o.ref_token),
-            "ref_logprob": o.ref_logprob, "token": tokenizer.token_text(o.token), "logprob": o.logprob,
-            "ref_gap": o.ref_gap, "near_tie": o.ref_gap <= tie_gap}
+            "ref_logprob": o.ref_logprob, "token": tokenizer.token_text(o.token) if finite else None,
+            "logprob": o.logprob, "ref_gap": o.ref_gap, "near_tie": o.ref_gap <= tie_gap if finite else None}
 
 
 def reference_peakedness(outcomes: list[PromptOutcome]) -> dict:

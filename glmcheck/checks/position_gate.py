@@ -133,7 +133,7 @@ class PositionGate:
         allowed = self.allowed_beyond(row.distance.numel())
         if measures["beyond"] > allowed:
             why.append(f"{measures['beyond']} of {row.distance.numel()} positions ({measures['exceed']:.1%}) beyond "
-                       f"{self.position_ratio:g} x the band's KL there (at most {allowed:.0f})")
+                       f"{self.position_ratio:g} x the band's KL there (at most {allowed:.3g})")
         limit = self.median_limit(row.distance.numel())
         if measures["median_ratio"] > limit:
             why.append(f"median KL {measures['median_kl']:.2e} > {limit:.3g} x the band's largest median "

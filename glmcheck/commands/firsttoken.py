@@ -7,7 +7,7 @@ import argparse
 from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
 from glmcheck.commands.model_options import add_model_options, check_model_usage
 from glmcheck.data.prompts import PROMPT_SETS
-from glmcheck.evaluate.arguments import check_count, check_number
+from glmcheck.evaluate.arguments import check_count, check_number, check_tie_gap
 
 
 def add_parser(sub) -> None:
@@ -43,7 +43,7 @@ def precheck(ns: argparse.Namespace) -> None:
         raise ValueError("--logprobs applies to running servers (in process every logprob is known): add --endpoint")
     check_count(ns.logprobs, "--logprobs", minimum=2)
     check_count(ns.continue_tokens, "--continue", minimum=0)
-    check_number(ns.tie_gap, "--tie-gap")
+    check_tie_gap(ns.tie_gap, "--tie-gap")
     check_number(ns.max_dlogprob, "--max-dlogprob", positive=True)
 
 

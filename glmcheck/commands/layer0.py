@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
-from glmcheck.evaluate.arguments import check_count
+from glmcheck.evaluate.arguments import check_count, check_text
 from glmcheck.evaluate.options import GPU_TOKENS
 
 
@@ -24,6 +24,7 @@ def precheck(ns: argparse.Namespace) -> None:
     """What needs no model (`glmcheck.cli` runs it before any heavy import)."""
     check_model_usage(ns)
     check_count(ns.tokens, "--tokens")
+    check_text(ns.text, "--text")
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:

@@ -12,7 +12,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
                        description="Re-read a record directory written by layer0, logits, firsttoken, drift, "
                                    "sweep, union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
-                                   "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise.")
+                                   "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise. A "
+                                   "record edited after it was written (its content digest), or whose verdicts are not "
+                                   "what its rows give, is refused in one line naming the field (exit 2).")
     p.add_argument("directory", help="record directory (holds summary.json)")
     p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata (--format md)")
     add_format_option(p)
@@ -35,12 +37,16 @@ def handle(ns: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    from glmcheck.records.render import TABLE_COMMANDS, render
+    from glmcheck.records.rejudge import check_verdicts
+    from glmcheck.records.render import TABLE_COMMANDS, check_record, render
     from glmcheck.records.store import read_record
 
-    record = read_record(ns.directory)
     try:
+        record = read_record(ns.directory)  # its content as written (the digest)
         form = "md" if ns.md else ns.format
+        if record.summary.get("command") not in TABLE_COMMANDS:
+            check_record(record.summary, record.rows)
+        check_verdicts(record.summary, record.rows)  # its verdicts as its rows give them
         text = render(record.summary, record.rows, form)
     except ValueError as err:
         raise ValueError(f"{ns.directory}: {err}") from None

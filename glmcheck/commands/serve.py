@@ -62,7 +62,7 @@ def precheck(ns: argparse.Namespace) -> None:
         check_layers(ns.layers)
         check_experts(ns.experts)
     check_count(ns.tp, "--tp")
-    check_count(ns.max_logprobs, "--max-logprobs", minimum=0)
+    check_count(ns.max_logprobs, "--max-logprobs", minimum=1)
     if not 0 <= ns.port <= 65535:
         raise ValueError(f"--port must be an int in [0, 65535], got {ns.port}")
     if not ns.host.strip():
@@ -74,8 +74,8 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.cli import Terminated
     from glmcheck.model.load import ModelSpec
+    from glmcheck.process.interrupts import Terminated
     from glmcheck.serve.app import build_app
     from glmcheck.serve.process import listen, run_server, url_of
     from glmcheck.serve.startup import ServeSettings, prepare

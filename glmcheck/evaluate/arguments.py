@@ -13,10 +13,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from glmcheck.process.wording import flag
+
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed; argparse takes any int
 
 
-def check_seed(seed: int, option: str = "--seed") -> None:
+def check_seed(seed: int, option: str | None = None) -> None:
+    """`seed` is an int in [0, 2**63 - 1] (`option` names it: default the argument `seed`, `flag`)."""
+    option = option or flag("seed")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"{option} must be an int in [0, 2**63 - 1], got {seed!r}")
 
@@ -29,6 +33,28 @@ def check_count(value: int | None, option: str, minimum: int = 1) -> None:
         raise ValueError(f"{option} must be an int >= {minimum}, got {value!r}")
 
 
+def check_text(text: object, option: str | None = None) -> None:
+    """`text` (when given) is a prompt with something in it (`option` names it: default the argument `text`): an
+    empty one would run the model on its start token alone."""
+    if text is not None and not (isinstance(text, str) and text.strip()):
+        raise ValueError(f"{option or flag('text')} must be a non-empty prompt text, got {text!r}")
+
+
+def check_lengths(tokens: object, option: str | None = None) -> None:
+    """`tokens` (when given) is a non-empty list of prompt lengths, each an int >= 1 (`option` names it: default the
+    argument `tokens`)."""
+    if tokens is None:
+        return
+    option = option or flag("tokens")
+    if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+        raise ValueError(f"{option} must be a list of prompt lengths, got {tokens!r}")
+    lengths = list(tokens)
+    if not lengths:
+        raise ValueError(f"{option} names no prompt length (an empty list)")
+    for length in lengths:
+        check_count(length, option)
+
+
 def check_number(value: float | None, option: str, *, positive: bool = False) -> None:
     """`value` (when given) is finite and >= 0 (> 0 when `positive`)."""
     if value is None:
@@ -37,6 +63,23 @@ def check_number(value: float | None, option: str, *, positive: bool = False) ->
         or value < 0 or (positive and value == 0)
     if bad:
         raise ValueError(f"{option} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+# The largest --tie-gap: a reference whose top-1 is e (2.7) times as likely as its top-2 has made a choice, and a
+# kernel that flips it is no near tie; a larger gap would excuse such flips, and 1e9 every flip.
+MAX_TIE_GAP = 1.0
+
+
+def check_tie_gap(value: object, option: str | None = None) -> None:
+    """ValueError naming `option` (default the argument `tie_gap`) unless `value` (when given) is a number of nats
+    in [0, MAX_TIE_GAP]."""
+    if value is None:
+        return
+    option = option or flag("tie_gap")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= MAX_TIE_GAP:
+        raise ValueError(f"{option} must be a number of nats in [0, {MAX_TIE_GAP:g}] (a top-1 "
+                         f"{math.exp(MAX_TIE_GAP):.1f} x as likely as the top-2 is a choice, not a near tie), got "
+                         f"{value!r}")
 
 
 def check_writable_dir(path: Path, option: str) -> None:
@@ -50,7 +93,11 @@ def check_writable_dir(path: Path, option: str) -> None:
 
 
 def _existing_parent(path: Path) -> Path:
-    parent = path.absolute().parent
+    try:
+        parent = path.absolute().parent
+    except FileNotFoundError:  # os.getcwd() of a working directory removed since the command started
+        raise ValueError(f"{path}: the working directory no longer exists (removed while glmcheck ran?); run from "
+                         f"an existing directory or give an absolute path") from None
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
@@ -119,34 +166,37 @@ MAX_EXPERTS = 4 * GLM5_EXPERTS
 MAX_FORWARDS = 100_000  # ~200 x a default firsttoken run (50 prompts x ~10 forwards)
 
 
-def check_layers(value: int | None, option: str = "--layers") -> None:
+def check_layers(value: int | None, option: str | None = None) -> None:
     """`value` (when given) is an int in [1, MAX_LAYERS]. --layers keeps a preset's first N layers (its
     indexer schedule extended past the preset's depth); a model several times deeper than GLM-5.x's
     78 layers is none of the presets, and only laying out its module skeleton on the meta device,
     which every memory estimate does, takes minutes (10,000 layers: 15 s, growing faster than
     linearly)."""
+    option = option or flag("layers")
     check_count(value, option)
     if value is not None and value > MAX_LAYERS:
         raise ValueError(f"{option} {value}: at most {MAX_LAYERS} layers (4 x the {GLM5_LAYERS} of GLM-5.x; "
-                         f"--layers keeps a preset's first N layers, and a deeper model takes minutes just to "
+                         f"it keeps a preset's first N layers, and a deeper model takes minutes just to "
                          f"lay out)")
 
 
-def check_experts(value: int | None, option: str = "--experts") -> None:
+def check_experts(value: int | None, option: str | None = None) -> None:
     """`value` (when given) is an int in [1, MAX_EXPERTS]: routed experts per MoE layer, 256 in GLM-5.x;
     a fused expert stack of 10^12 experts overflows even the meta device's size arithmetic."""
+    option = option or flag("experts")
     check_count(value, option)
     if value is not None and value > MAX_EXPERTS:
         raise ValueError(f"{option} {value}: at most {MAX_EXPERTS} routed experts (4 x the {GLM5_EXPERTS} of "
                          f"GLM-5.x; each MoE layer holds all of them in one fused weight stack)")
 
 
-def check_band(value: int, option: str = "--band", held_out: int = 0) -> None:
+def check_band(value: int, option: str | None = None, held_out: int = 0) -> None:
     """`value` is an int in [1, BAND_FAMILY_SIZE - held_out]: the band's variants are the flash-style
     kernels of `glmcheck.backends.band_kernels` (16, each once), of which `held_out` are kept out of
     the band (the rates run holds out 2); a larger band would fail only after the model is built."""
-    from glmcheck.backends.band_kernels import BAND_FAMILY_SIZE
+    from glmcheck.checks.band import BAND_FAMILY_SIZE
 
+    option = option or flag("band")
     check_count(value, option)
     limit = BAND_FAMILY_SIZE - held_out
     if value > limit:

@@ -25,10 +25,11 @@ from glmcheck.checks.band import FAIL, BadReference
 from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, Choice, PromptOutcome, faulted, summarize
 from glmcheck.checks.sweep import Faulted
-from glmcheck.evaluate.arguments import check_count, check_number
+from glmcheck.evaluate.arguments import check_count, check_number, check_tie_gap
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore
+from glmcheck.process.wording import flag
 from glmcheck.records.environment import code_identity
 from glmcheck.sources.completions import Completion, complete
 from glmcheck.sources.endpoint import Endpoint, ServerInfo, check_same_model, describe, parse_endpoints
@@ -213,11 +214,12 @@ def firsttoken_endpoints(endpoints: Sequence[str | Endpoint], band_endpoints: Se
 
     tie_gap = DEFAULT_TIE_GAP if tie_gap is None else tie_gap
     http = http or HttpOptions()
-    check_count(continue_tokens, "--continue", minimum=0)
-    check_count(logprobs, "--logprobs", minimum=2)
-    check_number(tie_gap, "--tie-gap")
-    check_number(max_dlogprob, "--max-dlogprob", positive=True)
-    check_gate_ratio(gate_ratio)
+    check_count(limit, flag("limit"))
+    check_count(continue_tokens, flag("continue_tokens"), minimum=0)
+    check_count(logprobs, flag("logprobs"), minimum=2)
+    check_tie_gap(tie_gap, flag("tie_gap"))
+    check_number(max_dlogprob, flag("max_dlogprob"), positive=True)
+    check_gate_ratio(gate_ratio, flag("gate_ratio"))
     prompt_set = prompts or "natural50"
     chosen = load_prompts(prompt_set, limit)
     servers = Servers(endpoints, band_endpoints, http, concurrency)

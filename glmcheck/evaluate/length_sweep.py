@@ -24,15 +24,16 @@ from glmcheck.evaluate.model_checks import _build, _report
 from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
+from glmcheck.process.wording import flag
 
 MAX_LOGPROBS = 20  # what vLLM serves by default (--max-logprobs); in process any k would do
 
 
 def check_logprobs(k: int) -> None:
-    """--logprobs: the reference's top-k tokens the distance is taken over."""
-    check_count(k, "--logprobs")
+    """`logprobs` (--logprobs): the reference's top-k tokens the distance is taken over."""
+    check_count(k, flag("logprobs"))
     if k > MAX_LOGPROBS:
-        raise ValueError(f"--logprobs must be in [1, {MAX_LOGPROBS}] (servers cap it; vLLM's default cap is 20), "
+        raise ValueError(f"{flag('logprobs')} must be in [1, {MAX_LOGPROBS}] (servers cap it; vLLM's default cap is 20), "
                          f"got {k}")
 
 
@@ -49,14 +50,15 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
                                 per_octave)
     dense = [b for b in setup.backends if b.startswith("hf_")]
     if dense and options.backend_list() is not None:
-        raise ValueError(f"--backends: {', '.join(dense)} attend densely ([T, T] scores) and are cross-checks of the "
+        raise ValueError(f"{flag('backends')}: {', '.join(dense)} attend densely ([T, T] scores) and are cross-checks of the "
                          f"reference, not kernels under test; the sweep judges absorbed backends")
     judged = [b for b in setup.backends if not b.startswith("hf_") and b != setup.exact
               and b not in band_names(setup.band_size)]
     band = band_names(setup.band_size)
     forwards = 3 + len(band) + len(judged)  # the reference's long forward and its two short reruns, every other row
-    check_forwards(forwards, f"{forwards} forwards (--band, --backends)")
-    setup.check_prompt(lengths[-1], "--tokens (its longest length)")
+    check_forwards(forwards, f"{forwards} forwards ({flag('band')}, {flag('backends')})")
+    setup.check_prompt(lengths[-1], f"{flag('tokens')} (its longest length)")
+    setup.check_cpu_time(lengths[-1:], f"{flag('tokens')} (its longest length)")
     resume = ResumeStore(record_dir, setup.fingerprint("sweep", lengths=lengths, logprobs=logprobs,
                                                        seed=options.seed),
                          overwrite=overwrite, writable=setup.is_main, total=len(lengths), what="lengths")

@@ -25,13 +25,21 @@ from glmcheck.checks.rows import ComparisonRow
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import default_prompt_set
-from glmcheck.evaluate.arguments import check_count, check_forwards, check_number
+from glmcheck.evaluate.arguments import (
+    check_count,
+    check_forwards,
+    check_lengths,
+    check_number,
+    check_text,
+    check_tie_gap,
+)
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.model.load import load_model
 from glmcheck.process.phases import CLOCK
+from glmcheck.process.wording import flag
 from glmcheck.records.environment import config_hash
 
 RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its items (`ResumeStore`)
@@ -60,12 +68,13 @@ def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None
     from glmcheck.checks.layer0 import run_layer0
     from glmcheck.data.prompts import text_prompt
 
+    check_text(text)
     setup = Setup(options, layer0_only=True, one_prompt=True, tokens=tokens)
     length = setup.tokens
     text_ids = None
     if text is not None:
         text_ids = model_tokenizer(setup.spec, setup.config.vocab_size).encode(text)
-        setup.check_prompt(max(len(text_ids), length), "--text (tokens)")
+        setup.check_prompt(max(len(text_ids), length), f"{flag('text')} (tokens)")
     model = _build(setup, layer0_only=True)
     ids = text_prompt(text_ids, tokens, setup.device) if text_ids is not None else \
         model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
@@ -100,13 +109,15 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
     from glmcheck.checks.logits import run_logits
     from glmcheck.checks.position_gate import PositionGate
 
+    check_lengths(tokens)
     setup = Setup(options)
     lengths = list(tokens) if tokens is not None else (list(GPU_LOGITS_LENGTHS) if setup.device.type == "cuda" else [64, 128])
-    check_count(options.dense_threshold, "--dense-threshold", minimum=0)
     check_forwards(len(lengths) * setup.forwards,
-                   f"{len(lengths)} lengths x {setup.forwards} forwards each (--tokens, --band, --backends)")
+                   f"{len(lengths)} lengths x {setup.forwards} forwards each ({flag('tokens')}, {flag('band')}, "
+                   f"{flag('backends')})")
     for length in lengths:
         setup.check_prompt(length)
+    setup.check_cpu_time(lengths)
     resume = ResumeStore(record_dir, setup.fingerprint("logits", lengths=lengths, seed=options.seed),
                          overwrite=overwrite, writable=setup.is_main, total=len(lengths), what="lengths")
     done = {int(key): [ComparisonRow(**r) for r in payload] for key, payload in resume.done.items()}
@@ -134,21 +145,23 @@ def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int 
     from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, PromptOutcome, forwards_per_prompt, run_firsttoken
     from glmcheck.data.prompts import load_prompts
 
-    setup = Setup(options)
     tie_gap = DEFAULT_TIE_GAP if tie_gap is None else tie_gap
-    check_count(continue_tokens, "--continue", minimum=0)
-    check_number(tie_gap, "--tie-gap")
-    check_number(max_dlogprob, "--max-dlogprob", positive=True)
+    check_count(limit, flag("limit"))
+    check_count(continue_tokens, flag("continue_tokens"), minimum=0)
+    check_tie_gap(tie_gap, flag("tie_gap"))
+    check_number(max_dlogprob, flag("max_dlogprob"), positive=True)
+    setup = Setup(options)
     prompt_set = prompts or default_prompt_set(setup.spec.trained)
     chosen = load_prompts(prompt_set, limit)
     steps = 1 + continue_tokens  # a continuation re-runs the prefill for every step
     check_forwards(len(chosen) * setup.forwards * steps,
-                   f"{len(chosen)} prompts x {setup.forwards} forwards x {steps} steps (--prompts, --limit, "
-                   f"--band, --backends, --continue)")
+                   f"{len(chosen)} prompts x {setup.forwards} forwards x {steps} steps ("
+                   + ", ".join(flag(n) for n in ("prompts", "limit", "band", "backends", "continue_tokens")) + ")")
     tokenizer = model_tokenizer(setup.spec, setup.config.vocab_size)
-    for prompt in chosen:
-        setup.check_prompt(len(tokenizer.encode(prompt.prompt)) + continue_tokens,
-                           f"--prompts {prompt_set}: prompt {prompt.id!r} of tokens")
+    prompt_lengths = [len(tokenizer.encode(prompt.prompt)) + continue_tokens for prompt in chosen]
+    for prompt, length in zip(chosen, prompt_lengths):
+        setup.check_prompt(length, f"{flag('prompts')} {prompt_set}: prompt {prompt.id!r} of tokens")
+    setup.check_cpu_time(prompt_lengths, f"{flag('prompts')} {prompt_set} ({len(chosen)} prompts)", each=steps)
     resume = ResumeStore(record_dir, setup.fingerprint("firsttoken", prompts={p.id: p.prompt for p in chosen},
                                                        continue_tokens=continue_tokens, tie_gap=tie_gap,
                                                        max_dlogprob=max_dlogprob),

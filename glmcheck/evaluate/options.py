@@ -7,11 +7,13 @@ Light module (no torch, transformers or triton): the CLI builds it before any he
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import check_gate_ratio
-from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
+from glmcheck.evaluate.arguments import check_band, check_count, check_experts, check_layers, check_number, check_seed
 from glmcheck.model.trained import DEFAULT_MODEL
+from glmcheck.process.wording import flag
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
 # The checks' prompt lengths on a GPU when none is given (the precompile child predicts the same ones)
@@ -51,21 +53,70 @@ class CheckOptions:
         """The options a parsed command line holds (fields it lacks keep their defaults)."""
         return cls(**{f.name: getattr(ns, f.name) for f in fields(cls) if hasattr(ns, f.name)})
 
+    def __post_init__(self):
+        self.check()
+
     def backend_list(self) -> list[str] | None:
         """`backends` as a list of names (a comma-separated string is split), None for the default set."""
         if self.backends is None:
             return None
         names = self.backends.split(",") if isinstance(self.backends, str) else list(self.backends)
-        return [b.strip() for b in names if b.strip()]
+        return [b.strip() for b in names if isinstance(b, str) and b.strip()]
 
     def check(self) -> None:
-        """What needs no model (ValueError naming the flag): seed, cap, depth, experts, a --backends that names
-        nothing and the gate ratio."""
+        """Every field a value it can take, checked on construction, before any model is built: ValueError naming
+        the field (the flag of that name when the command line builds it: `glmcheck.process.wording`). What needs
+        the model (--tp dividing its heads, backends that run here) is checked by the check's `Setup`."""
+        from glmcheck.model.names import model_names
+
+        if not (isinstance(self.checkpoint, str) and self.checkpoint.strip()) and self.checkpoint is not None:
+            raise ValueError(f"{flag('checkpoint')} must name a checkpoint directory, got {self.checkpoint!r}")
+        if not self.checkpoint and self.model not in model_names():
+            raise ValueError(f"{flag('model')} must be one of {', '.join(model_names())}, got {self.model!r}")
         check_seed(self.seed)
-        check_number(self.max_rel_l2, "--max-rel-l2", positive=True)
         if not self.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
             check_layers(self.layers)
             check_experts(self.experts)
-        if self.backends is not None and not self.backend_list():
-            raise ValueError(f"--backends names no backend: {self.backends!r}")
-        check_gate_ratio(self.gate_ratio)
+        _check_choice(self.init, "init", INITS)
+        _check_choice(self.exact, "exact", tuple(EXACT))
+        _check_choice(self.kv_cache_dtype, "kv_cache_dtype", KV_CACHE_DTYPES)
+        if self.device is not None and not (isinstance(self.device, str) and DEVICE_NAME.fullmatch(self.device)):
+            raise ValueError(f"{flag('device')} must be cpu, cuda or cuda:N, got {self.device!r}")
+        check_count(self.tp, flag("tp"))
+        self._check_backends()
+        if self.baseline is not None and not (isinstance(self.baseline, str) and self.baseline.strip()):
+            raise ValueError(f"{flag('baseline')} must name a backend (or 'none'), got {self.baseline!r}")
+        if self.band is not None:
+            check_band(self.band)
+        check_gate_ratio(self.gate_ratio, flag("gate_ratio"))
+        check_number(self.max_rel_l2, flag("max_rel_l2"), positive=True)
+        check_count(self.dense_threshold, flag("dense_threshold"), minimum=0)
+        for name in ("deterministic", "quiet"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{flag(name)} must be True or False, got {getattr(self, name)!r}")
+
+    def _check_backends(self) -> None:
+        if self.backends is None:
+            return
+        if not isinstance(self.backends, (str, list, tuple)) or \
+                not all(isinstance(b, str) for b in ([self.backends] if isinstance(self.backends, str) else
+                                                     self.backends)):
+            raise ValueError(f"{flag('backends')} must be backend names (a list, or one comma-separated string), "
+                             f"got {self.backends!r}")
+        names = self.backend_list()
+        if not names:
+            raise ValueError(f"{flag('backends')} names no backend: {self.backends!r}")
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"{flag('backends')} names {', '.join(twice)} twice; each backend is one row")
+
+
+INITS = ("hf", "sharp")  # the dummy weights' scales (glmcheck.model.weights.INIT_SCALES)
+KV_CACHE_DTYPES = (None, "bf16", "fp8_e4m3")  # glmcheck.model.swap.KV_CACHE_DTYPES
+DEVICE_NAME = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def _check_choice(value: object, name: str, choices: tuple) -> None:
+    if value not in choices:
+        shown = ", ".join("None" if c is None else c for c in choices)
+        raise ValueError(f"{flag(name)} must be one of {shown}, got {value!r}")

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 
 RATES_DEFAULTS = {"seeds": 20, "tokens": 64, "checks": "layer0,logits,drift", "band": 4}
 POWER_DEFAULT_CHECKS = "layer0,logits"
-FALSE_ALARM_BAR = 0.05  # layer0's false alarms allowed, as a share of its legitimate runs
 
 Progress = Callable[[str], None]
 
@@ -66,6 +65,7 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
         CHECKS,
         FIRSTTOKEN_PROMPTS,
         FIRSTTOKEN_TOKENS,
+        layer0_bar,
         legitimate_backends,
         measure_rates,
         planted_faults,
@@ -81,11 +81,7 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     fp8 = "fp8_e4m3" if kv_cache_dtype == "fp8_e4m3" else None
     tallies = measure_rates(spec, range(seeds), tokens, names, band, device=device, progress=progress,
                             kv_cache_dtype=fp8)
-    layer0 = [t for t in tallies if t.check == "layer0"]
-    legit = [t for t in layer0 if t.legitimate]
-    alarms, runs = sum(t.fails for t in legit), sum(t.runs for t in legit)
-    missed = sum(t.runs - t.fails for t in layer0 if not t.legitimate)  # a miss or INCONCLUSIVE: not caught
-    ok = not layer0 or (missed == 0 and alarms <= FALSE_ALARM_BAR * runs)
+    ok, alarms, runs, missed = layer0_bar([dataclasses.asdict(t) for t in tallies])
     head = (f"verdict rates on {checkpoint or model}, {tokens} tokens, seeds 0..{seeds - 1}, band of {band}"
             + (", KV cache fp8_e4m3 (the FP8 pool; the band's FP8 form)" if fp8 else "")
             + (f"; firsttoken: {FIRSTTOKEN_PROMPTS} prompts of {min(tokens, FIRSTTOKEN_TOKENS)} tokens a seed"

@@ -17,6 +17,7 @@ from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits
 from glmcheck.process.phases import CLOCK
+from glmcheck.process.wording import flag
 from glmcheck.records.environment import code_identity, config_hash
 from glmcheck.records.layout import clear_record
 from glmcheck.records.progress import ItemStore
@@ -48,9 +49,7 @@ class Setup:
                                                  layer0_only=layer0_only)
         heads, tp = self.config.num_attention_heads, options.tp
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
-            raise ValueError(f"--tp must divide the {heads} attention heads, got {tp}")
-        if options.exact not in EXACT:
-            raise ValueError(f"--exact must be one of {', '.join(EXACT)}, got {options.exact!r}")
+            raise ValueError(f"{flag('tp')} must divide the {heads} attention heads, got {tp}")
         self.exact = EXACT[options.exact]
         choice = choose_backends(options.backend_list(), device=self.device, heads=heads, tp=tp,
                                  latent_dims=(self.config.kv_lora_rank, self.config.qk_rope_head_dim),
@@ -73,6 +72,7 @@ class Setup:
         if one_prompt:
             self.tokens = tokens if tokens is not None else (GPU_TOKENS if self.device.type == "cuda" else 128)
             self.check_prompt(self.tokens)
+            self.check_cpu_time([self.tokens])
 
     def describe(self) -> dict:
         return {"tp": self.tp, "torchrun_ranks": self.dist.world_size if self.dist else None,
@@ -88,13 +88,28 @@ class Setup:
                 "options": self.describe(), "code": {**code_identity(), "backends": {
                     name: backend_identity(name) for name in [self.exact] + self.backends}}, **items}
 
-    def check_prompt(self, tokens: int, option: str = "--tokens") -> None:
-        """ValueError naming `option` unless a prompt of `tokens` tokens fits the model and device."""
+    def check_prompt(self, tokens: int, option: str | None = None) -> None:
+        """ValueError naming `option` (default the argument `tokens`) unless a prompt of `tokens` tokens fits the
+        model and device."""
+        option = option or flag("tokens")
         check_count(tokens, option)
         limit = getattr(self.config, "max_position_embeddings", None)
         if limit is not None and tokens > limit:
             raise ValueError(f"{option} {tokens}: more than the model's {limit} positions")
         check_fits(self.config, tokens, self.device, option, backends=[self.exact] + self.backends)
+
+    def check_cpu_time(self, lengths: list[int], option: str | None = None, *, each: int = 1) -> None:
+        """On the CPU, ValueError naming `option` (default the argument `tokens`) when the check's forwards, every
+        backend once a prompt of each of `lengths` (the exact reference twice), `each` times, would run for hours
+        (`glmcheck.model.cpu_time`)."""
+        if self.device.type != "cpu":
+            return
+        from glmcheck.model.cpu_time import check_cpu_time
+
+        others = [b for b in dict.fromkeys(self.backends) if b != self.exact and b not in self.band]
+        names = [self.exact, self.exact, *self.band, *others]
+        forwards = [(length, name) for length in lengths for name in names] * each
+        check_cpu_time(self.config, forwards, 1 if self.dist else self.tp, option or flag("tokens"))
 
     def say_warnings(self) -> None:
         if not self.is_main:

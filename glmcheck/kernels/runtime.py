@@ -8,7 +8,20 @@ import os
 
 from glmcheck.process.triton_mode import confirm_with_torch, late_import_problem
 
-__all__ = ["confirm_with_torch", "interpreter_active", "require_kernel_device", "require_usable_interpreter"]
+__all__ = ["confirm_with_torch", "interpreted_seconds", "interpreter_active", "require_kernel_device",
+           "require_usable_interpreter"]
+
+# Triton's interpreter on a 2-core CPU, fitted 2026-12 on selfcheck shapes (T = 16..128, H = 2..128, top-k 32..2048,
+# d_qk 80..576, within 2x of the measured 2.5-170 s; it errs high at large shapes): a kernel call costs about
+# INTERP_BLOCK_S + INTERP_ELEMENT_S x max(heads, 16) x d_qk per block of 16 selected rows of one token.
+INTERP_BLOCK_S = 12e-3
+INTERP_ELEMENT_S = 1e-6
+
+
+def interpreted_seconds(blocks: int, heads: int, d_qk: int) -> float:
+    """Estimated seconds of a kernel call in Triton's interpreter that reads `blocks` blocks of 16 selected rows
+    (summed over its tokens) for `heads` heads of width `d_qk`."""
+    return blocks * (INTERP_BLOCK_S + INTERP_ELEMENT_S * max(heads, 16) * d_qk)
 
 
 def interpreter_active() -> bool:

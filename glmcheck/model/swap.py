@@ -46,6 +46,7 @@ from glmcheck.model.absorbed import absorb_query, expand_values, kernel_indices,
 from glmcheck.model.clock import AttentionClock
 from glmcheck.model.indexer_chunks import absorbed_mask, install_chunked_indexer
 from glmcheck.model.kernel_call import KernelCall
+from glmcheck.process.interrupts import raised_by_code, signals_told_apart
 
 ABSORBED_IMPL = "glmcheck_absorbed"  # absorbed attention, chunked indexer, causal stand-in mask
 ABSORBED_HF_INDEXER_IMPL = "glmcheck_absorbed_hf_indexer"  # the same with transformers' indexer and sdpa mask
@@ -150,13 +151,18 @@ class SwapSession:
             self.recorded.append(call)
 
     def _call(self, q, rows, indices, scaling, latent_dim, lengths, plan) -> torch.Tensor:
-        """One backend call; a plug-in that raises is a KernelFault naming it (glmcheck's own raise as they are)."""
-        try:
+        """One backend call; a plug-in that raises anything, `SystemExit` and a `KeyboardInterrupt` of its own
+        included, is a KernelFault naming it (glmcheck's own raise as they are; a signal to the process stops the run:
+        `glmcheck.process.interrupts`)."""
+        if self.backend.built_in:
             return self.backend(q, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
-        except Exception as err:  # noqa: BLE001 - whatever a plug-in raises is its fault: one line, its name
-            if self.backend.built_in or isinstance(err, torch.OutOfMemoryError):
-                raise
-            raise KernelFault(self.name, f"raised {type(err).__name__}: {first_line(err)}") from err
+        with signals_told_apart() as told_apart:
+            try:
+                return self.backend(q, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
+            except BaseException as err:  # noqa: BLE001 - SystemExit, a raised KeyboardInterrupt: the plug-in's FAIL
+                if isinstance(err, torch.OutOfMemoryError) or not raised_by_code(err, told_apart):
+                    raise
+                raise KernelFault(self.name, f"raised {type(err).__name__}: {first_line(err)}") from err
 
 
 def check_output(name: str, out: object, q: torch.Tensor, d_v: int, fp32_output: bool) -> None:

@@ -242,10 +242,19 @@ PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_first
 
 def write_plots(directory: str | Path, on_skip: Callable[[Path, str], None] | None = None) -> list[Path]:
     """Draw every plottable record under `directory`; PNGs go next to each record. Returns them; `on_skip(record
-    directory, why)` hears of each record not drawn."""
+    directory, why)` hears of each record not drawn (a record edited after it was written is refused:
+    `glmcheck.records.digest`, `glmcheck.records.rejudge`)."""
+    from glmcheck.records.rejudge import check_verdicts
+
     written = []
     for record_dir in find_records(directory):
-        record = read_record(record_dir)
+        try:
+            record = read_record(record_dir)
+            check_verdicts(record.summary, record.rows)
+        except ValueError as err:  # a record edited after it was written is not drawn
+            if on_skip is not None:
+                on_skip(Path(record_dir), f"refused: {err}")
+            continue
         command = record.summary.get("command")
         plotter = PLOTTERS.get(command)
         why = f"no plot for a {command} record (plots: {', '.join(PLOTTERS)})" if plotter is None else \

@@ -196,8 +196,9 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
         parts.append("disagreements (reference top-1 vs backend top-1; gap = reference top-1 minus top-2 logprob):")
         parts.append(Table(
             ["prompt", "backend", "reference token", "ref logprob", "backend token", "logprob", "ref gap", "near tie"],
-            [[f["prompt_id"], f["backend"], repr(f["ref_token"]), _fmt(f["ref_logprob"], "f4"), repr(f["token"]),
-              _fmt(f["logprob"], "f4"), _fmt(f["ref_gap"], "f4"), "yes" if f["near_tie"] else "no"] for f in flips],
+            [[f["prompt_id"], f["backend"], repr(f["ref_token"]), _fmt(f["ref_logprob"], "f4"),
+              MISSING if f["token"] is None else repr(f["token"]), _fmt(f["logprob"], "f4"), _fmt(f["ref_gap"], "f4"),
+              MISSING if f["near_tie"] is None else "yes" if f["near_tie"] else "no"] for f in flips],
             {"reference token": "ref token", "backend token": "token"}))
     return parts
 

@@ -21,9 +21,10 @@ import pandas as pd
 import safetensors.torch
 import torch
 
+from glmcheck.records.digest import check_digest, seal
 from glmcheck.records.layout import ROWS_FILE, SUMMARY_FILE, TENSORS_FILE
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: sealed with a content digest (`glmcheck.records.digest`)
 
 PathLike = str | os.PathLike
 
@@ -214,14 +215,15 @@ def write_record(
 
     All files are staged to temporaries first, then moved into place with summary.json last;
     a stale tensors.safetensors is removed when `tensors` is None. The written summary is a
-    copy of `summary` with `files` (names written) and `record_version` added.
+    copy of `summary` with `files` (names written), `record_version` and `digest` (the content digest of
+    every file, `glmcheck.records.digest`) added.
     """
     if not isinstance(summary, dict):
         raise TypeError(f"summary: expected a dict, got {type(summary).__name__}")
     frame = _as_frame(rows)
     cpu = _cpu_tensors(tensors) if tensors is not None else None
     files = [ROWS_FILE] + ([TENSORS_FILE] if cpu is not None else []) + [SUMMARY_FILE]
-    payload = _json_bytes({**summary, "files": files, "record_version": RECORD_VERSION})
+    body = json.loads(_json_bytes({**summary, "files": files, "record_version": RECORD_VERSION}))
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +232,7 @@ def write_record(
         staged.append((_stage(out / ROWS_FILE, _frame_writer(frame)), out / ROWS_FILE))
         if cpu is not None:
             staged.append((_stage_file(out / TENSORS_FILE, _tensor_writer(cpu)), out / TENSORS_FILE))
+        payload = _json_bytes(seal(body, {final.name: temp for temp, final in staged}))
         staged.append((_stage(out / SUMMARY_FILE, lambda fh: fh.write(payload)), out / SUMMARY_FILE))
         _commit(staged, out, remove_tensors=cpu is None)
     finally:
@@ -277,11 +280,13 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
         raise ValueError(f"{path}: unreadable or corrupt safetensors ({exc})") from exc
 
 
-def read_record(directory: PathLike) -> Record:
-    """Read the record in `directory`.
+def read_record(directory: PathLike, *, verify: bool = True) -> Record:
+    """Read the record in `directory`; with `verify`, first check its content against its digest
+    (`glmcheck.records.digest.check_digest`: a record edited after it was written is refused).
 
     Raises FileNotFoundError if the directory or its summary.json is missing, and ValueError
-    naming the file if summary.json, rows.parquet or tensors.safetensors is missing/corrupt.
+    naming the file if summary.json, rows.parquet or tensors.safetensors is missing/corrupt or
+    (with `verify`) does not match the digest.
     """
     path = Path(directory)
     if not path.exists():
@@ -292,6 +297,8 @@ def read_record(directory: PathLike) -> Record:
     if not summary_path.is_file():
         raise FileNotFoundError(f"{path} is not a glmcheck record (no {SUMMARY_FILE})")
     summary = _read_summary(summary_path)
+    if verify:
+        check_digest(path, summary)
     return Record(path, summary, _read_rows(path / ROWS_FILE), _read_tensors(path / TENSORS_FILE))
 
 

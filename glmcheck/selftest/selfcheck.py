@@ -16,6 +16,7 @@ from glmcheck.checks import metrics
 from glmcheck.data.indices import drifting_indices
 from glmcheck.data.inputs import poisoned_out, random_distinct_indices, random_qkv
 from glmcheck.kernels import sparse_mla_prefill
+from glmcheck.kernels.runtime import INTERP_BLOCK_S, interpreted_seconds
 
 REL_L2_GATE = 3e-3
 COSINE_GATE = 0.99999
@@ -36,13 +37,10 @@ class SelfcheckShape:
 CPU_DEFAULT = SelfcheckShape(tokens=64, heads=8, kv_rows=256, topk=128, d_v=64, d_tail=16)
 GPU_DEFAULT = SelfcheckShape(tokens=4096, heads=8, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
 
-# On the CPU the kernel runs in Triton's interpreter. Its speed, fitted on a 2-core CPU (2026-12):
-# a selfcheck takes about tokens x ceil(topk / 16) x (12 ms + 1 us x max(heads, 16) x d_qk), within
-# 2x of the measured 2.5-170 s at T = 16..128, H = 2..128, topk 32..2048, d_qk 80..576 (the
-# estimate errs high at large shapes). Shapes estimated above CPU_LIMIT_S are refused.
+# On the CPU the kernel runs in Triton's interpreter: a selfcheck takes about its blocks of 16 selected rows (tokens x
+# ceil(topk / 16)) at the interpreter's fitted speed (`glmcheck.kernels.runtime.interpreted_seconds`). Shapes
+# estimated above CPU_LIMIT_S are refused.
 CPU_LIMIT_S = 600
-INTERP_BLOCK_S = 12e-3
-INTERP_ELEMENT_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,7 @@ def default_shape(device: torch.device) -> SelfcheckShape:
 
 def cpu_seconds(shape: SelfcheckShape) -> float:
     """Estimated seconds of a selfcheck of `shape` on the CPU (Triton interpreter; see CPU_LIMIT_S)."""
-    blocks = shape.tokens * -(-shape.topk // 16)
-    return blocks * (INTERP_BLOCK_S + INTERP_ELEMENT_S * max(shape.heads, 16) * (shape.d_v + shape.d_tail))
+    return interpreted_seconds(shape.tokens * -(-shape.topk // 16), shape.heads, shape.d_v + shape.d_tail)
 
 
 def memory_bytes(shape: SelfcheckShape) -> tuple[int, int]:

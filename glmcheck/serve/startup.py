@@ -107,8 +107,9 @@ def prepare(settings: ServeSettings) -> ServePlan:
         raise ValueError(f"--kv-cache-dtype fp8_e4m3 feeds the absorbed backends only, not {backend}")
     vocab = int(config.vocab_size)
     limit = settings.max_logprobs
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= vocab:
-        raise ValueError(f"--max-logprobs must be an int in [0, {vocab}] (the vocabulary), got {limit!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= vocab:
+        raise ValueError(f"--max-logprobs must be an int in [1, {vocab}] (the vocabulary; the checks against a server "
+                         f"need its top-1 logprob at least), got {limit!r}")
     codec = TokenCodec(model_tokenizer(spec, vocab), vocab)
     name = settings.served_name if settings.served_name is not None else served_name(spec)
     if not isinstance(name, str) or not name.strip():
