@@ -10,10 +10,11 @@ import argparse
 from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import check_gate_ratio
-from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
+from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_number, check_seed
 from glmcheck.model.trained import DEFAULT_MODEL
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
+WEIGHTS = ("auto", "bf16", "fp8")  # --weights
 # The checks' prompt lengths on a GPU when none is given (the precompile child predicts the same ones)
 GPU_TOKENS = 4096  # layer0, drift (128 on the CPU)
 GPU_LOGITS_LENGTHS = (2048, 4096, 8192)  # logits (64, 128 on the CPU)
@@ -45,6 +46,8 @@ class CheckOptions:
     max_rel_l2: float | None = None
     dense_threshold: int | None = None
     quiet: bool = False
+    weights: str = "auto"  # WEIGHTS: bf16, fp8 (block-FP8 resident) or auto (docs/models.md, "FP8 weights resident")
+    rehearse_rank: int | None = None  # one rank of --tp built alone, its all-reduces the identity: no verdict
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
@@ -60,7 +63,7 @@ class CheckOptions:
 
     def check(self) -> None:
         """What needs no model (ValueError naming the flag): seed, cap, depth, experts, a --backends that names
-        nothing and the gate ratio."""
+        nothing, the gate ratio, --weights and --rehearse-rank."""
         check_seed(self.seed)
         check_number(self.max_rel_l2, "--max-rel-l2", positive=True)
         if not self.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
@@ -69,3 +72,10 @@ class CheckOptions:
         if self.backends is not None and not self.backend_list():
             raise ValueError(f"--backends names no backend: {self.backends!r}")
         check_gate_ratio(self.gate_ratio)
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"--weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+        if self.rehearse_rank is not None:
+            check_count(self.rehearse_rank, "--rehearse-rank", minimum=0)
+            if isinstance(self.tp, int) and not isinstance(self.tp, bool) and self.rehearse_rank >= self.tp:
+                raise ValueError(f"--rehearse-rank must name a rank of --tp {self.tp} (0 to {self.tp - 1}), "
+                                 f"got {self.rehearse_rank}")
