@@ -253,3 +253,12 @@ def test_plan_holds_glm52_at_tp8_in_fp8_with_room_for_8192_tokens(capsys):
     assert cli.main(["plan", "--model", "glm-5.2", "--tp", "8", "--tokens", "8192"]) == 1
     absorbed = capsys.readouterr().out.splitlines()[2]
     assert "| 179.0 GiB " in absorbed and "| no " in absorbed and "| 51 " in absorbed, absorbed
+
+
+def test_to_bf16_gives_the_bf16_load():
+    from glmcheck.model.fp8_resident import to_bf16
+
+    twin = to_bf16(load_resident_checkpoint(FP8))
+    loaded = load_checkpoint_model(FP8).state_dict()
+    assert not resident_tensors(twin) and twin.state_dict().keys() == loaded.keys()
+    assert all(torch.equal(t, loaded[n]) for n, t in twin.state_dict().items())

@@ -45,7 +45,8 @@ def after_build(setup, model: torch.nn.Module, started: float) -> None:
         torch.cuda.synchronize(setup.device)
     allocated = torch.cuda.memory_allocated(setup.device) if setup.device.type == "cuda" else None
     setup.built = {"seconds": time.perf_counter() - started, "held": held_bytes(model), "allocated": allocated}
-    setup.meter = ForwardMeter(model, setup.device)
+    say = (lambda line: print(f"rehearsal {line}", file=sys.stderr)) if setup.is_main else None
+    setup.meter = ForwardMeter(model, setup.device, say)
 
 
 def measured(setup) -> dict:

@@ -42,8 +42,10 @@ def _cpu_peak() -> int:
 class ForwardMeter:
     """Hooks on `model` recording a `ForwardRecord` per forward (`records`); `close()` removes them."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device):
-        self.model, self.device = model, torch.device(device)
+    def __init__(self, model: torch.nn.Module, device: torch.device, say=None):
+        """`say(line)`, when given, is told each forward's measurements as soon as it ends (a run that fails later
+        has said what it measured)."""
+        self.model, self.device, self.say = model, torch.device(device), say
         self.records: list[ForwardRecord] = []
         self.between = (0, 0)  # (allocated, device) peaks outside the forwards so far
         self._start = 0.0
@@ -76,6 +78,10 @@ class ForwardMeter:
         allocated, device = self.peaks()
         path = ATTENTION_PATHS.get(getattr(module.config, "_attn_implementation", ""), "absorbed")
         self.records.append(ForwardRecord(int(ids.shape[-1]), path, seconds, allocated, device))
+        if self.say is not None:
+            peak = "" if allocated is None else f"allocator peak {allocated / 2**30:.2f} GiB, "
+            self.say(f"forward {len(self.records)}: {ids.shape[-1]} tokens ({path}) in {seconds:.3f} s, {peak}"
+                     f"device peak {device / 2**30:.2f} GiB")
         if self._cuda():
             torch.cuda.reset_peak_memory_stats(self.device)
 

@@ -87,8 +87,8 @@ class BlockFP8:
         for part in parts:
             rows.append(part.rows + total)
             total += part.scale.shape[-2]
-        return BlockFP8(torch.cat([p.codes for p in parts], dim=-2), torch.cat([p.scale for p in parts], dim=-2),
-                        torch.cat(rows), first.cols, first.block)
+        return BlockFP8(_join(torch.cat, [p.codes for p in parts], dim=-2),
+                        torch.cat([p.scale for p in parts], dim=-2), torch.cat(rows), first.cols, first.block)
 
     @staticmethod
     def stack(items: list[BlockFP8], *, cat: bool = False) -> BlockFP8:
@@ -98,7 +98,7 @@ class BlockFP8:
             if not (torch.equal(item.rows, first.rows) and torch.equal(item.cols, first.cols)):
                 raise ValueError("stack needs matrices read with the same scale maps")
         join = torch.cat if cat else torch.stack
-        return BlockFP8(join([i.codes for i in items]), join([i.scale for i in items]), first.rows, first.cols,
+        return BlockFP8(_join(join, [i.codes for i in items]), join([i.scale for i in items]), first.rows, first.cols,
                         first.block)
 
     def cut(self, kind: str | None, rank: int, world: int) -> BlockFP8:
@@ -128,6 +128,11 @@ class BlockFP8:
         device = self.codes.device
         return dequantize_codes(self.codes, self.scale, self.rows.to(device), self.cols.to(device),
                                 regular_columns(self.cols, self.block[1]), self.block[1], dtype)
+
+
+def _join(join, codes: list[torch.Tensor], **kwargs) -> torch.Tensor:
+    """torch.cat / torch.stack of e4m3 codes, as their bytes (every backend joins uint8)."""
+    return join([c.view(torch.uint8) for c in codes], **kwargs).view(torch.float8_e4m3fn)
 
 
 _E4M3_VALUES: dict[torch.device, torch.Tensor] = {}

@@ -79,6 +79,19 @@ def is_resident(model: nn.Module) -> bool:
     return bool(resident_tensors(model))
 
 
+@torch.no_grad()
+def to_bf16(model: nn.Module) -> nn.Module:
+    """`model` with every resident weight replaced, in place, by its bf16 value: what a bf16 load of the same
+    checkpoint holds (the twin the just-in-time dequantisation is timed against)."""
+    for name in list(resident_tensors(model)):
+        owner_name, _, leaf = name.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        value = getattr(owner, leaf)
+        parametrize.remove_parametrizations(owner, leaf, leave_parametrized=False)
+        setattr(owner, leaf, nn.Parameter(value))
+    return model
+
+
 def held_bytes(model: nn.Module) -> dict[str, int]:
     """Bytes `model` holds, counted from its tensors: "codes" (e4m3), "scales" (block scales and their maps), "dense"
     (everything else: bf16 weights, fp32 routers, norms, buffers); "total" their sum."""
