@@ -115,15 +115,17 @@ def paired(out: Path, model: str, layers: int, tp: int, lengths: list[int], roun
                                          "diff_mean": mean, "diff_low": low, "diff_high": high}
     (out / "paired.json").write_text(json.dumps(result, indent=1))
     gib = 2**30
-    print(f"{model} {layers} layers, rank 0 of TP {tp} (dummy weights): built resident in {result['build_seconds']:.1f} s;"
-          f" held {result['held']['resident']['total'] / gib:.2f} GiB resident vs "
+    print(f"{model} {layers} layers, rank 0 of TP {tp} (dummy weights): built resident in "
+          f"{result['build_seconds']:.1f} s; held {result['held']['resident']['total'] / gib:.2f} GiB resident vs "
           f"{result['held']['bf16']['total'] / gib:.2f} GiB bf16; dequantising every resident tensor once: "
           f"{result['dequant_alone_s'] * 1e3:.1f} ms")
-    print("| tokens | logits resident = bf16 | resident s (median) | bf16 s (median) | resident - bf16, mean [95 % CI] |")
+    print("| tokens | logits resident = bf16 | resident s (median) | bf16 s (median) "
+          "| resident - bf16, mean [95 % CI] |")
     print("|---|---|---|---|---|")
     for length, row in result["lengths"].items():
-        print(f"| {length} | {'yes' if row['logits_equal'] else 'NO'} | {statistics.median(row['times']['resident']):.3f}"
-              f" | {statistics.median(row['times']['bf16']):.3f} | {row['diff_mean'] * 1e3:+.1f} ms "
+        medians = {name: statistics.median(row["times"][name]) for name in ("resident", "bf16")}
+        print(f"| {length} | {'yes' if row['logits_equal'] else 'NO'} | {medians['resident']:.3f}"
+              f" | {medians['bf16']:.3f} | {row['diff_mean'] * 1e3:+.1f} ms "
               f"[{row['diff_low'] * 1e3:+.1f}, {row['diff_high'] * 1e3:+.1f}] |")
 
 

@@ -40,7 +40,8 @@ def test_resident_weights_are_the_bf16_load_bit_for_bit():
     for path in (FP8, trained_checkpoint("ref-gpu-fp8")):
         loaded, resident = load_checkpoint_model(path).state_dict(), dense_state(load_resident_checkpoint(path))
         assert loaded.keys() == resident.keys()
-        differing = [n for n in loaded if loaded[n].dtype != resident[n].dtype or not torch.equal(loaded[n], resident[n])]
+        differing = [n for n in loaded
+                     if loaded[n].dtype != resident[n].dtype or not torch.equal(loaded[n], resident[n])]
         assert not differing, f"{path}: {differing[:3]}"
     for rank in (0, 1):
         shard = load_checkpoint_shard(FP8, rank=rank, world=2).state_dict()

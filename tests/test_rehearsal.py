@@ -54,6 +54,8 @@ def test_the_cli_says_rehearsal_loudly_and_exits_4(tmp_path, capsys):
     assert json.loads(record.rows.to_json(orient="records")) and set(record.rows["verdict"]) == {"-"}
     assert cli.main(["report", str(out)]) == 4
     assert "s/fwd" in capsys.readouterr().out
+    assert cli.main(["report", str(out), "--format", "json"]) == 4
+    assert json.loads(capsys.readouterr().out)["rehearsal"]["weights"] == "fp8"
 
 
 @pytest.mark.parametrize("args, words", [

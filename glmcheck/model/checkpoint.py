@@ -157,6 +157,22 @@ def _unused_layer(name: str, config: GlmMoeDsaConfig) -> bool:
     return bool(match) and config.num_hidden_layers <= int(match[1]) < config.num_hidden_layers + extra
 
 
+def tensor_metadata(root: Path, mapping: dict[str, str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """(shape, safetensors dtype) of every tensor the index maps to a file that holds it (headers only, no data)."""
+    found: dict[str, tuple[tuple[int, ...], str]] = {}
+    by_file: dict[str, list[str]] = {}
+    for name, file in mapping.items():
+        by_file.setdefault(file, []).append(name)
+    for file, names in sorted(by_file.items()):
+        with _open(root / file) as handle:
+            present = set(handle.keys())
+            for name in names:
+                if name in present:
+                    piece = handle.get_slice(name)
+                    found[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    return found
+
+
 def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None, *, warn: bool = True) -> list[str]:
     """Hold the checkpoint's tensors (names, shapes, dtypes: safetensors metadata, no data read)
     against the model `config` (default: its config.json, whole) builds.
@@ -173,17 +189,7 @@ def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None
     config = config if config is not None else read_config(root)
     mapping = weight_map(root)
     block, fp8 = fp8_block(config), is_fp8(config)
-    found: dict[str, tuple[tuple[int, ...], str]] = {}
-    by_file: dict[str, list[str]] = {}
-    for name, file in mapping.items():
-        by_file.setdefault(file, []).append(name)
-    for file, names in sorted(by_file.items()):
-        with _open(root / file) as handle:
-            present = set(handle.keys())
-            for name in names:
-                if name in present:
-                    piece = handle.get_slice(name)
-                    found[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    found = tensor_metadata(root, mapping)
     index = INDEX_FILE if (root / INDEX_FILE).is_file() else SINGLE_FILE
     expected = file_shapes(config)
     problems: list[str] = []

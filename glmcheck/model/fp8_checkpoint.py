@@ -29,6 +29,7 @@ from glmcheck.model.checkpoint import (
     fp8_block,
     is_fp8,
     read_config,
+    tensor_metadata,
     trim_to_layer0,
     weight_map,
 )
@@ -69,7 +70,7 @@ def checkpoint_sources(path: str | os.PathLike, *, rank: int, world: int,
     scales (per the files' dtypes), every other tensor read whole (`checkpoint_shard._read_whole`) and cut."""
     root, mapping = Path(path), weight_map(path)
     block = fp8_block(read_config(path))
-    dtypes = _file_dtypes(root, mapping)
+    dtypes = {name: dtype for name, (_, dtype) in tensor_metadata(root, mapping).items()}
     device = torch.device(device)
 
     def fp8(name: str) -> BlockFP8 | None:
@@ -86,19 +87,6 @@ def checkpoint_sources(path: str | os.PathLike, *, rank: int, world: int,
         return (cut(whole) if cut else whole).to(meta.dtype).to(device).clone()
 
     return fp8, dense
-
-
-def _file_dtypes(root: Path, mapping: dict[str, str]) -> dict[str, str]:
-    """Every tensor's dtype as the safetensors headers say (no data read)."""
-    dtypes: dict[str, str] = {}
-    by_file: dict[str, list[str]] = {}
-    for name, file in mapping.items():
-        by_file.setdefault(file, []).append(name)
-    for file, names in sorted(by_file.items()):
-        with _open(root / file) as handle:
-            present = set(handle.keys())
-            dtypes.update({n: handle.get_slice(n).get_dtype() for n in names if n in present})
-    return dtypes
 
 
 def _read_blocks(root: Path, mapping: dict[str, str], name: str, block: tuple[int, int]) -> BlockFP8:
