@@ -113,6 +113,8 @@ def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = Fal
 
     if spec.init not in INIT_SCALES:
         raise ValueError(f"init must be one of {', '.join(INIT_SCALES)}, got {spec.init!r}")
+    if spec.weights not in ("bf16", "fp8"):
+        raise ValueError(f"weights must be bf16 or fp8, got {spec.weights!r}")
     ctx = distributed.current()
     if ctx is not None:
         return _load_shard(spec, ctx.rank, ctx.world_size, ctx.device, distributed.all_reduce_sum, layer0_only)
