@@ -2,9 +2,9 @@
 
 Exit codes: 0 all checks pass, 1 a check failed, 2 bad usage or input (a one-line message; also
 a NaN/Inf exact reference or noise band), 3 inconclusive (no row failed, but a noise band too wide
-or too small to judge left some unjudged: `glmcheck.checks.band`), 130 interrupted (SIGINT), 143
-terminated (SIGTERM; `serve` stops gracefully and exits 0), 141 when the reader of its output went away (`| head`);
-finished items of a resumable run are kept.
+or too small to judge left some unjudged: `glmcheck.checks.band`), 4 a rank rehearsal (no verdict), 130
+interrupted (SIGINT), 143 terminated (SIGTERM; `serve` stops gracefully and exits 0), 141 when the reader of its
+output went away (`| head`); finished items of a resumable run are kept.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_routers_cast_down_by_from_pretrained_are_reread_in_fp32():
     assert all(params[n].dtype == torch.float32 and torch.equal(params[n], t) for n, t in stored.items())
 
 
-def test_fp8_checkpoint_dequantises_through_transformers():
+def test_fp8_checkpoint_is_dequantised_to_bf16():
     fp8 = load_checkpoint_model(FP8).state_dict()
     bf16 = load_checkpoint_model(BF16).state_dict()
     for name in ("model.layers.0.self_attn.kv_b_proj.weight", "model.layers.1.mlp.experts.gate_up_proj"):

@@ -98,3 +98,27 @@ def test_plan_counts_glm52_and_finds_the_largest_fit():
 @pytest.mark.multigpu
 def test_two_gpus_glm52_geometry_matches_single_process(tmp_path):
     compare_with_single_process(tmp_path, ["--model", "glm-5.2", "--layers", "4", "--experts", "16"], [])
+
+
+def test_torchrun_fp8_resident_rows_equal_the_bf16_paths(tmp_path):
+    """2 ranks, gloo: every rank holds its FP8 shard resident (codes and scales cut together, tiny-fp8's cuts inside
+    a 128 block included); layer0, logits and firsttoken give the rows the load-time dequantised shards give."""
+    if torch.cuda.is_available():
+        pytest.skip("CPU/gloo torchrun test: CPU-only machines (CI)")
+    import json
+    import shutil
+
+    from tests.support.checkpoints import FP8, add_tokenizer
+
+    checkpoint = add_tokenizer(Path(shutil.copytree(FP8, tmp_path / "tiny-fp8")))
+    script = Path(__file__).resolve().parent / "support" / "fp8_ranks.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(script.parents[2])}
+    run = subprocess.run(TORCHRUN[:-2] + [str(script), str(checkpoint), str(tmp_path / "rows.json")],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((tmp_path / "rows.json").read_text())
+    for check in ("layer0", "logits", "firsttoken"):
+        fp8, bf16 = results["fp8"][check], results["bf16"][check]
+        assert fp8["model"]["weights"] == "fp8" and bf16["model"]["weights"] == "bf16"
+        assert fp8["rows"] and json.dumps(fp8["rows"], sort_keys=True) == json.dumps(bf16["rows"], sort_keys=True)
+        assert json.dumps(fp8["extra"], sort_keys=True) == json.dumps(bf16["extra"], sort_keys=True), check

@@ -37,7 +37,8 @@ import statistics
 from dataclasses import dataclass, field
 
 PASS, FAIL, INFO, INCONCLUSIVE = "PASS", "FAIL", "-", "INCONCLUSIVE"
-EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}  # the CLI's codes; 2 is bad usage or input
+REHEARSAL = "REHEARSAL"  # a rank rehearsal's report: no verdict (`glmcheck.evaluate.rehearsal`)
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3, REHEARSAL: 4}  # the CLI's codes; 2 is bad usage or input
 DEFAULT_BAND = 4
 # The sweep's band when none is asked for: 8 variants, not 4. Its six bins are six tests per row, and the positions a
 # legitimate row has beyond a band of 4 reach the count limit in some bin of about one seed in two (ref-gpu, 32768
@@ -79,7 +80,7 @@ def ideal_kind(name: str, kv_cache_dtype: str | None) -> str:
 
 
 def exit_code(verdict: str | None) -> int:
-    """0 PASS, 3 INCONCLUSIVE, 1 anything else (FAIL, or no verdict)."""
+    """0 PASS, 3 INCONCLUSIVE, 4 REHEARSAL, 1 anything else (FAIL, or no verdict)."""
     return EXIT_CODES.get(verdict, 1)
 
 

@@ -12,7 +12,7 @@ from glmcheck.evaluate.arguments import check_count, check_number
 IN_PROCESS_DEFAULTS = {"checkpoint": None, "layers": None, "experts": None, "init": "sharp", "device": None, "tp": 1,
                        "backends": None, "exact": "fp32", "baseline": None, "band": None,
                        "kv_cache_dtype": None, "deterministic": False, "max_rel_l2": None, "save_tensors": False,
-                       "dense_threshold": None}
+                       "dense_threshold": None, "weights": "auto", "rehearse_rank": None}
 ENDPOINT_ONLY = ("band_endpoint", "concurrency", "timeout", "retries")
 
 

@@ -55,10 +55,30 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                              "other files stay) instead of refusing it or resuming it")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_weight_options(parser)
     add_format_option(parser)
     parser.add_argument("--profile", action="store_true",
                         help="print where the run's wall time went (imports, setup, build, forwards, compile, compare, "
                              "write) on stderr at the end; GLMCHECK_PROFILE=1 does the same for any command")
+
+
+WEIGHTS_HELP = ("how block-FP8 weights are held: fp8 keeps each FP8 linear's e4m3 codes and 128 x 128 block scales "
+                "resident and dequantises one matrix (or one expert stack) at a time just before use, bit for bit "
+                "the bf16 values (every record equals bf16's); bf16 dequantises an FP8 checkpoint at load. auto "
+                "(default): an FP8 checkpoint stays fp8 where its bf16 weights and the activations of the longest "
+                "prompt would not fit this device (a torchrun rank or rehearsal: its shard; `glmcheck plan` counts "
+                "both), bf16 otherwise; presets and bf16 checkpoints bf16. fp8 on a preset quantises its dummy "
+                "weights in 128 x 128 blocks; on a bf16 checkpoint it is refused")
+
+
+def add_weight_options(parser: argparse.ArgumentParser) -> None:
+    """--weights and --rehearse-rank (docs/models.md, "FP8 weights resident"; docs/multigpu.md, "Rank rehearsal")."""
+    parser.add_argument("--weights", default="auto", choices=["auto", "bf16", "fp8"], help=WEIGHTS_HELP)
+    parser.add_argument("--rehearse-rank", type=int, default=None, metavar="R",
+                        help="rehearse rank R of --tp alone on this device: its shard only, the all-reduces replaced "
+                             "by the identity, the check's forwards end to end; reports peak memory (allocator and "
+                             "device) and time per forward against `glmcheck plan`. The numbers mean nothing: no "
+                             "verdict, exit 4")
 
 
 def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:

@@ -46,6 +46,10 @@ RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its 
 
 
 def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], facts: dict, **kw) -> Report:
+    if setup.rehearse:  # no verdict: the measurements instead (`glmcheck.evaluate.rehearsal`)
+        from glmcheck.evaluate import rehearsal
+
+        verdict, rows, facts, kw["extra"] = rehearsal.conclude(setup, rows, facts, kw.get("extra", {}))
     return Report(command, verdict, rows, facts,
                   {**setup.spec.describe(), "config_hash": config_hash(model.config),
                    "layers_built": model.config.num_hidden_layers},
@@ -55,7 +59,14 @@ def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], f
 def _build(setup: Setup, *, layer0_only: bool = False):
     setup.say_warnings()
     with CLOCK.phase("build"):
-        return load_model(setup.spec, setup.device, layer0_only=layer0_only)
+        if not setup.rehearse:
+            return load_model(setup.spec, setup.device, layer0_only=layer0_only)
+        from glmcheck.evaluate import rehearsal
+
+        started = rehearsal.before_build(setup)
+        model = load_model(setup.spec, setup.device, layer0_only=layer0_only, rehearse=setup.rehearse)
+        rehearsal.after_build(setup, model, started)
+        return model
 
 
 def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None) -> Report:

@@ -16,6 +16,7 @@ from glmcheck.model.trained import DEFAULT_MODEL
 from glmcheck.process.wording import flag
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
+WEIGHTS = ("auto", "bf16", "fp8")  # --weights
 # The checks' prompt lengths on a GPU when none is given (the precompile child predicts the same ones)
 GPU_TOKENS = 4096  # layer0, drift (128 on the CPU)
 GPU_LOGITS_LENGTHS = (2048, 4096, 8192)  # logits (64, 128 on the CPU)
@@ -47,6 +48,8 @@ class CheckOptions:
     max_rel_l2: float | None = None
     dense_threshold: int | None = None
     quiet: bool = False
+    weights: str = "auto"  # WEIGHTS: bf16, fp8 (block-FP8 resident) or auto (docs/models.md, "FP8 weights resident")
+    rehearse_rank: int | None = None  # one rank of --tp built alone, its all-reduces the identity: no verdict
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
@@ -66,7 +69,8 @@ class CheckOptions:
     def check(self) -> None:
         """Every field a value it can take, checked on construction, before any model is built: ValueError naming
         the field (the flag of that name when the command line builds it: `glmcheck.process.wording`). What needs
-        the model (--tp dividing its heads, backends that run here) is checked by the check's `Setup`."""
+        the model (--tp dividing its heads, backends that run here, --weights fp8 on a bf16 checkpoint) is checked by
+        the check's `Setup`."""
         from glmcheck.model.names import model_names
 
         if not (isinstance(self.checkpoint, str) and self.checkpoint.strip()) and self.checkpoint is not None:
@@ -94,6 +98,12 @@ class CheckOptions:
         for name in ("deterministic", "quiet"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{flag(name)} must be True or False, got {getattr(self, name)!r}")
+        _check_choice(self.weights, "weights", WEIGHTS)
+        if self.rehearse_rank is not None:
+            check_count(self.rehearse_rank, flag("rehearse_rank"), minimum=0)
+            if isinstance(self.tp, int) and not isinstance(self.tp, bool) and self.rehearse_rank >= self.tp:
+                raise ValueError(f"{flag('rehearse_rank')} must name a rank of {flag('tp')} {self.tp} (0 to "
+                                 f"{self.tp - 1}), got {self.rehearse_rank}")
 
     def _check_backends(self) -> None:
         if self.backends is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from glmcheck.backends.registry import backend_identity
@@ -15,7 +16,7 @@ from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
 from glmcheck.model.load import ModelSpec, resolve_model
-from glmcheck.model.memory import check_fits
+from glmcheck.model.memory import check_fits, fits_device
 from glmcheck.process.phases import CLOCK
 from glmcheck.process.wording import flag
 from glmcheck.records.environment import code_identity, config_hash
@@ -43,13 +44,15 @@ class Setup:
         check_band(band)
         self.band_size, self.band = band, band_names(band)
         self.spec = ModelSpec(preset=options.model, checkpoint=options.checkpoint, layers=options.layers,
-                              experts=options.experts, seed=options.seed, init=options.init)
+                              experts=options.experts, seed=options.seed, init=options.init,
+                              weights="fp8" if options.weights == "fp8" else "bf16")
         self.dist = distributed.current()
         self.config, self.device = resolve_model(self.spec, self.dist.device if self.dist else options.device,
                                                  layer0_only=layer0_only)
         heads, tp = self.config.num_attention_heads, options.tp
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or heads % tp:
             raise ValueError(f"{flag('tp')} must divide the {heads} attention heads, got {tp}")
+        self._resolve_weights(options, tp)
         self.exact = EXACT[options.exact]
         choice = choose_backends(options.backend_list(), device=self.device, heads=heads, tp=tp,
                                  latent_dims=(self.config.kv_lora_rank, self.config.qk_rope_head_dim),
@@ -57,8 +60,8 @@ class Setup:
                                  deterministic=options.deterministic,
                                  kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype)
         self.backends, self.baseline, self.warnings = choice.backends, choice.baseline, choice.warnings
-        # Under torchrun each rank holds H/tp heads and calls the kernel once per layer itself.
-        self.options = SwapOptions(tp=1 if self.dist else tp,
+        # Under torchrun (and in a rehearsal) each rank holds H/tp heads and calls the kernel once per layer itself.
+        self.options = SwapOptions(tp=1 if self.dist or self.rehearse else tp,
                                    kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype,
                                    dense_threshold=options.dense_threshold, deterministic=options.deterministic)
         self.gate = Gate(ratio=options.gate_ratio, cap=options.max_rel_l2)
@@ -74,8 +77,35 @@ class Setup:
             self.check_prompt(self.tokens)
             self.check_cpu_time([self.tokens])
 
+    def _resolve_weights(self, options: CheckOptions, tp: int) -> None:
+        """--weights and --rehearse-rank against the model: `self.rehearse` (rank, tp) or None, `self.shard_tp` (the
+        TP degree of the shard this process holds), the format checked for fitting until `check_prompt` resolves
+        "auto" (`spec.weights`)."""
+        from glmcheck.model.checkpoint import is_fp8
+
+        self.rehearse = None
+        if options.rehearse_rank is not None:
+            if self.dist:
+                raise ValueError("--rehearse-rank builds one rank's shard alone in one process; under torchrun every "
+                                 "rank runs for real (leave --rehearse-rank out, or run it without torchrun)")
+            self.rehearse = (options.rehearse_rank, tp)
+        self.shard_tp = self.dist.world_size if self.dist else tp if self.rehearse else 1
+        self.weights_requested = options.weights
+        self.fp8_checkpoint = bool(self.spec.checkpoint) and is_fp8(self.config)
+        if options.weights == "fp8" and self.spec.checkpoint and not self.fp8_checkpoint:
+            raise ValueError(f"--weights fp8: checkpoint {self.spec.checkpoint} holds bf16 weights (no fp8 "
+                             f"quantization_config), there are no FP8 codes to keep resident; use --weights bf16 "
+                             f"(presets are quantised; a checkpoint is never changed)")
+        self.longest = 0
+
+    def _fit_weights(self) -> str:
+        """The format a prompt is checked to fit in: fp8 where it may be held so (asked; auto on an FP8 checkpoint)."""
+        auto_fp8 = self.weights_requested == "auto" and self.fp8_checkpoint
+        return "fp8" if self.weights_requested == "fp8" or auto_fp8 else "bf16"
+
     def describe(self) -> dict:
         return {"tp": self.tp, "torchrun_ranks": self.dist.world_size if self.dist else None,
+                "weights": self.weights_requested, "rehearse_rank": self.rehearse[0] if self.rehearse else None,
                 "backends": self.backends, "exact": self.exact, "baseline": self.baseline, "band": self.band_size,
                 "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
                 "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
@@ -96,7 +126,12 @@ class Setup:
         limit = getattr(self.config, "max_position_embeddings", None)
         if limit is not None and tokens > limit:
             raise ValueError(f"{option} {tokens}: more than the model's {limit} positions")
-        check_fits(self.config, tokens, self.device, option, backends=[self.exact] + self.backends)
+        check_fits(self.config, tokens, self.device, option, backends=[self.exact] + self.backends, tp=self.shard_tp,
+                   weights=self._fit_weights())
+        self.longest = max(self.longest, tokens)
+        if self.weights_requested == "auto" and self.fp8_checkpoint:  # fp8 where bf16 would not fit
+            bf16_fits = fits_device(self.config, self.longest, self.device, tp=self.shard_tp, weights="bf16")
+            self.spec = replace(self.spec, weights="bf16" if bf16_fits else "fp8")
 
     def check_cpu_time(self, lengths: list[int], option: str | None = None, *, each: int = 1) -> None:
         """On the CPU, ValueError naming `option` (default the argument `tokens`) when the check's forwards, every
@@ -109,7 +144,8 @@ class Setup:
         others = [b for b in dict.fromkeys(self.backends) if b != self.exact and b not in self.band]
         names = [self.exact, self.exact, *self.band, *others]
         forwards = [(length, name) for length in lengths for name in names] * each
-        check_cpu_time(self.config, forwards, 1 if self.dist else self.tp, option or flag("tokens"))
+        calls = 1 if self.dist or self.rehearse else self.tp  # kernel calls a layer in this process, H / tp heads each
+        check_cpu_time(self.config, forwards, self.tp, option or flag("tokens"), calls=calls)
 
     def say_warnings(self) -> None:
         if not self.is_main:

@@ -2,11 +2,13 @@
 
 Two ways in:
 - `load_checkpoint_model(path, device=...)`: the whole model through transformers'
-  `from_pretrained` (local files only). A block-FP8 checkpoint (`quantization_config` fp8
-  e4m3, 128x128 blocks) goes through transformers' own FP8 support with `dequantize=True`, so
-  the harness sees bf16 weights (the attention kernel under test takes bf16 either way). On
-  CUDA the model is placed over the visible GPUs by accelerate (`device_map="auto"`); if part
-  of it lands on the CPU or disk a warning says so.
+  `from_pretrained` (local files only). On CUDA the model is placed over the visible GPUs by
+  accelerate (`device_map="auto"`); if part of it lands on the CPU or disk a warning says so.
+  A block-FP8 checkpoint (`quantization_config` fp8 e4m3, 128x128 blocks) is read tensor by
+  tensor and dequantised to bf16 by glmcheck (`checkpoint_shard`, one rank of one; transformers'
+  own `dequantize=True` mistakes the blocks of a dimension that is not a multiple of 128), so the
+  harness sees bf16 weights (the attention kernel under test takes bf16 either way);
+  `fp8_checkpoint` keeps them FP8 instead (`--weights fp8`).
 - `load_layer0_model(path, device=...)`: a one-layer model holding only the embedding and
   layer 0, read tensor by tensor from the safetensors index, so a layer-0 check on a 744B
   checkpoint fits one GPU. FP8 tensors are dequantised with their `weight_scale_inv` blocks.
@@ -39,7 +41,7 @@ from pathlib import Path
 import torch
 import transformers
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, FineGrainedFP8Config, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+from transformers import AutoConfig, GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 from transformers.utils import logging as hf_logging
 
 from glmcheck.model.build import FP32_PATTERNS, build_dummy_model
@@ -55,6 +57,7 @@ FUSED_EXPERTS = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_pro
 FP8_DTYPE = "F8_E4M3"
 FLOAT_DTYPES = {"BF16", "F16", "F32", "F64", FP8_DTYPE}
 SCALE_SUFFIX = "_scale_inv"
+SCALE_DTYPES = ("F32", "BF16")  # what a block scale may be stored as
 
 
 class CheckpointError(ValueError):
@@ -154,20 +157,8 @@ def _unused_layer(name: str, config: GlmMoeDsaConfig) -> bool:
     return bool(match) and config.num_hidden_layers <= int(match[1]) < config.num_hidden_layers + extra
 
 
-def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None, *, warn: bool = True) -> list[str]:
-    """Hold the checkpoint's tensors (names, shapes, dtypes: safetensors metadata, no data read)
-    against the model `config` (default: its config.json, whole) builds.
-
-    CheckpointError naming the tensor and both shapes for a tensor the model needs that is missing
-    or has another shape than the config implies, an FP8 weight whose `weight_scale_inv` is missing
-    or not ceil(rows / 128) x ceil(cols / 128), an FP8 tensor without an fp8 quantization_config,
-    or a tensor that is not floating point (the first problem is named, the others counted).
-    Returns the names the model does not use (after a one-line warning when there are any and `warn`).
-    """
-    root = Path(path)
-    config = config if config is not None else read_config(root)
-    mapping = weight_map(root)
-    block, fp8 = fp8_block(config), is_fp8(config)
+def tensor_metadata(root: Path, mapping: dict[str, str]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """(shape, safetensors dtype) of every tensor the index maps to a file that holds it (headers only, no data)."""
     found: dict[str, tuple[tuple[int, ...], str]] = {}
     by_file: dict[str, list[str]] = {}
     for name, file in mapping.items():
@@ -179,6 +170,26 @@ def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None
                 if name in present:
                     piece = handle.get_slice(name)
                     found[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    return found
+
+
+def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None, *, warn: bool = True) -> list[str]:
+    """Hold the checkpoint's tensors (names, shapes, dtypes: safetensors metadata, no data read)
+    against the model `config` (default: its config.json, whole) builds.
+
+    CheckpointError naming the tensor and both shapes for a tensor the model needs that is missing
+    or has another shape than the config implies, an FP8 weight whose `weight_scale_inv` is missing
+    or not ceil(rows / 128) x ceil(cols / 128), an FP8 tensor without an fp8 quantization_config,
+    or a tensor that is not floating point, FP8 codes that are not e4m3 (a weight of another dtype beside a
+    `weight_scale_inv`) or scales stored as anything but F32 / BF16 (the first problem is named, the others
+    counted). The scales' values are checked where they are read (`check_scale_values`).
+    Returns the names the model does not use (after a one-line warning when there are any and `warn`).
+    """
+    root = Path(path)
+    config = config if config is not None else read_config(root)
+    mapping = weight_map(root)
+    block, fp8 = fp8_block(config), is_fp8(config)
+    found = tensor_metadata(root, mapping)
     index = INDEX_FILE if (root / INDEX_FILE).is_file() else SINGLE_FILE
     expected = file_shapes(config)
     problems: list[str] = []
@@ -194,6 +205,9 @@ def check_tensors(path: str | os.PathLike, config: GlmMoeDsaConfig | None = None
         if have != shape:
             problems.append(f"tensor {name} is {_dims(have)} in {mapping[name]}, but config.json implies "
                             f"{_dims(shape)}")
+        elif dtype != FP8_DTYPE and fp8 and name + SCALE_SUFFIX in found:
+            problems.append(f"tensor {name} in {mapping[name]} is {dtype} beside its {name}{SCALE_SUFFIX}; "
+                            f"block-FP8 codes must be {FP8_DTYPE} (e4m3fn)")
         elif dtype not in FLOAT_DTYPES:
             problems.append(f"tensor {name} in {mapping[name]} is {dtype}; expected a floating-point tensor")
         elif dtype == FP8_DTYPE:
@@ -225,18 +239,38 @@ def _fp8_problems(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int
         return [f"lacks tensor {scale} ({blocks}; {name} is {FP8_DTYPE})"]
     if found[scale][0] != need:
         return [f"tensor {scale} is {_dims(found[scale][0])} in {mapping[scale]}, but {blocks}"]
+    if found[scale][1] not in SCALE_DTYPES:
+        return [f"tensor {scale} in {mapping[scale]} is {found[scale][1]}; block scales must be "
+                f"{' or '.join(SCALE_DTYPES)}"]
     return []
+
+
+def check_scale_values(root: Path, file: str, name: str, values: torch.Tensor) -> None:
+    """CheckpointError naming the FP8 block-scale tensor `name` when it holds NaN or Inf (each would make a whole
+    128 x 128 block of its weight NaN); every loader checks the scales it reads."""
+    if not bool(torch.isfinite(values).all()):
+        bad = int((~torch.isfinite(values)).sum())
+        raise CheckpointError(f"checkpoint {str(root)!r}: tensor {name} in {file} holds {bad} NaN/Inf block "
+                              f"scale{'' if bad == 1 else 's'} of {values.numel()}")
 
 
 def load_checkpoint_model(path: str | os.PathLike, *, device: torch.device | str = "cpu",
                           attn_implementation: str = "sdpa") -> GlmMoeDsaForCausalLM:
-    """The whole checkpoint in bf16 (FP8 dequantised), on `device` (CUDA: over all GPUs)."""
+    """The whole checkpoint in bf16 (FP8 dequantised), on `device` (CUDA: a bf16 checkpoint over all GPUs).
+
+    A block-FP8 checkpoint is read by glmcheck's own loader (`checkpoint_shard`, one rank of one, on `device`),
+    its blocks dequantised as its quantization_config says (`fp8_blocks.dequantize_blocks`): transformers'
+    `FineGrainedFP8Config(dequantize=True)` (5.17, 5.25) takes the block size from the scale grid's shape, which
+    is wrong wherever a dimension is not a multiple of 128 (a 192-row weight read in 96-row blocks) and refused
+    where the block count does not divide it (GLM-5.x's 576-row kv_a_proj_with_mqa)."""
     config = read_config(path)
-    check_tensors(path, config)  # names and shapes against the config, before transformers sees them
     device = torch.device(device)
-    kwargs = dict(dtype=torch.bfloat16, local_files_only=True, attn_implementation=attn_implementation)
     if is_fp8(config):
-        kwargs["quantization_config"] = FineGrainedFP8Config(dequantize=True)
+        from glmcheck.model.checkpoint_shard import load_checkpoint_shard
+
+        return load_checkpoint_shard(path, rank=0, world=1, device=device, attn_implementation=attn_implementation)
+    check_tensors(path, config)  # names and shapes against the config, before transformers sees them
+    kwargs = dict(dtype=torch.bfloat16, local_files_only=True, attn_implementation=attn_implementation)
     if device.type == "cuda":
         kwargs["device_map"] = "auto"
     try:
@@ -368,8 +402,10 @@ def _read_one(handle, mapping: dict[str, str], root: Path, name: str, block: tup
         if scale_name not in mapping:
             raise CheckpointError(f"checkpoint {str(root)!r}: FP8 tensor {name} has no {scale_name}")
         with _open(root / mapping[scale_name]) as scale_file:
+            scale = scale_file.get_tensor(scale_name)
+            check_scale_values(root, mapping[scale_name], scale_name, scale)
             try:
-                tensor = dequantize_blocks(tensor, scale_file.get_tensor(scale_name), block)
+                tensor = dequantize_blocks(tensor, scale, block)
             except ValueError as err:
                 raise CheckpointError(f"checkpoint {str(root)!r}: {scale_name} of {name}: {err}") from None
     return tensor

@@ -57,9 +57,11 @@ def dense_flops(config, tokens: int) -> float:
     return 2.0 * (per_token * tokens + indexer)
 
 
-def check_cpu_time(config, forwards: Iterable[tuple[int, str]], tp: int, option: str) -> None:
+def check_cpu_time(config, forwards: Iterable[tuple[int, str]], tp: int, option: str, *, calls: int | None = None
+                   ) -> None:
     """ValueError naming `option` when the CPU `forwards` ((tokens, backend) pairs, one per model forward) are
-    estimated above CPU_CHECK_LIMIT_S; call it only where the model runs on the CPU."""
+    estimated above CPU_CHECK_LIMIT_S; call it only where the model runs on the CPU. Each layer calls the backend
+    `calls` times (default `tp`: every rank in one process) on H / tp heads."""
     d_qk = config.kv_lora_rank + config.qk_rope_head_dim
     heads = config.num_attention_heads // tp
     layers = config.num_hidden_layers
@@ -68,7 +70,7 @@ def check_cpu_time(config, forwards: Iterable[tuple[int, str]], tp: int, option:
         seconds += dense_flops(config, tokens) / DENSE_FLOPS_PER_S
         if backend.startswith("triton_sparse_mla"):
             interpreted = True
-            seconds += layers * tp * interpreted_seconds(selected_blocks(tokens, config.index_topk), heads, d_qk)
+            seconds += layers * (tp if calls is None else calls) * interpreted_seconds(selected_blocks(tokens, config.index_topk), heads, d_qk)
         else:
             rows = tokens * (tokens + 1) // 2 if backend.startswith("hf_") else selected_slots(tokens, config.index_topk)
             seconds += layers * 2.0 * rows * config.num_attention_heads * (d_qk + config.kv_lora_rank) \

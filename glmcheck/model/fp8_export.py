@@ -24,8 +24,19 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def is_quantised(name: str, tensor: torch.Tensor) -> bool:
     """True for the tensors GLM-5.x stores in FP8: 2-D `*_proj.weight` outside the indexer and router."""
-    return (tensor.dim() == 2 and name.endswith("_proj.weight") and "indexer" not in name
+    return quantised_shape(name, tensor.shape)
+
+
+def quantised_shape(name: str, shape) -> bool:
+    """`is_quantised` from a name and shape alone."""
+    return (len(shape) == 2 and name.endswith("_proj.weight") and "indexer" not in name
             and not name.endswith("mlp.gate.weight"))
+
+
+def held_in_fp8(name: str, shape) -> bool:
+    """True for the model parameters whose files GLM-5.x stores in FP8: `quantised_shape`'s, and the fused expert
+    stacks `mlp.experts.gate_up_proj` / `down_proj` (stored per expert, each matrix in FP8)."""
+    return quantised_shape(name, shape) or name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))
 
 
 def write_fp8(source: str | Path, out: str | Path) -> None:

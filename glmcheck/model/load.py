@@ -1,5 +1,6 @@
 """Which model a check builds and how: a preset with seeded dummy weights or a local checkpoint,
-whole or layer 0 only, one process or this rank's TP shard under torchrun; and the device it runs on."""
+whole or layer 0 only, one process or this rank's TP shard under torchrun (or one rank's shard alone: a rehearsal),
+its block-FP8 weights dequantised at load (bf16) or resident (fp8); and the device it runs on."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class ModelSpec:
     seed: int = 0
     init: str = "sharp"
     trained: str | None = None  # set from `preset` when it names a trained model
+    weights: str = "bf16"  # "fp8": block-FP8 weights resident (a preset's dummy weights quantised), `fp8_resident`
 
     def __post_init__(self):
         if is_trained(self.preset) and self.checkpoint is None:
@@ -35,7 +37,7 @@ class ModelSpec:
     def describe(self) -> dict:
         return {"preset": None if self.checkpoint else self.preset, "trained": self.trained,
                 "checkpoint": self.checkpoint, "layers": self.layers, "experts": self.experts, "seed": self.seed,
-                "init": None if self.checkpoint else self.init}
+                "init": None if self.checkpoint else self.init, "weights": self.weights}
 
 
 def resolve_device(name: str | None) -> torch.device:
@@ -100,18 +102,26 @@ def latent_dims_of(spec: ModelSpec) -> tuple[int, int]:
     return config.kv_lora_rank, config.qk_rope_head_dim
 
 
-def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = False) -> torch.nn.Module:
+def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = False,
+               rehearse: tuple[int, int] | None = None) -> torch.nn.Module:
     """Build the model `spec` describes on `device` (layer0_only: one layer / partial loading).
 
-    Under torchrun (glmcheck.model.distributed active) each rank builds only its TP shard.
+    Under torchrun (glmcheck.model.distributed active) each rank builds only its TP shard; `rehearse` (rank,
+    world) builds that rank's shard alone, its all-reduces left out (the identity).
     """
     from glmcheck.model import distributed
 
     if spec.init not in INIT_SCALES:
         raise ValueError(f"init must be one of {', '.join(INIT_SCALES)}, got {spec.init!r}")
+    if spec.weights not in ("bf16", "fp8"):
+        raise ValueError(f"weights must be bf16 or fp8, got {spec.weights!r}")
     ctx = distributed.current()
     if ctx is not None:
-        return _load_shard(spec, ctx, layer0_only)
+        return _load_shard(spec, ctx.rank, ctx.world_size, ctx.device, distributed.all_reduce_sum, layer0_only)
+    if rehearse is not None:
+        return _load_shard(spec, *rehearse, device, None, layer0_only)
+    if spec.weights == "fp8":
+        return _load_shard(spec, 0, 1, device, None, layer0_only)
     if spec.checkpoint:
         from glmcheck.model.checkpoint import load_checkpoint_model, load_layer0_model
 
@@ -121,16 +131,26 @@ def load_model(spec: ModelSpec, device: torch.device, *, layer0_only: bool = Fal
     return build_dummy_model(config, seed=spec.seed, init=spec.init, device=device)
 
 
-def _load_shard(spec: ModelSpec, ctx, layer0_only: bool) -> torch.nn.Module:
-    from glmcheck.model import distributed
+def _load_shard(spec: ModelSpec, rank: int, world: int, device: torch.device, reduce, layer0_only: bool
+                ) -> torch.nn.Module:
+    """Rank `rank` of `world`'s shard of the model (world 1: the whole of it), `reduce` hooked after each o_proj and
+    MLP (None: none), in the format `spec.weights` names."""
     from glmcheck.model.sharding import build_shard
 
+    fp8 = spec.weights == "fp8"
     if spec.checkpoint:
-        from glmcheck.model.checkpoint_shard import load_checkpoint_shard
-
-        return load_checkpoint_shard(spec.checkpoint, rank=ctx.rank, world=ctx.world_size, device=ctx.device,
-                                     reduce=distributed.all_reduce_sum, layer0_only=layer0_only)
+        if fp8:
+            from glmcheck.model.fp8_checkpoint import load_resident_checkpoint as load
+        else:
+            from glmcheck.model.checkpoint_shard import load_checkpoint_shard as load
+        return load(spec.checkpoint, rank=rank, world=world, device=device, reduce=reduce, layer0_only=layer0_only)
     layers = 1 if layer0_only and spec.layers is None else spec.layers
     config = make_config(spec.preset, layers=layers, experts=spec.experts)
-    return build_shard(config, rank=ctx.rank, world=ctx.world_size, seed=spec.seed, init=spec.init,
-                       device=ctx.device, reduce=distributed.all_reduce_sum)
+    if fp8:
+        from glmcheck.model.fp8_build import build_resident, dummy_sources
+
+        fp8_source, dense = dummy_sources(config, rank=rank, world=world, device=device, seed=spec.seed,
+                                          init=spec.init)
+        return build_resident(config, rank=rank, world=world, device=device, fp8=fp8_source, dense=dense,
+                              reduce=reduce)
+    return build_shard(config, rank=rank, world=world, seed=spec.seed, init=spec.init, device=device, reduce=reduce)

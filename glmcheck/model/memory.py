@@ -2,7 +2,9 @@
 
 Weights are counted exactly from the module shapes (the model built on the meta device) with
 the sharding rules of `glmcheck.model.sharding` (attention heads and MLP widths split over tp,
-everything else replicated), in bf16 (fp32 for the router). Activations are a conservative
+everything else replicated), in bf16 (fp32 for the router), or with the FP8 weights resident
+(`weights="fp8"`: codes, scales and the just-in-time dequantisation's transient, `weight_bytes`).
+Activations are a conservative
 estimate of one prefill's peak (`activation_terms` names each term): on the absorbed path that
 glmcheck's swap runs (reference, band:K, triton_sparse_mla..., flashmla_sparse, torch_bf16,
 plug-ins) every term is linear in T (the indexer runs in query chunks within a fixed budget,
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 from transformers import GlmMoeDsaConfig
 
 from glmcheck.model.indexer_chunks import INDEX_BUDGET_BYTES, chunk_rows, row_bytes
-from glmcheck.model.sharding import check_divisible, full_shapes, slicer
+from glmcheck.model.sharding import check_divisible
+from glmcheck.model.weight_bytes import rank_weights
 
 GIB = 2**30
 HEADROOM = 0.9  # fraction of the GPU's memory the plan allows itself
@@ -38,37 +41,19 @@ class MemoryPlan:
     max_layers: int  # of this config's layers, the first N that fit (at most its layer count)
     path: str = "absorbed"  # whose activations: the absorbed swap, or transformers' hf_sdpa / hf_eager
     max_tokens: int = 0  # the longest prompt whose activations fit beside all of this config's weights
+    weights: str = "bf16"  # the format the weights are held in (`weight_bytes.WEIGHT_FORMATS`)
+    codes_gib: float = 0.0  # fp8: e4m3 codes / their block scales and maps / every other tensor (in weights_gib)
+    scales_gib: float = 0.0
+    dense_gib: float = 0.0
+    transient_gib: float = 0.0  # fp8: the largest module's weights dequantised at once, beside the held ones
 
     @property
     def total_gib_per_rank(self) -> float:
-        return self.weights_gib_per_rank + self.activations_gib
+        return self.weights_gib_per_rank + self.transient_gib + self.activations_gib
 
     @property
     def fits(self) -> bool:
         return self.total_gib_per_rank <= HEADROOM * self.gpu_gib
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _rank_bytes(config: GlmMoeDsaConfig, tp: int) -> tuple[int, int, list[int], int]:
-    """(params total, params per rank, bytes per rank of each layer, bytes per rank outside layers)."""
-    total = per_rank = other_bytes = 0
-    layer_bytes = [0] * config.num_hidden_layers
-    for name, shape in full_shapes(config).items():
-        count = _numel(shape)
-        mine = count // tp if slicer(name, 0, tp) is not None else count
-        size = mine * (4 if name.endswith(("mlp.gate.weight", "e_score_correction_bias")) else 2)
-        total, per_rank = total + count, per_rank + mine
-        if name.startswith("model.layers."):
-            layer_bytes[int(name.split(".")[2])] += size
-        else:
-            other_bytes += size
-    return total, per_rank, layer_bytes, other_bytes
 
 
 PATHS = ("absorbed", "hf_sdpa", "hf_eager")  # the absorbed swap (every other backend) and transformers' dense ones
@@ -164,24 +149,25 @@ def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "abs
 
 
 def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 141.0,
-                path: str = "absorbed") -> MemoryPlan:
+                path: str = "absorbed", weights: str = "bf16") -> MemoryPlan:
     """Per-rank memory of `config` at TP degree `tp` for a prefill of `tokens` tokens on `path`
-    (`activation_terms`: "absorbed", "hf_sdpa" or "hf_eager")."""
+    (`activation_terms`: "absorbed", "hf_sdpa" or "hf_eager"), the weights held as `weights` ("bf16", or "fp8":
+    FP8 weights resident, `weight_bytes`)."""
     if tp < 1 or tokens < 1 or gpu_gib <= 0:
         raise ValueError(f"tp and tokens must be positive and gpu_gib > 0, got {tp}, {tokens}, {gpu_gib}")
     check_divisible(config, tp)
-    total, per_rank, layer_bytes, other_bytes = _rank_bytes(config, tp)
+    held = rank_weights(config, tp, weights)
     activations = activation_bytes(config, tp, tokens, path)
-    budget = HEADROOM * gpu_gib * GIB - other_bytes - activations
+    budget = HEADROOM * gpu_gib * GIB - held.other_bytes - activations
     max_layers, used = 0, 0
-    for size in layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
-        if used + size > budget:
+    for size in held.layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
+        if used + size + held.transient(max_layers + 1) > budget:
             break
         used, max_layers = used + size, max_layers + 1
-    weights = sum(layer_bytes) + other_bytes
-    longest = max_tokens(config, tp, HEADROOM * gpu_gib * GIB - weights, path)
-    return MemoryPlan(config.num_hidden_layers, tp, tokens, total, per_rank, weights / GIB, activations / GIB, gpu_gib,
-                      max_layers, path, longest)
+    longest = max_tokens(config, tp, HEADROOM * gpu_gib * GIB - held.held - held.transient(), path)
+    return MemoryPlan(config.num_hidden_layers, tp, tokens, held.params_total, held.params_per_rank, held.held / GIB,
+                      activations / GIB, gpu_gib, max_layers, path, longest, weights, held.codes / GIB,
+                      held.scales / GIB, held.dense / GIB, held.transient() / GIB)
 
 
 def device_bytes(device) -> int:
@@ -194,27 +180,37 @@ def device_bytes(device) -> int:
 
 
 def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--tokens",
-               backends: Iterable[str] | None = None) -> None:
-    """ValueError naming `option` when one process's prefill of `tokens` tokens (all weights, the
+               backends: Iterable[str] | None = None, *, tp: int = 1, weights: str = "bf16") -> None:
+    """ValueError naming `option` when one process's prefill of `tokens` tokens (its weights, the
     conservative activation estimate of the absorbed path) needs more memory than `device` has at all,
     or, naming the backend and its longest prompt, when one of `backends` is transformers' dense
     hf_eager / hf_sdpa and its [T, T] masks and scores do not fit: a run that cannot fit fails here,
-    before anything is allocated. Callers that may run hf_* backends must pass them."""
-    _, _, layer_bytes, other_bytes = _rank_bytes(config, 1)
-    weights = sum(layer_bytes) + other_bytes
-    need = weights + activation_bytes(config, 1, tokens)
+    before anything is allocated. Callers that may run hf_* backends must pass them. `tp`: the TP degree of
+    the shard this process holds (a torchrun rank, a rehearsal), 1 when it holds the whole model (emulated
+    TP too); `weights`: their format (`weight_bytes`)."""
+    held = rank_weights(config, tp, weights)
+    weights = held.held + held.transient()
+    need = weights + activation_bytes(config, tp, tokens)
     have = device_bytes(device)
     if need > have:
         raise ValueError(f"{option} {tokens}: a prefill of {config.num_hidden_layers} layers needs about "
                          f"{need / GIB:,.0f} GiB (weights and activations, `glmcheck plan`), more than the "
                          f"{have / GIB:,.0f} GiB of {device}")
     for name in dict.fromkeys(b for b in backends or () if b in PATHS[1:]):
-        need = weights + activation_bytes(config, 1, tokens, name)
+        need = weights + activation_bytes(config, tp, tokens, name)
         if need > have:
-            longest = max_tokens(config, 1, have - weights, name)
+            longest = max_tokens(config, tp, have - weights, name)
             raise ValueError(f"{option} {tokens}: backend {name} (transformers' dense attention, [T, T] masks and "
                              f"indexer scores) needs about {need / GIB:,.0f} GiB, more than the {have / GIB:,.0f} GiB "
                              f"of {device}; it fits up to {longest:,} tokens (leave it out of --backends beyond)")
+
+
+def fits_device(config: GlmMoeDsaConfig, tokens: int, device, *, tp: int = 1, weights: str = "bf16") -> bool:
+    """Whether a prefill of `tokens` tokens (weights of a TP-`tp` shard in format `weights`, the absorbed path's
+    activations) fits within HEADROOM of `device`'s memory (`device_bytes`)."""
+    held = rank_weights(config, tp, weights)
+    need = held.held + held.transient() + activation_bytes(config, tp, tokens)
+    return need <= HEADROOM * device_bytes(device)
 
 
 def device_memory(device) -> tuple[int, str]:

@@ -66,13 +66,21 @@ RULES: list[tuple[str, str]] = [
 ]
 
 
-def slicer(name: str, rank: int, world: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """How rank `rank` cuts parameter `name` from the whole tensor (None: replicated)."""
+def cut_kind(name: str) -> str | None:
+    """The rule parameter `name` is cut by ("rows", "cols", "gate_up", "experts_cols"; None: replicated)."""
     for pattern, kind in RULES:
         if re.search(pattern, name):
-            return {"rows": _split(0, rank, world), "cols": _split(1, rank, world),
-                    "gate_up": _split_gate_up(rank, world), "experts_cols": _split(2, rank, world)}[kind]
+            return kind
     return None
+
+
+def slicer(name: str, rank: int, world: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """How rank `rank` cuts parameter `name` from the whole tensor (None: replicated)."""
+    kind = cut_kind(name)
+    if kind is None:
+        return None
+    return {"rows": _split(0, rank, world), "cols": _split(1, rank, world),
+            "gate_up": _split_gate_up(rank, world), "experts_cols": _split(2, rank, world)}[kind]
 
 
 def full_shapes(config: GlmMoeDsaConfig) -> dict[str, torch.Size]:

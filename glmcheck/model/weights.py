@@ -59,9 +59,14 @@ def seeded_tensor(name: str, shape: torch.Size, dtype: torch.dtype, device: torc
         return torch.ones(shape, dtype=dtype, device=device)
     if kind == "zeros":
         return torch.zeros(shape, dtype=dtype, device=device)
+    return seeded_normal(name, shape, device, global_seed, init).to(dtype)
+
+
+def seeded_normal(name: str, shape: torch.Size, device: torch.device, global_seed: int, init: str) -> torch.Tensor:
+    """The fp32 values of a 'normal' dummy tensor before its cast to the parameter's dtype (one fp32 copy)."""
     generator = torch.Generator(device=device).manual_seed(parameter_seed(global_seed, name))
     values = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
-    return (values * init_std(name, shape, init)).to(dtype)
+    return values.mul_(init_std(name, shape, init))
 
 
 @torch.no_grad()

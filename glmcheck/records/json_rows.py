@@ -10,8 +10,8 @@ import pandas as pd
 
 def render_json(summary: dict, rows: pd.DataFrame) -> str:
     """The record's rows, verdict and facts (and a check's further lists: firsttoken's per-backend rows and
-    disagreements, the sweep's onsets) as one JSON object; a NaN is null."""
-    extra = {k: summary[k] for k in ("summary_rows", "disagreements", "onsets") if k in summary}
+    disagreements, the sweep's onsets, a rank rehearsal's measurements) as one JSON object; a NaN is null."""
+    extra = {k: summary[k] for k in ("summary_rows", "disagreements", "onsets", "rehearsal") if k in summary}
     payload = {"command": summary.get("command"), "verdict": summary.get("verdict"), "facts": summary.get("facts", {}),
                "rows": rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else [], **extra}
     return json.dumps(_plain(payload), indent=1, default=str)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, Band, Gate
+from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, REHEARSAL, Band, Gate
 from glmcheck.checks.rows import GATED_STATS, overall_of
 from glmcheck.records.rejudge_rows import (
     RecordMismatch,
@@ -41,9 +41,12 @@ def check_verdicts(summary: dict[str, Any], rows: pd.DataFrame) -> None:
     rule = RULES.get(command)
     if rule is None:
         return
+    check_same_rows(summary, rows)
+    if summary.get("verdict") == REHEARSAL or "rehearsal" in summary:
+        _check_rehearsal(summary, rows)
+        return
     if summary.get("verdict") not in VERDICTS:
         raise ValueError(f"summary.json: verdict {summary.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
-    check_same_rows(summary, rows)
     try:
         expected = rule(summary, records(rows))
     except RecordMismatch:
@@ -54,6 +57,18 @@ def check_verdicts(summary: dict[str, Any], rows: pd.DataFrame) -> None:
     if expected != summary.get("verdict"):
         raise ValueError(f"summary.json: verdict {summary.get('verdict')!r}, but its rows give {expected!r} (edited "
                          f"after it was written)")
+
+
+def _check_rehearsal(summary: dict, rows: pd.DataFrame) -> None:
+    """A rank rehearsal (`glmcheck.evaluate.rehearsal`) judges nothing: verdict REHEARSAL with its measurements, every
+    row's verdict '-'."""
+    if summary.get("verdict") != REHEARSAL or not isinstance(summary.get("rehearsal"), dict):
+        raise ValueError(f"summary.json: verdict {summary.get('verdict')!r} with a rehearsal field: a rank rehearsal's "
+                         f"record is REHEARSAL with its measurements, or no rehearsal at all")
+    for index, row in enumerate(records(rows)):
+        if row.get("verdict", INFO) != INFO:
+            raise ValueError(f"rows.parquet: row {index} has verdict {row['verdict']!r} in a rank rehearsal, which "
+                             f"judges nothing")
 
 
 def _gate_verdict(row: dict, index: int, gate: Gate, band: Band) -> str:

@@ -13,7 +13,7 @@ import statistics
 
 import pandas as pd
 
-from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS
+from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, REHEARSAL
 from glmcheck.records.json_rows import render_json
 from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
@@ -305,12 +305,12 @@ ROW_FIELDS = {"layer0": ("comparison", "backend", "rel_l2", "verdict"),
 SUMMARY_LIST_FIELDS = {"firsttoken": ("summary_rows", ("comparison", "backend", "agree", "prompts", "mean_dlogprob",
                                                        "max_dlogprob", "wide_flips", "verdict")),
                        "sweep": ("onsets", ("onset", "verdict"))}
-VERDICTS = (PASS, FAIL, INCONCLUSIVE)
+VERDICTS = (PASS, FAIL, INCONCLUSIVE, REHEARSAL)
 
 
 def check_record(summary: dict, rows: pd.DataFrame) -> None:
     """ValueError naming the field when a record of a check lacks a field its tables need or holds a verdict that is
-    none of PASS, FAIL, INCONCLUSIVE (a row's: also '-')."""
+    none of PASS, FAIL, INCONCLUSIVE, REHEARSAL (a row's: also '-')."""
     command = summary.get("command")
     if summary.get("verdict") not in VERDICTS:
         raise ValueError(f"summary.json: verdict {summary.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
@@ -368,6 +368,10 @@ def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
     check_record(summary, rows)
     try:
         parts = RENDERERS[command](summary, rows)
+        if isinstance(summary.get("rehearsal"), dict):  # a rank rehearsal: its measurements, no verdict
+            from glmcheck.records.rehearsal_table import rehearsal_parts
+
+            parts = rehearsal_parts(summary["rehearsal"]) + parts
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{command} record lacks what its tables need ({type(err).__name__}: {err})") from None
     facts = summary.get("facts", {})

@@ -30,7 +30,8 @@ def rewrite(source: Path, target: Path, name: str, change: str) -> Path:
     - "drop": removed from its shard and from the index;
     - "drop-file": removed from its shard only (the index still names it);
     - "add": `name` added (a 4 x 4 bf16 tensor) beside the tensors of layer 0's shard;
-    - "nan": its first 256 bytes overwritten with 0xFF (NaN in bf16), shape and dtype kept.
+    - "nan": its first 256 bytes overwritten with 0xFF (NaN in bf16 and fp32), shape and dtype kept;
+    - "bf16": its values stored as bf16 (FP8 codes that are no longer e4m3), shape kept.
     """
     shutil.copytree(source, target)
     index = _index(target)
@@ -46,6 +47,8 @@ def rewrite(source: Path, target: Path, name: str, change: str) -> Path:
     elif change == "nan":
         tensors[name] = tensors[name].clone()
         tensors[name].view(-1).view(torch.uint8)[:256] = 0xFF
+    elif change == "bf16":
+        tensors[name] = tensors[name].float().to(torch.bfloat16)
     elif change == "add":
         tensors[name] = torch.zeros(4, 4, dtype=torch.bfloat16)
         index["weight_map"][name] = file
