@@ -20,7 +20,7 @@ from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.arguments import check_count, check_forwards
 from glmcheck.evaluate.bars import forward_bar
-from glmcheck.evaluate.model_checks import _build, _report
+from glmcheck.evaluate.model_checks import _build, _report, layer_command
 from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
@@ -72,6 +72,10 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
         done = {}
     else:
         result = sweep_outcome([r for length in lengths for r in done[length]], judged, lengths)
+    for name, onset in result.onsets.items():
+        if "layer0" in onset:
+            command = layer_command(options, setup, name, onset["layer0"], last, options.seed)
+            onset["diagnosis"] += f" (shown by: {command})"
     facts = {**result.facts, "reference": setup.exact, "band": band, "source": "in process",
              "prompt_source": prompt_source(setup.spec), "resumed_items": len(done),
              "forwards": 1 + len(band) + len(judged), "short_forwards": 2}
@@ -113,4 +117,29 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
         for name in [*band, *judged]:
             got = logits(name)
             stats[name] = got if isinstance(got, Faulted) else position_statistics(got, reference)
-    return run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
+    result = run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
+    _diagnose(model, prompt, setup, stats, band, result)
+    return result
+
+
+def _diagnose(model, prompt, setup: Setup, stats: dict, band: list[str], result: SweepResult) -> None:
+    """Each FAIL row's positions beyond the band over the whole forward and whether layer 0 of the prompt fails too
+    (`glmcheck.checks.diagnosis_positions`), in its onset entry."""
+    from glmcheck.checks.band import FAIL
+    from glmcheck.checks.diagnosis_positions import beyond_summary, layer0_probe, probe_text, summary_text
+    from glmcheck.checks.position_gate import PositionBand, PositionGate
+
+    failing = [n for n, o in result.onsets.items() if o["verdict"] == FAIL and not isinstance(stats[n], Faulted)]
+    if not failing:
+        return
+    gate = PositionGate()
+    allowed = PositionBand.of([stats[b] for b in band], band).allowed(gate.position_ratio, gate.neighbours)
+    probes = layer0_probe(model, prompt, failing, setup.exact, setup.options, band_size=len(band))
+    for name in failing:
+        summary = beyond_summary(stats[name].distance, allowed)
+        entry = {"beyond_first": summary["first"], "beyond_runs": summary["runs"], "beyond_period": summary["period"],
+                 "diagnosis": summary_text(summary)}
+        if name in probes:
+            entry |= {"layer0": probes[name]["verdict"]}
+            entry["diagnosis"] += "; " + probe_text(probes[name])
+        result.onsets[name] |= entry
