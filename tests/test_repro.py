@@ -59,6 +59,20 @@ def test_layer0_repro_script_reproduces_and_passes_once_fixed(tmp_path):
     assert fixed.returncode == 0 and "not reproduced" in fixed.stdout, fixed.stderr
 
 
+def test_repro_command_remakes_a_record_rows_repro(tmp_path, capsys, monkeypatch):
+    from glmcheck import cli
+
+    record = tmp_path / "record"
+    argv = ["layer0", "--backends", f"band:5,ls={FAULTS}:last_slot_dropped", "--tokens", "64", "--out", str(record),
+            "--quiet"]
+    monkeypatch.setattr(sys, "argv", ["glmcheck", *argv])  # what the record keeps as its command line
+    assert cli.main(argv) == 1
+    assert cli.main(["repro", str(record), "band:5"]) == 2
+    assert "ROW 'band:5' is not a FAIL row" in capsys.readouterr().err
+    assert cli.main(["repro", str(record), "ls"]) == 1
+    assert (record / "repro" / "ls" / "repro.py").is_file() and (record / "repro" / "record" / "summary.json").is_file()
+
+
 def test_repro_dir_must_be_new_or_empty(tmp_path):
     from glmcheck.evaluate.arguments import check_repro_dir
 

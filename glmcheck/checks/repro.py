@@ -39,7 +39,7 @@ from glmcheck.checks.repro_script import script_text
 
 REPRO_BAND = 8  # ideal kernels beside a cut call: a larger band than the checks', as a cut call is small
 KEEP = 4.0  # a cut must still fail by this many times its gate (or half the whole call's margin, when smaller)
-MAX_TRIALS = 60
+MAX_TRIALS = 40
 
 
 @dataclass
