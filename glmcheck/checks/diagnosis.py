@@ -120,11 +120,8 @@ def diagnose(exact: torch.Tensor, row: torch.Tensor, band: list[torch.Tensor], *
     heads_axis, tokens_axis = field.heads(), field.tokens()
     findings: list[Finding] = []
     heads = element_finding(heads_axis, "heads", "heads") if heads_axis.row.numel() > 1 else None
-    if heads is not None:
-        findings.append(heads)
-        swap = head_swap_finding(exact, row, band, heads_axis)
-        if swap is not None:
-            findings.append(swap)
+    swap = head_swap_finding(exact, row, band, heads_axis) if heads_axis.row.numel() > 1 else None
+    findings += [f for f in (heads, swap) if f is not None]
     tokens = token_finding(tokens_axis, call.indices if call else None, call.valid() if call else None)
     findings += [f for f in (tokens, describe_dims(field.output_dims())) if f is not None]
     if call is not None:

@@ -9,7 +9,8 @@ token. The changes (`HYPOTHESES`, the simpler first):
   rows w or more positions behind it, the rows fewer than w behind it;
 - reads a wrong row: row 0 in an empty slot, row t + 1 (a future row) in an empty slot or in place of its last,
   its first row again in place of its last, its neighbour's (t + 1 or t - 1) selection, each row r >= R as r - R;
-- computes the scores wrong: without the rope part of q.k, or without the latent part.
+- computes the scores wrong: without the rope part of q.k, without the latent part, or without one aligned block of
+  q's dims (2^k of them, 8 <= 2^k <= d_qk / 2).
 
 A change explains the row when it explains at least EXPLAINS of the sampled tokens (thresholds R, w: one range of
 them common to those tokens). `head_swap_finding` does the same for heads: a head beyond the band whose output is
@@ -48,6 +49,7 @@ HYPOTHESES = {
     "wrap": ("reads each row r >= {0} as row r - {0} (an offset that wraps at {0})", "reads wrong rows"),
     "rope": ("is scored without the rope part of q.k", "computes the scores wrong"),
     "nope": ("is scored without the latent part of q.k", "computes the scores wrong"),
+    "qdims": ("is scored without q's dims {0}..{1} (of {2})", "computes the scores wrong"),
 }
 INTERVALS = ("rows_from", "rows_below", "far", "near")
 
@@ -59,16 +61,16 @@ def _thresholds(values: torch.Tensor) -> list[int]:
     return distinct
 
 
-def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tuple, torch.Tensor, str]]:
-    """(family, parameter, indices [K] int32, q change) of every change tried for token t."""
+def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tuple, torch.Tensor, tuple]]:
+    """(family, parameter, indices [K] int32, q's dims zeroed (start, stop) or ()) of every change tried for token t."""
     num_rows = call.kv.shape[0]
     base = torch.where(valid[t], call.indices[t], -1).cpu()
     slots = valid[t].cpu().nonzero().flatten()
-    out: list[tuple[str, tuple, torch.Tensor, str]] = []
+    out: list[tuple[str, tuple, torch.Tensor, tuple]] = []
     if slots.numel() == 0:
         return out
 
-    def with_slots(family: str, param: tuple, drop=None, put=None, q: str = "") -> None:
+    def with_slots(family: str, param: tuple, drop=None, put=None, q: tuple = ()) -> None:
         changed = base.clone()
         if drop is not None:
             changed[drop] = -1
@@ -109,15 +111,22 @@ def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tu
         if 0 <= t + step < call.tokens:
             other = torch.where(valid[t + step], call.indices[t + step], -1).cpu()
             if not torch.equal(other, base):
-                out.append(("neighbour", (step,), other, ""))
+                out.append(("neighbour", (step,), other, ()))
     for e in range(1, int(math.log2(max(num_rows, 2))) + 1):
         wrap = 2 ** e
         if bool((rows >= wrap).any()):
             changed = base.clone()
             changed[slots] = torch.where(rows >= wrap, rows - wrap, rows)
-            out.append(("wrap", (wrap,), changed, ""))
-    with_slots("rope", (), q="rope")
-    with_slots("nope", (), q="nope")
+            out.append(("wrap", (wrap,), changed, ()))
+    d_qk = call.q.shape[-1]
+    with_slots("rope", (), q=(call.d_v, d_qk))
+    with_slots("nope", (), q=(0, call.d_v))
+    size = 8
+    while size <= d_qk // 2:
+        for start in range(0, d_qk - size + 1, size):
+            if (start, start + size) not in ((call.d_v, d_qk), (0, call.d_v)):
+                with_slots("qdims", (start, start + size - 1, d_qk), q=(start, start + size))
+        size *= 2
     assert all(c[2].numel() == k for c in out)
     return out
 
@@ -130,10 +139,8 @@ def _explained_tokens(call: LayerCall, exact: torch.Tensor, row: torch.Tensor, b
     for t in tokens:
         for family, param, changed, q_change in _changes(call, valid, t):
             q = call.q[t].clone()
-            if q_change == "rope":
-                q[:, call.d_v:] = 0
-            elif q_change == "nope":
-                q[:, :call.d_v] = 0
+            if q_change:
+                q[:, q_change[0]:q_change[1]] = 0
             batch_q.append(q)
             batch_i.append(changed.to(torch.int32))
             keys.append((family, param, t))
@@ -221,7 +228,7 @@ def head_swap_finding(exact: torch.Tensor, row: torch.Tensor, band: list[torch.T
                       heads_axis: Axis) -> Finding | None:
     """Heads beyond the band each holding another head's exact output (within RATIO x the band there)."""
     beyond = (heads_axis.ratios() > RATIO).nonzero().flatten().tolist()
-    if not beyond or len(beyond) == heads_axis.row.numel() and len(beyond) > 8:
+    if not beyond:
         return None
     e = exact.double()
     a = row.detach().to(e.device, torch.float64)

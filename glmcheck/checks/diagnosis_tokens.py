@@ -8,7 +8,7 @@ The token groups tried, in this order of preference at equal size:
 - `before`  tokens before t1;
 - `index`   groups the indices define: tokens with empty slots or a full selection, with 2^j .. 2^(j+1) - 1 valid
             slots, that attend row 0 (or not), rows >= 2^k, or a row 2^k or more positions behind them;
-- `named`   the FEW tokens of largest excess, one by one.
+- `named`   the tokens beyond the band (each one's rel-L2 > RATIO x the band's), when at most FEW, one by one.
 
 When none carries the error, `trend` says whether it grows (or falls) with position, by quarters of the prompt.
 """
@@ -23,6 +23,7 @@ import torch
 from glmcheck.checks.diagnosis_structure import FEW, MAX_PERIOD, RATIO, Axis, Finding, Groups, carried, qualifies, ratio
 
 FAMILIES = ("period", "onset", "before", "index", "named")
+REST, REST_SHARE = 4, 0.05  # a group must leave at least this many tokens (and this share of them) outside
 
 
 def _period_groups(axis: Axis, periods: list[int]) -> Groups:
@@ -81,15 +82,11 @@ def _spacing_period(axis: Axis) -> int | None:
 
 
 def _named_groups(axis: Axis) -> tuple[torch.Tensor, list[tuple[str, tuple]]]:
-    order = axis.excess().argsort(descending=True)
-    n = axis.row.numel()
-    masks, labels = [], []
-    for m in range(1, min(FEW, n - 1) + 1):
-        mask = torch.zeros(n, dtype=torch.bool)
-        mask[order[:m]] = True
-        masks.append(mask)
-        labels.append(("named", tuple(sorted(order[:m].tolist()))))
-    return (torch.stack(masks) if masks else torch.zeros(0, n, dtype=torch.bool)), labels
+    """The tokens beyond the band, when at most FEW, as one group."""
+    beyond = axis.ratios() > RATIO
+    if not 0 < int(beyond.sum()) <= FEW:
+        return torch.zeros(0, axis.row.numel(), dtype=torch.bool), []
+    return beyond[None, :], [("named", tuple(beyond.nonzero().flatten().tolist()))]
 
 
 def _members(label: tuple[str, tuple], n: int, index: tuple[torch.Tensor, list]) -> list[int]:
@@ -172,7 +169,8 @@ def token_finding(axis: Axis, indices: torch.Tensor | None = None, valid: torch.
     groups = Groups(torch.cat([p.row for p in parts]), torch.cat([p.band for p in parts]),
                     torch.cat([p.size for p in parts]), [label for p in parts for label in p.labels])
     stats = carried(axis, groups)
-    ok = qualifies(axis, groups, stats).nonzero().flatten().tolist()
+    rest = max(REST, math.ceil(REST_SHARE * n))  # a rest of a few tokens (the first ones: one or two rows) says little
+    ok = (qualifies(axis, groups, stats) & (groups.size <= n - rest)).nonzero().flatten().tolist()
     if not ok:
         return None
     onsets = [groups.labels[i][1][0] for i in ok if groups.labels[i][0] == "onset"]

@@ -153,14 +153,14 @@ class Tally:
 
 def measure(seeds: Sequence[int] = range(20), tokens: int = 128, model: str = "ref-cpu", base: str = "band:5",
             repro: bool = True, only: Sequence[str] | None = None, legitimate: Sequence[str] | None = None,
-            progress: Callable[[str], None] | None = None) -> list[Tally]:
+            progress: Callable[[str], None] | None = None, device: str = "cpu") -> list[Tally]:
     """The measurement of the module docstring over `seeds` (`only`: a subset of the faults, `legitimate`: of the
-    legitimate rows, by name)."""
+    legitimate rows, by name; on a GPU `base` may be the kernel under test itself)."""
     from glmcheck.data.model_prompts import model_prompt
     from glmcheck.model.load import ModelSpec, load_model
 
     spec = ModelSpec(preset=model)
-    net = load_model(spec, "cpu", layer0_only=True)
+    net = load_model(spec, device, layer0_only=True)
     d_v, heads = net.config.kv_lora_rank, net.config.num_attention_heads
     faults = planted(base, tokens, d_v)
     names = [n for n in faults if only is None or n in only]
@@ -169,7 +169,7 @@ def measure(seeds: Sequence[int] = range(20), tokens: int = 128, model: str = "r
     checks = expected(tokens, d_v)
     tallies = {n: Tally(n, False) for n in names} | {n: Tally(n, True) for n in legit}
     for seed in seeds:
-        ids = model_prompt(spec, net.config.vocab_size, tokens, seed, "cpu")
+        ids = model_prompt(spec, net.config.vocab_size, tokens, seed, device)
         result = run_layer0(net, ids, legit + names)
         call = record_calls(net, ids, "reference", SwapOptions(), layers=1)[0]
         diagnoses = {d["backend"]: d for d in result.facts.get("diagnoses", [])}
@@ -187,14 +187,14 @@ def measure(seeds: Sequence[int] = range(20), tokens: int = 128, model: str = "r
             else:
                 tally.said.append(f"seed {seed}: " + " | ".join(f["text"] for f in printed))
             if repro:
-                _repro(tally, call, name, base)
+                _repro(tally, call, name, base, device)
         _silent(tallies, legit, call, result.tensors())
         if progress is not None:
             progress(f"seed {seed}: {sum(t.named for t in tallies.values() if not t.legitimate)} named so far")
     return list(tallies.values())
 
 
-def _repro(tally: Tally, call: LayerCall, name: str, base: str) -> None:
+def _repro(tally: Tally, call: LayerCall, name: str, base: str, device: str) -> None:
     from glmcheck.checks.repro import run_script, write_repro
 
     with tempfile.TemporaryDirectory(prefix="glmcheck-repro-") as folder:
@@ -202,7 +202,7 @@ def _repro(tally: Tally, call: LayerCall, name: str, base: str) -> None:
         if not entry.get("written"):
             return
         tally.reproduced += bool(entry["reproduces"])
-        tally.fixed += run_script(Path(entry["script"]), get_backend(base), "cpu") == 0
+        tally.fixed += run_script(Path(entry["script"]), get_backend(base), device) == 0
         tally.kept.append(entry["tokens"] / call.tokens)
 
 
@@ -212,7 +212,7 @@ def _silent(tallies: dict[str, Tally], legit: list[str], call: LayerCall, tensor
     direction = (call.exact(sm_scale=call.sm_scale * (1 + TEMPER_STEP)) - exact) / TEMPER_STEP
     band = band_outputs(call)
     for name in legit:
-        output = tensors[f"latent/{name}"].to(torch.bfloat16)
+        output = tensors[f"latent/{name}"].to(call.q.device, torch.bfloat16)
         band_stats, row = judge_outputs(exact, direction, band, output, Gate())
         found = diagnose(exact, output, band, call=call, stats={**row.stats(), "rel_l2": row.rel_l2},
                          band_stats=band_stats, direction=direction)["findings"]
