@@ -28,7 +28,6 @@ import torch
 
 SHARE = 0.9  # the share of the row's excess energy a group must hold
 RATIO = 2.0  # beyond the band: rel-L2 over the group > RATIO x the band's largest there (the gate's ratio)
-MIN_EXCESS = 0.05  # a row whose error energy exceeds the band's mean by less than this share carries no group
 MAX_PERIOD = 64  # periods t mod G searched, G = 2 .. MAX_PERIOD (and the one the beyond tokens' spacing gives)
 FEW = 8  # at most this many tokens are named one by one
 PROFILE_BINS = 256  # positions of the stored profile (error by position)
@@ -91,11 +90,6 @@ class ErrorField:
 
     def total_ratio(self) -> float:
         return float(ratio(self.cells.sum(), self.band_cells.sum(dim=(1, 2)).max()))
-
-    def excess_share(self) -> float:
-        """The row's error energy over the band's mean, minus 1."""
-        mean = float(self.band_cells.sum(dim=(1, 2)).mean())
-        return float(self.cells.sum()) / mean - 1 if mean > 0 else math.inf
 
 
 @dataclass
@@ -198,8 +192,8 @@ def describe_dims(axis: Axis) -> Finding | None:
 
 
 def profile(axis: Axis, bins: int = PROFILE_BINS) -> dict:
-    """Row and band rel-L2 per element or per bin of elements (for plots): {'start': [...], 'row': [...],
-    'band': [...]} as ratios to one common reference norm are not kept: the squared errors' square roots."""
+    """The row's error norm and the band's largest per element, or per bin of `width` elements when there are more
+    than `bins` (for plots): {"start": [first element of each bin], "width", "row": [...], "band": [...]}."""
     n = axis.row.numel()
     width = max(1, math.ceil(n / bins))
     starts = list(range(0, n, width))

@@ -86,5 +86,5 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
 
     diagnoses, repros = diagnose_drift(model, input_ids, rows, ref, runs[2:2 + band_size], by_name, exact, options,
                                        gate, band_size=band_size, repro=repro)
-    facts |= ({"diagnoses": diagnoses} if diagnoses else {}) | ({"repros": repros} if repros else {})
+    facts |= {"diagnoses": diagnoses} | ({"repros": repros} if repro is not None else {})
     return CheckResult(rows, overall(rows), facts)

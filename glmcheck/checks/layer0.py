@@ -144,8 +144,7 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
 
         diagnoses, repros = diagnose_layer0(model, input_ids, rows, by_name, runs[2:2 + band_size], band, exact,
                                             ref.captured.latent[0], options, direction, repro=repro, gate=gate)
-        facts |= {"diagnoses": diagnoses} if diagnoses else {}
-        facts |= {"repros": repros} if repros else {}
+        facts |= {"diagnoses": diagnoses} | ({"repros": repros} if repro is not None else {})
     kept = [ref, *by_name.values()]
     return CheckResult(rows, overall(rows), facts, lambda: _tensors(kept))
 

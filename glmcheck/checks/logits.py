@@ -117,6 +117,7 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         row.extra |= {"kernel_calls": sum(run_.calls.values()), "plan_builds": sum(run_.plan_builds.values())}
         if run_.absorbed:
             _judge_positions(row, positions, position_band, position_gate)
+            row.extra |= NO_DIAGNOSIS  # every judged row has the columns (a record's format does not hang on a FAIL)
             if row.verdict == FAIL:
                 summary = beyond_summary(positions.distance,
                                          position_band.allowed(position_gate.position_ratio, position_gate.neighbours))
@@ -138,11 +139,14 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     return rows
 
 
+NO_DIAGNOSIS = {"diagnosis": "", "beyond_first": None, "beyond_runs": "", "beyond_period": "", "layer0": ""}
+
+
 def _probe_layer0(model, input_ids: torch.Tensor, rows: list[ComparisonRow], exact: str, options: SwapOptions,
                   band_size: int) -> None:
     """For the FAIL rows: whether their kernel fails layer 0 of this prompt too (`diagnosis_positions.layer0_probe`),
     in each row's extra (layer0: its verdict there) and diagnosis."""
-    failing = [r for r in rows if "diagnosis" in r.extra]
+    failing = [r for r in rows if r.extra.get("diagnosis")]
     if not failing:
         return
     probes = layer0_probe(model, input_ids, list(dict.fromkeys(r.backend for r in failing)), exact, options,

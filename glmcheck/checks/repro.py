@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import inspect
+import io
 import json
 import math
 import re

@@ -147,7 +147,7 @@ def layer_command(options: CheckOptions, setup: Setup, backend: str, verdict: st
 def _add_commands(rows: list[ComparisonRow], options: CheckOptions, setup: Setup) -> None:
     """Append to each diagnosed logits row the command that shows its layer (`layer_command`)."""
     for row in rows:
-        if "layer0" in row.extra:
+        if row.extra.get("layer0"):
             command = layer_command(options, setup, row.backend, row.extra["layer0"], row.tokens,
                                     options.seed + row.tokens)
             row.extra["diagnosis"] += f" (shown by: {command})"
