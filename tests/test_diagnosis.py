@@ -65,6 +65,7 @@ def _small_call(seed: int = 0, tokens: int = 40, heads: int = 4, topk: int = 16)
 @pytest.mark.parametrize("fault, kind, check", [
     (diagnosis_faults.last_slot_dropped, "slots", lambda f: f["change"] == "last"),
     (diagnosis_faults.heads_swapped, "heads_swapped", lambda f: f["pairs"] == {"0": 1, "1": 0}),
+    (diagnosis_faults.group_union, "slots", lambda f: f["change"] == "group_union" and f["param"] == [4]),
 ])
 def test_slot_and_head_attribution(fault, kind, check):
     call = _small_call()

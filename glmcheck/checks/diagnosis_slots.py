@@ -8,7 +8,8 @@ token. The changes (`HYPOTHESES`, the simpler first):
 - drops a row: its last valid slot, its first, slot j, every slot j = c mod G, the rows >= R, the rows < R, the
   rows w or more positions behind it, the rows fewer than w behind it;
 - reads a wrong row: row 0 in an empty slot, row t + 1 (a future row) in an empty slot or in place of its last,
-  its first row again in place of its last, its neighbour's (t + 1 or t - 1) selection, each row r >= R as r - R;
+  its first row again in place of its last, its neighbour's (t + 1 or t - 1) selection, each row r >= R as r - R,
+  every row its group of G tokens selects (a union path that ignores which token owns a row);
 - computes the scores wrong: without the rope part of q.k, without the latent part, or without one aligned block of
   q's dims (2^k of them, 8 <= 2^k <= d_qk / 2).
 
@@ -47,6 +48,7 @@ HYPOTHESES = {
     "first_twice": ("reads its first row again in place of its last", "reads a wrong row"),
     "neighbour": ("attends over token t{0:+d}'s selection", "reads wrong rows"),
     "wrap": ("reads each row r >= {0} as row r - {0} (an offset that wraps at {0})", "reads wrong rows"),
+    "group_union": ("attends over every row its group of {0} tokens (t // {0}) selects", "reads other tokens' rows"),
     "rope": ("is scored without the rope part of q.k", "computes the scores wrong"),
     "nope": ("is scored without the latent part of q.k", "computes the scores wrong"),
     "qdims": ("is scored without q's dims {0}..{1} (of {2})", "computes the scores wrong"),
@@ -62,7 +64,8 @@ def _thresholds(values: torch.Tensor) -> list[int]:
 
 
 def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tuple, torch.Tensor, tuple]]:
-    """(family, parameter, indices [K] int32, q's dims zeroed (start, stop) or ()) of every change tried for token t."""
+    """(family, parameter, indices [K] (a group's union: wider), q's dims zeroed (start, stop) or ()) of every change
+    tried for token t."""
     num_rows = call.kv.shape[0]
     base = torch.where(valid[t], call.indices[t], -1).cpu()
     slots = valid[t].cpu().nonzero().flatten()
@@ -79,7 +82,7 @@ def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tu
         if q or not torch.equal(changed, base):
             out.append((family, param, changed, q))
 
-    rows, k = base[slots], base.numel()
+    rows = base[slots]
     distance = t - rows
     with_slots("last", (), drop=slots[-1:])
     if slots.numel() > 1:
@@ -118,6 +121,12 @@ def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tu
             changed = base.clone()
             changed[slots] = torch.where(rows >= wrap, rows - wrap, rows)
             out.append(("wrap", (wrap,), changed, ()))
+    for g in (2, 4, 8):
+        members = torch.arange(t // g * g, min(t // g * g + g, call.tokens))
+        union = torch.unique(torch.where(valid[members], call.indices[members], -1).cpu())
+        union = union[union >= 0].to(base.dtype)
+        if members.numel() > 1 and union.numel() > rows.numel():
+            out.append(("group_union", (g,), union, ()))
     d_qk = call.q.shape[-1]
     with_slots("rope", (), q=(call.d_v, d_qk))
     with_slots("nope", (), q=(0, call.d_v))
@@ -127,7 +136,6 @@ def _changes(call: LayerCall, valid: torch.Tensor, t: int) -> list[tuple[str, tu
             if (start, start + size) not in ((call.d_v, d_qk), (0, call.d_v)):
                 with_slots("qdims", (start, start + size - 1, d_qk), q=(start, start + size))
         size *= 2
-    assert all(c[2].numel() == k for c in out)
     return out
 
 
@@ -147,8 +155,10 @@ def _explained_tokens(call: LayerCall, exact: torch.Tensor, row: torch.Tensor, b
     if not keys:
         return {}
     device = call.q.device
-    outputs = sparse_mla_reference(torch.stack(batch_q), call.kv, torch.stack(batch_i).to(device), call.sm_scale,
-                                   call.d_v, dtype=torch.float64)
+    width = max(i.numel() for i in batch_i)  # a group's union is wider than one token's selection
+    indices = torch.stack([torch.nn.functional.pad(i, (0, width - i.numel()), value=-1) for i in batch_i])
+    outputs = sparse_mla_reference(torch.stack(batch_q), call.kv, indices.to(device), call.sm_scale, call.d_v,
+                                   dtype=torch.float64)
     mine = row.detach().to(device, torch.float64)[[k[2] for k in keys]]
     norms = exact[[k[2] for k in keys]].flatten(1).norm(dim=1)
     residual = ((mine - outputs).flatten(1).norm(dim=1) / norms.clamp_min(1e-300)).cpu()

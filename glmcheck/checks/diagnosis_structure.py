@@ -10,7 +10,8 @@ empty slots, those that attend row 0 or rows >= 2^k or rows 2^k or more behind t
 - it holds at least SHARE of the row's excess energy (the row's error energy minus the band's mean, summed over the
   group),
 - it is beyond the band: its rel-L2 > RATIO x the band's largest rel-L2 over the same group, and
-- the rest is within the band: its rel-L2 <= RATIO x the band's largest over it.
+- the rest is within the band: its rel-L2 <= RATIO x the band's largest over it, and the group's ratio is at least
+  CONTRAST x the rest's (a step, not a gradient).
 
 A legitimate kernel is one more variant of the band: no part of it is beyond the band while the rest lies within and
 holds its excess, so it carries no group. Of the groups that carry a row's error the smallest is named (ties: the
@@ -28,6 +29,8 @@ import torch
 
 SHARE = 0.9  # the share of the row's excess energy a group must hold
 RATIO = 2.0  # beyond the band: rel-L2 over the group > RATIO x the band's largest there (the gate's ratio)
+CONTRAST = 2.0  # and at least this many times the rest's (a gradient, as bf16 scores that worsen with more slots, is
+# no group: its trend is said instead)
 MAX_PERIOD = 64  # periods t mod G searched, G = 2 .. MAX_PERIOD (and the one the beyond tokens' spacing gives)
 FEW = 8  # at most this many tokens are named one by one
 PROFILE_BINS = 256  # positions of the stored profile (error by position)
@@ -139,8 +142,8 @@ def qualifies(axis: Axis, groups: Groups, stats: torch.Tensor) -> torch.Tensor:
     the rest (a rest every kernel gets exactly right, as a token that attends one row, says nothing)."""
     share, inside, outside = stats.unbind(dim=1)
     rest_band = (axis.band.sum(dim=1)[None, :] - groups.band).max(dim=1).values
-    return (share >= SHARE) & (inside > RATIO) & (outside <= RATIO) & (groups.size >= 1) & \
-        (groups.size < axis.row.numel()) & (rest_band > 0)
+    return (share >= SHARE) & (inside > RATIO) & (outside <= RATIO) & (inside >= CONTRAST * outside.clamp_min(1)) & \
+        (groups.size >= 1) & (groups.size < axis.row.numel()) & (rest_band > 0)
 
 
 def _members_text(members: list[int], limit: int = 6) -> str:

@@ -31,3 +31,15 @@ def last_slot_dropped(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
     has = (last >= 0).nonzero().flatten()
     wrong[has, last[has]] = -1
     return ideal(q, kv, wrong, sm_scale, d_v)
+
+
+def group_union(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
+    """Each token attends over every row its group of 4 tokens selects (a union path that ignores ownership)."""
+    valid = (indices >= 0) & (indices < kv.shape[0])
+    rows = []
+    for t in range(indices.shape[0]):
+        group = range(t // 4 * 4, min(t // 4 * 4 + 4, indices.shape[0]))
+        rows.append(torch.unique(torch.cat([indices[g][valid[g]] for g in group])))
+    width = max(r.numel() for r in rows)
+    union = torch.stack([torch.nn.functional.pad(r, (0, width - r.numel()), value=-1) for r in rows])
+    return ideal(q, kv, union.to(torch.int32), sm_scale, d_v)
