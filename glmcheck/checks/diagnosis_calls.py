@@ -22,21 +22,16 @@ from glmcheck.checks.layer0 import TEMPER_STEP
 from glmcheck.checks.metrics import FiniteCache
 from glmcheck.checks.rows import ComparisonRow, compare, judge_row
 from glmcheck.kernels.validate import valid_slot_mask
+from glmcheck.model.kernel_call import KernelCall
 
 KernelFn = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
-class LayerCall:
-    """One layer's attention call over every head: q [T, H, d_qk] bf16, kv [S, d_qk] bf16, indices [T, K] int32,
-    lengths [T] int32 or None (topk_length), sm_scale, d_v."""
-
-    q: torch.Tensor
-    kv: torch.Tensor
-    indices: torch.Tensor
-    lengths: torch.Tensor | None
-    sm_scale: float
-    d_v: int
+class LayerCall(KernelCall):
+    """One layer's attention call over every head (`KernelCall`'s fields; under TP the rank slices joined): q
+    [T, H, d_qk] bf16, kv [S, d_qk] bf16, indices [T, K] int32, lengths [T] int32 or None (topk_length), sm_scale,
+    d_v."""
 
     @property
     def tokens(self) -> int:

@@ -25,6 +25,7 @@ from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 
+DIAGNOSIS_KEYS = ("diagnosis", "beyond_first", "beyond_runs", "beyond_period", "layer0")  # a FAIL row's, in its onset
 MAX_LOGPROBS = 20  # what vLLM serves by default (--max-logprobs); in process any k would do
 
 
@@ -72,8 +73,11 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
         done = {}
     else:
         result = sweep_outcome([r for length in lengths for r in done[length]], judged, lengths)
+        for row in result.rows:  # the diagnosis a finished run kept on its last length's rows
+            if row["tokens"] == last and row.get("diagnosis"):
+                result.onsets[row["backend"]] |= {k: row.get(k) for k in DIAGNOSIS_KEYS}
     for name, onset in result.onsets.items():
-        if "layer0" in onset:
+        if onset.get("layer0"):
             command = layer_command(options, setup, name, onset["layer0"], last, options.seed)
             onset["diagnosis"] += f" (shown by: {command})"
     facts = {**result.facts, "reference": setup.exact, "band": band, "source": "in process",
@@ -130,6 +134,9 @@ def _diagnose(model, prompt, setup: Setup, stats: dict, band: list[str], result:
     from glmcheck.checks.position_gate import PositionBand, PositionGate
 
     failing = [n for n, o in result.onsets.items() if o["verdict"] == FAIL and not isinstance(stats[n], Faulted)]
+    last = [r for r in result.rows if r["tokens"] == result.facts["lengths"][-1] and r["role"] == "judged"]
+    for row in last:  # kept with the rows too, so that a resumed run has it (every judged row: one format)
+        row |= {"diagnosis": "", "beyond_first": None, "beyond_runs": None, "beyond_period": None, "layer0": ""}
     if not failing:
         return
     gate = PositionGate()
@@ -138,8 +145,11 @@ def _diagnose(model, prompt, setup: Setup, stats: dict, band: list[str], result:
     for name in failing:
         summary = beyond_summary(stats[name].distance, allowed)
         entry = {"beyond_first": summary["first"], "beyond_runs": summary["runs"], "beyond_period": summary["period"],
-                 "diagnosis": summary_text(summary)}
+                 "diagnosis": summary_text(summary), "layer0": ""}
         if name in probes:
             entry |= {"layer0": probes[name]["verdict"]}
             entry["diagnosis"] += "; " + probe_text(probes[name])
         result.onsets[name] |= entry
+        for row in last:
+            if row["backend"] == name:
+                row |= entry
