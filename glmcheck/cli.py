@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drift": ("drift", "per-layer hidden-state drift against the reference"),
     "sweep": ("sweep", "where along the prompt length does a backend leave the band?"),
     "report": ("report", "print the tables of a run record again"),
+    "repro": ("repro", "a minimal repro of one FAIL row of a layer0 or drift record"),
     "capture-indices": ("capture_indices", "record every full indexer layer's top-k from a model run"),
     "union-stats": ("union_stats", "valid rows/token and union-of-2/4 ratios of index sets"),
     "plan": ("plan", "memory per GPU for a preset at a TP degree (printed before loading)"),

@@ -8,6 +8,8 @@ largest rel-L2 at that layer; a row passes when its rel-L2 <= gate ratio x that 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from glmcheck.checks import metrics
@@ -39,8 +41,10 @@ def _layer_rows(label: str, run: BackendRun, ref: BackendRun, layers: int, token
 
 def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[str], exact: str = "reference",
               options: SwapOptions = SwapOptions(), gate: Gate = Gate(), *, band_size: int = DEFAULT_BAND,
-              progress=None) -> CheckResult:
-    """Per-layer hidden-state drift of every backend against the exact reference (see module docstring)."""
+              progress=None, repro: Path | None = None) -> CheckResult:
+    """Per-layer hidden-state drift of every backend against the exact reference (see module docstring). FAIL rows
+    are diagnosed (`glmcheck.checks.diagnosis_runs`: facts["diagnoses"]) and, given a `repro` directory, each FAIL
+    backend's first failing layer call is cut to a minimal repro there (facts["repros"])."""
     layers = model.config.num_hidden_layers
     tokens = input_ids.shape[1]
     variants = band_names(band_size)
@@ -78,4 +82,9 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
             rows.append(row)
     facts = {"tokens": tokens, "layers": layers, "gate": gate.describe(), "exact": exact, "band_size": band_size,
              "seconds": {r.name: round(r.seconds, 3) for r in runs}}
+    from glmcheck.checks.diagnosis_runs import diagnose_drift
+
+    diagnoses, repros = diagnose_drift(model, input_ids, rows, ref, runs[2:2 + band_size], by_name, exact, options,
+                                       gate, band_size=band_size, repro=repro)
+    facts |= {"diagnoses": diagnoses} | ({"repros": repros} if repro is not None else {})
     return CheckResult(rows, overall(rows), facts)

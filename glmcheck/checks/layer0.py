@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -84,10 +85,12 @@ def _compare_runs(label: str, run: BackendRun, ref: BackendRun, ref_name: str, t
 
 def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[str], exact: str = "reference",
                options: SwapOptions = SwapOptions(), gate: Gate = Gate(), *, band_size: int = DEFAULT_BAND,
-               baseline: str | None = None, progress=None) -> CheckResult:
+               baseline: str | None = None, progress=None, repro: Path | None = None) -> CheckResult:
     """Run the exact reference twice (and once tempered: the temperature direction), the band's variants and
     every backend once; judge each row. `baseline` (one of `backends`) adds every row's distance to that
-    backend's output. `progress` is updated once a forward (3 + band_size + the other backends)."""
+    backend's output. `progress` is updated once a forward (3 + band_size + the other backends). FAIL rows are
+    diagnosed (`glmcheck.checks.diagnosis_runs`: facts["diagnoses"]) and, given a `repro` directory, cut to a
+    minimal repro there (facts["repros"])."""
     tokens = input_ids.shape[1]
     variants = band_names(band_size)
     others = [b for b in dict.fromkeys(backends) if b != exact and b not in variants]
@@ -136,6 +139,12 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
              "band_summary": band.describe(), "exact": exact, "baseline": baseline,
              "seconds": {r.name: round(r.seconds, 3) for r in runs}, "calls": {r.name: dict(r.calls) for r in runs},
              "plan_builds": {r.name: dict(r.plan_builds) for r in runs}}
+    if ref.absorbed:
+        from glmcheck.checks.diagnosis_runs import diagnose_layer0
+
+        diagnoses, repros = diagnose_layer0(model, input_ids, rows, by_name, runs[2:2 + band_size], band, exact,
+                                            ref.captured.latent[0], options, direction, repro=repro, gate=gate)
+        facts |= {"diagnoses": diagnoses} | ({"repros": repros} if repro is not None else {})
     kept = [ref, *by_name.values()]
     return CheckResult(rows, overall(rows), facts, lambda: _tensors(kept))
 

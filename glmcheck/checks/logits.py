@@ -19,7 +19,8 @@ import torch
 
 from glmcheck.backends.errors import KernelFault
 from glmcheck.checks import compile_ahead
-from glmcheck.checks.band import DEFAULT_BAND, band_from_rows, band_names, ideal_kind, pairwise_median
+from glmcheck.checks.band import DEFAULT_BAND, FAIL, band_from_rows, band_names, ideal_kind, pairwise_median
+from glmcheck.checks.diagnosis_positions import beyond_summary, layer0_probe, probe_text, summary_text
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.position_gate import PositionBand, PositionGate
 from glmcheck.checks.positions import PositionStatistics, position_statistics, summarize
@@ -116,10 +117,18 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         row.extra |= {"kernel_calls": sum(run_.calls.values()), "plan_builds": sum(run_.plan_builds.values())}
         if run_.absorbed:
             _judge_positions(row, positions, position_band, position_gate)
+            row.extra |= NO_DIAGNOSIS  # every judged row has the columns (a record's format does not hang on a FAIL)
+            if row.verdict == FAIL:
+                summary = beyond_summary(positions.distance,
+                                         position_band.allowed(position_gate.position_ratio, position_gate.neighbours))
+                row.extra |= {"beyond_first": summary["first"], "diagnosis": summary_text(summary),
+                              "beyond_runs": ", ".join(f"{a}-{b}" for a, b in summary["runs"]),
+                              "beyond_period": "{1} mod {0}".format(*summary["period"]) if summary["period"] else ""}
         else:
             row.note = cross_check_note(options)
         rows.append(row)
         del run_, logits
+    _probe_layer0(model, input_ids, rows[len(samples):], exact, options, band_size)
     if baseline in outputs:
         for row in rows[len(samples):]:
             if row.backend in outputs and row.backend != baseline:
@@ -128,6 +137,24 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     for row in rows:
         row.extra["band_max_rel_l2"] = band.summary()[2]
     return rows
+
+
+NO_DIAGNOSIS = {"diagnosis": "", "beyond_first": None, "beyond_runs": "", "beyond_period": "", "layer0": ""}
+
+
+def _probe_layer0(model, input_ids: torch.Tensor, rows: list[ComparisonRow], exact: str, options: SwapOptions,
+                  band_size: int) -> None:
+    """For the FAIL rows: whether their kernel fails layer 0 of this prompt too (`diagnosis_positions.layer0_probe`),
+    in each row's extra (layer0: its verdict there) and diagnosis."""
+    failing = [r for r in rows if r.extra.get("diagnosis")]
+    if not failing:
+        return
+    probes = layer0_probe(model, input_ids, list(dict.fromkeys(r.backend for r in failing)), exact, options,
+                          band_size=band_size)
+    for row in failing:
+        if row.backend in probes:
+            row.extra["layer0"] = probes[row.backend]["verdict"]
+            row.extra["diagnosis"] += "; " + probe_text(probes[row.backend])
 
 
 def run_logits(model: torch.nn.Module, prompts: list[torch.Tensor], backends: list[str], exact: str = "reference",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.commands.model_options import add_model_options, check_model_usage
-from glmcheck.evaluate.arguments import check_count, check_text
+from glmcheck.evaluate.arguments import check_count, check_repro_dir, check_text
 from glmcheck.evaluate.options import GPU_TOKENS
 
 
@@ -16,6 +16,9 @@ def add_parser(sub) -> None:
                                    "output against the reference, beside a rerun control.")
     add_model_options(p)
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
+    p.add_argument("--repro", default=None, metavar="DIR",
+                   help="write a minimal repro of each FAIL row's kernel call under DIR (a folder per backend: "
+                        "call.safetensors and a standalone repro.py that exits 1 while the kernel fails)")
     p.add_argument("--text", default=None, help="use this text (tokenised, repeated up to --tokens) as the prompt")
     p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
@@ -25,6 +28,7 @@ def precheck(ns: argparse.Namespace) -> None:
     check_model_usage(ns)
     check_count(ns.tokens, "--tokens")
     check_text(ns.text, "--text")
+    check_repro_dir(ns.repro)
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
@@ -39,4 +43,5 @@ def handle(ns: argparse.Namespace) -> int:
     from glmcheck.commands.common import run_report
     from glmcheck.evaluate import CheckOptions, layer0
 
-    return run_report(ns, "layer0", lambda _: layer0(CheckOptions.from_namespace(ns), tokens=ns.tokens, text=ns.text))
+    return run_report(ns, "layer0", lambda _: layer0(CheckOptions.from_namespace(ns), tokens=ns.tokens, text=ns.text,
+                                                                  repro=ns.repro))

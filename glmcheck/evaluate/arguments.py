@@ -140,6 +140,13 @@ def check_out_dir(path: str | None, option: str = "--out", *, overwrite: bool = 
         raise ValueError(f"{option} {target} already holds {held}; use another {option}, or --overwrite {allow}")
 
 
+def check_repro_dir(path, option: str | None = None) -> None:
+    """`path` (when given) can hold the minimal repros of a run: a new or empty directory in a writable place
+    (`option` names it: default the argument `repro`)."""
+    if path is not None:
+        check_out_dir(str(path), option or flag("repro"))
+
+
 def check_out_file(path: str, option: str = "--out", suffix: str | None = None, *, overwrite: bool = False) -> None:
     """`path` can be written as a file: not a directory, with the given suffix, in a writable place,
     and not an existing file unless `overwrite`."""

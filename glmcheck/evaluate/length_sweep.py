@@ -20,12 +20,13 @@ from glmcheck.checks.sweep import Faulted, SweepResult, geometric_lengths, rerun
 from glmcheck.data.model_prompts import model_prompt, prompt_source
 from glmcheck.evaluate.arguments import check_count, check_forwards
 from glmcheck.evaluate.bars import forward_bar
-from glmcheck.evaluate.model_checks import _build, _report
+from glmcheck.evaluate.model_checks import _build, _report, layer_command
 from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
 from glmcheck.evaluate.setup import ResumeStore, Setup
 from glmcheck.process.wording import flag
 
+DIAGNOSIS_KEYS = ("diagnosis", "beyond_first", "beyond_runs", "beyond_period", "layer0")  # a FAIL row's, in its onset
 MAX_LOGPROBS = 20  # what vLLM serves by default (--max-logprobs); in process any k would do
 
 
@@ -74,6 +75,13 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
         done = {}
     else:
         result = sweep_outcome([r for length in lengths for r in done[length]], judged, lengths)
+        for row in result.rows:  # the diagnosis a finished run kept on its last length's rows
+            if row["tokens"] == last and row.get("diagnosis"):
+                result.onsets[row["backend"]] |= {k: row.get(k) for k in DIAGNOSIS_KEYS}
+    for name, onset in result.onsets.items():
+        if onset.get("layer0"):
+            command = layer_command(options, setup, name, onset["layer0"], last, options.seed)
+            onset["diagnosis"] += f" (shown by: {command})"
     facts = {**result.facts, "reference": setup.exact, "band": band, "source": "in process",
              "prompt_source": prompt_source(setup.spec), "resumed_items": len(done),
              "forwards": 1 + len(band) + len(judged), "short_forwards": 2}
@@ -115,4 +123,35 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
         for name in [*band, *judged]:
             got = logits(name)
             stats[name] = got if isinstance(got, Faulted) else position_statistics(got, reference)
-    return run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
+    result = run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
+    _diagnose(model, prompt, setup, stats, band, result)
+    return result
+
+
+def _diagnose(model, prompt, setup: Setup, stats: dict, band: list[str], result: SweepResult) -> None:
+    """Each FAIL row's positions beyond the band over the whole forward and whether layer 0 of the prompt fails too
+    (`glmcheck.checks.diagnosis_positions`), in its onset entry."""
+    from glmcheck.checks.band import FAIL
+    from glmcheck.checks.diagnosis_positions import beyond_summary, layer0_probe, probe_text, summary_text
+    from glmcheck.checks.position_gate import PositionBand, PositionGate
+
+    failing = [n for n, o in result.onsets.items() if o["verdict"] == FAIL and not isinstance(stats[n], Faulted)]
+    last = [r for r in result.rows if r["tokens"] == result.facts["lengths"][-1] and r["role"] == "judged"]
+    for row in last:  # kept with the rows too, so that a resumed run has it (every judged row: one format)
+        row |= {"diagnosis": "", "beyond_first": None, "beyond_runs": None, "beyond_period": None, "layer0": ""}
+    if not failing:
+        return
+    gate = PositionGate()
+    allowed = PositionBand.of([stats[b] for b in band], band).allowed(gate.position_ratio, gate.neighbours)
+    probes = layer0_probe(model, prompt, failing, setup.exact, setup.options, band_size=len(band))
+    for name in failing:
+        summary = beyond_summary(stats[name].distance, allowed)
+        entry = {"beyond_first": summary["first"], "beyond_runs": summary["runs"], "beyond_period": summary["period"],
+                 "diagnosis": summary_text(summary), "layer0": ""}
+        if name in probes:
+            entry |= {"layer0": probes[name]["verdict"]}
+            entry["diagnosis"] += "; " + probe_text(probes[name])
+        result.onsets[name] |= entry
+        for row in last:
+            if row["backend"] == name:
+                row |= entry

@@ -30,6 +30,7 @@ from glmcheck.evaluate.arguments import (
     check_forwards,
     check_lengths,
     check_number,
+    check_repro_dir,
     check_text,
     check_tie_gap,
 )
@@ -69,17 +70,20 @@ def _build(setup: Setup, *, layer0_only: bool = False):
         return model
 
 
-def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None) -> Report:
+def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None,
+           repro: str | Path | None = None) -> Report:
     """The layer-0 attention output of every backend against the exact reference, beside the band
     (`glmcheck.checks.layer0`). The prompt: `text` tokenised and repeated up to `tokens`, else held-out
     text of a checkpoint that has a tokenizer, else seeded ids; `tokens` defaults to 4096 on a GPU, 128
-    on the CPU."""
+    on the CPU. FAIL rows are diagnosed (facts["diagnoses"]); with `repro` a directory, each FAIL row's kernel call
+    is cut to a minimal repro there (`glmcheck.checks.repro`)."""
     import torch
 
     from glmcheck.checks.layer0 import run_layer0
     from glmcheck.data.prompts import text_prompt
 
     check_text(text)
+    check_repro_dir(repro)
     setup = Setup(options, layer0_only=True, one_prompt=True, tokens=tokens)
     length = setup.tokens
     text_ids = None
@@ -91,23 +95,26 @@ def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None
         model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
     with forward_bar(setup.forwards + 1, "layer0 forwards", setup.quiet) as bar, torch.inference_mode():
         result = run_layer0(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
-                            band_size=setup.band_size, baseline=setup.baseline, progress=bar)
+                            band_size=setup.band_size, baseline=setup.baseline, progress=bar,
+                            repro=Path(repro) if repro is not None else None)
     return _report("layer0", setup, model, result.verdict, [r.as_dict() for r in result.rows],
                    {**result.facts, "prompt_source": prompt_source(setup.spec)}, tensors=result.tensors)
 
 
-def drift(options: CheckOptions, *, tokens: int | None = None) -> Report:
+def drift(options: CheckOptions, *, tokens: int | None = None, repro: str | Path | None = None) -> Report:
     """Every layer's hidden state per backend against the exact reference, beside the per-layer band
-    (`glmcheck.checks.drift`); `tokens` as in `layer0`."""
+    (`glmcheck.checks.drift`); `tokens` and `repro` (of each FAIL backend's first failing layer call) as in
+    `layer0`."""
     from glmcheck.checks.drift import run_drift
 
+    check_repro_dir(repro)
     setup = Setup(options, one_prompt=True, tokens=tokens)
     length = setup.tokens
     model = _build(setup)
     ids = model_prompt(setup.spec, model.config.vocab_size, length, options.seed, setup.device)
     with forward_bar(setup.forwards, "drift forwards", setup.quiet) as bar:
         result = run_drift(model, ids, setup.backends, setup.exact, setup.options, setup.gate,
-                           band_size=setup.band_size, progress=bar)
+                           band_size=setup.band_size, progress=bar, repro=Path(repro) if repro is not None else None)
     return _report("drift", setup, model, result.verdict, [r.as_dict() for r in result.rows],
                    {**result.facts, "prompt_source": prompt_source(setup.spec)})
 
@@ -142,9 +149,31 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
         result = run_logits(model, prompts, setup.backends, setup.exact, setup.options, PositionGate(),
                             band_size=setup.band_size, baseline=setup.baseline, on_length=finished, done=done,
                             progress=bar)
+    _add_commands(result.rows, options, setup)
     return _report("logits", setup, model, result.verdict, [r.as_dict() for r in result.rows],
                    {**result.facts, "resumed_items": len(done), "prompt_source": prompt_source(setup.spec)},
                    tensors=result.tensors, record_dir=directory)
+
+
+def layer_command(options: CheckOptions, setup: Setup, backend: str, verdict: str, tokens: int, seed: int) -> str:
+    """The command that shows a logits or sweep FAIL's layer (`diagnosis_text.check_command`): layer0 when layer 0
+    fails too (`verdict`), else drift; `seed` the prompt's on a model that reads text (its seed picks the prompt
+    only), the run's on a dummy preset (whose weights it seeds)."""
+    from glmcheck.checks.diagnosis_text import check_command, command_for
+    from glmcheck.checks.repro import kernel_spec
+    from glmcheck.data.model_prompts import reads_text
+
+    return check_command(command_for(verdict), options, kernel_spec(backend) or backend, tokens,
+                         seed if reads_text(setup.spec) else options.seed)
+
+
+def _add_commands(rows: list[ComparisonRow], options: CheckOptions, setup: Setup) -> None:
+    """Append to each diagnosed logits row the command that shows its layer (`layer_command`)."""
+    for row in rows:
+        if row.extra.get("layer0"):
+            command = layer_command(options, setup, row.backend, row.extra["layer0"], row.tokens,
+                                    options.seed + row.tokens)
+            row.extra["diagnosis"] += f" (shown by: {command})"
 
 
 def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int | None = None,

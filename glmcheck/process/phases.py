@@ -5,8 +5,8 @@ first phase: the command's imports of torch, transformers and triton, and its ar
 model's config, backends, memory plan), `build` (the model and its weights), `forwards` (every forward under a
 backend, device synchronised), `compile` (Triton compiling or loading its kernels from its cache, inside the
 forwards; timed through Triton's JIT hooks while profiling), `compile ahead` (the variants compiled in threads
-before the forwards, `glmcheck.checks.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `write` (the record and its
-tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
+before the forwards, `glmcheck.checks.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `diagnose` and `repro` (a FAIL row's
+diagnosis and `--repro`, less the forwards and metrics they run), `write` (the record and its tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
 prints them with `other` (the rest) and the total.
 """
 
@@ -20,7 +20,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 ENV = "GLMCHECK_PROFILE"
-ORDER = ("startup", "imports", "setup", "build", "compile ahead", "forwards", "compile", "compare", "write")
+ORDER = ("startup", "imports", "setup", "build", "compile ahead", "forwards", "compile", "compare", "diagnose",
+         "repro", "write")
 
 
 def requested() -> bool:

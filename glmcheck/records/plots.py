@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from glmcheck.records.plots_diagnosis import has_diagnosis, plot_diagnosis
 from glmcheck.records.store import Record, find_records, read_record
 
 FIGSIZE = (7.5, 4.2)
@@ -268,4 +269,10 @@ def write_plots(directory: str | Path, on_skip: Callable[[Path, str], None] | No
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+        if has_diagnosis(record):  # a layer0 or drift record's FAIL rows: error by head and by position
+            fig = plot_diagnosis(record)
+            path = Path(record_dir) / "plot-diagnosis.png"
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
     return written

@@ -14,6 +14,8 @@ import statistics
 import pandas as pd
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, REHEARSAL
+from glmcheck.checks.diagnosis_text import parts as diagnosis_parts
+from glmcheck.checks.diagnosis_text import position_lines
 from glmcheck.records.json_rows import render_json
 from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
@@ -152,7 +154,8 @@ def _position_table(rows: pd.DataFrame) -> Table:
 def _render_layer0(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     baseline = summary["facts"].get("baseline")
     return [f"layer-0 attention output, {summary['facts'].get('tokens')} tokens", _band_line(rows),
-            _comparison_table(rows, False, baseline, per_token="token_max_rel_l2" in rows)]
+            _comparison_table(rows, False, baseline, per_token="token_max_rel_l2" in rows),
+            *diagnosis_parts(summary["facts"])]
 
 
 def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
@@ -167,7 +170,9 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
                   f"nats, judged", _position_table(group),
                   f"the final position alone (one sample: informational), {tokens} tokens", _band_line(group),
                   _comparison_table(group, True, summary["facts"].get("baseline"), judged=False)]
-    return parts
+    diagnosed = rows[rows["diagnosis"].map(lambda d: isinstance(d, str) and bool(d))] if "diagnosis" in rows else []
+    return parts + position_lines([(f"{r['backend']}, {r['tokens']} tokens", r["diagnosis"])
+                                   for _, r in (diagnosed.iterrows() if len(diagnosed) else [])])
 
 
 def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
@@ -217,7 +222,7 @@ def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
             f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun",
             Table(headers, table, {"rel L2 (exact)": "rel L2", "band max rel L2": "band max"}, note="note",
-                  optional=("cosine", "max abs"))]
+                  optional=("cosine", "max abs")), *diagnosis_parts(summary["facts"])]
 
 
 def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
@@ -256,7 +261,8 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
         table = [line[:2] + [f"{float(line[2]):.0%}" if line[2] not in (MISSING, "nan") else line[2]] + line[3:]
                  for line in table]
     return [title, Table([*headers, *names], table),
-            Table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts)]
+            Table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts),
+            *position_lines([(name, o["diagnosis"]) for name, o in onsets.items() if o.get("diagnosis")])]
 
 
 def _render_tasks(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
