@@ -38,6 +38,8 @@ RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its 
 
 
 def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], facts: dict, **kw) -> Report:
+    if setup.options.engine is not None:  # --calls serving: the shapes that ran, each row against its one-shot call
+        facts = {**facts, "engine_calls": setup.options.engine.summary()}
     return Report(command, verdict, rows, facts,
                   {**setup.spec.describe(), "config_hash": config_hash(model.config),
                    "layers_built": model.config.num_hidden_layers},

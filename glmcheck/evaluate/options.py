@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import check_gate_ratio
 from glmcheck.evaluate.arguments import check_experts, check_layers, check_number, check_seed
+from glmcheck.model.engine_shape import check_engine_options
 from glmcheck.model.trained import DEFAULT_MODEL
 
 EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
@@ -45,6 +46,10 @@ class CheckOptions:
     max_rel_l2: float | None = None
     dense_threshold: int | None = None
     quiet: bool = False
+    calls: str = "prefill"  # "serving": engine-shaped calls (`glmcheck.model.engine_shape`), shaped by the three below
+    chunk: int | None = None
+    pool_rows: int | None = None
+    requests: int | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
@@ -60,7 +65,7 @@ class CheckOptions:
 
     def check(self) -> None:
         """What needs no model (ValueError naming the flag): seed, cap, depth, experts, a --backends that names
-        nothing and the gate ratio."""
+        nothing, the gate ratio and the engine-shaped calls' options."""
         check_seed(self.seed)
         check_number(self.max_rel_l2, "--max-rel-l2", positive=True)
         if not self.checkpoint:  # with one, config_of refuses any --layers / --experts but its own
@@ -69,3 +74,4 @@ class CheckOptions:
         if self.backends is not None and not self.backend_list():
             raise ValueError(f"--backends names no backend: {self.backends!r}")
         check_gate_ratio(self.gate_ratio)
+        check_engine_options(self.calls, self.chunk, self.pool_rows, self.requests)

@@ -14,6 +14,7 @@ import statistics
 import pandas as pd
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS
+from glmcheck.records.engine_table import engine_call_parts
 from glmcheck.records.json_rows import render_json
 from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
@@ -366,7 +367,7 @@ def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
                          f"{', '.join(list(RENDERERS) + list(TABLE_COMMANDS))}")
     check_record(summary, rows)
     try:
-        parts = RENDERERS[command](summary, rows)
+        parts = RENDERERS[command](summary, rows) + engine_call_parts(summary.get("facts", {}))
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"{command} record lacks what its tables need ({type(err).__name__}: {err})") from None
     facts = summary.get("facts", {})

@@ -35,8 +35,11 @@ from glmcheck.data.model_prompts import reads_text
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import Prompt, seeded_prompt
 from glmcheck.kernels.union import legal_groups
+from glmcheck.model.engine_calls import EngineCalls
+from glmcheck.model.engine_shape import EngineShape
 from glmcheck.model.load import ModelSpec, load_model
 from glmcheck.selftest.faults import FAULTS, STRUCTURAL_FAULTS, late_fault
+from glmcheck.selftest.shape_faults import register_shape_faults
 
 CHECKS = ("layer0", "logits", "drift", "firsttoken")
 DEFAULT_CHECKS = ("layer0", "logits", "drift")
@@ -120,12 +123,16 @@ def _backend_rows(check: str, rows) -> dict[str, tuple[str, float]]:
 def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(20), tokens: int = 64,
                   checks: Sequence[str] = DEFAULT_CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
                   device: torch.device | str = "cpu",
-                  progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None) -> list[Tally]:
+                  progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None,
+                  engine: EngineShape | None = None, shape_faults: bool | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
     docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend). `kv_cache_dtype`
-    "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`)."""
-    options = SwapOptions(kv_cache_dtype=kv_cache_dtype)
+    "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`).
+    `engine` calls every backend engine-shaped (`--calls serving`; each seed its own layout); `shape_faults` adds
+    the shape-only faults (`glmcheck.selftest.shape_faults`; default: with `engine`)."""
     fault_names = register_faults(tokens)
+    if (engine is not None) if shape_faults is None else shape_faults:
+        fault_names += register_shape_faults()
     device = torch.device(device)
     base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
     tallies: dict[tuple[str, str], Tally] = {}
@@ -133,6 +140,8 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
     stream = None
     for seed in seeds:
         spec = base if base.checkpoint else dataclasses.replace(base, seed=seed)
+        options = SwapOptions(kv_cache_dtype=kv_cache_dtype, engine=None if engine is None else
+                              EngineCalls(dataclasses.replace(engine, seed=seed)))
         for check in checks:
             layer0_only = check == "layer0"
             if base.checkpoint:
