@@ -1,0 +1,110 @@
+"""`--calls serving` at model level (glmcheck.model.engine_calls): every check calls its backends as an engine's extend
+does; the exact reference's outputs equal its one-shot outputs bit for bit; the kernel under test's per-token path
+equals its own one-shot outputs in the interpreter; shape-only faults FAIL with serving and PASS without; records
+say which shape ran, and a prefill record is unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from glmcheck import cli
+from glmcheck.checks.band import FAIL, PASS
+from glmcheck.checks.runner import SwapOptions, forward_under
+from glmcheck.data.model_prompts import model_prompt
+from glmcheck.evaluate import CheckOptions, drift, firsttoken, layer0, logits, sweep
+from glmcheck.model.engine_calls import EngineCalls
+from glmcheck.model.engine_shape import EngineShape
+from glmcheck.model.load import ModelSpec, load_model
+from glmcheck.records.render import render
+from glmcheck.selftest.shape_faults import SHAPE_FAULTS, register_shape_faults
+
+SPEC = ModelSpec(preset="ref-cpu")
+
+
+@pytest.fixture(scope="module")
+def ref_cpu():
+    model = load_model(SPEC, torch.device("cpu"))
+    return model, model_prompt(SPEC, model.config.vocab_size, 128, 0, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("name, kv_cache_dtype, shape", [
+    ("reference", None, EngineShape()),
+    ("reference:fp64", "fp8_e4m3", EngineShape(chunk=40, requests=3, seed=5)),
+    ("band:0", None, EngineShape(chunk=100, pool_rows=1024, requests=1)),
+])
+def test_the_exact_reference_equals_its_one_shot_forward_bit_for_bit(ref_cpu, name, kv_cache_dtype, shape):
+    """Every layer's attention output and the logits at every position, on ref-cpu's three layers (full, shared and
+    full indexer); the band's kernels too (flash-style, per token)."""
+    model, ids = ref_cpu
+    layers = list(range(model.config.num_hidden_layers))
+    one_shot = forward_under(model, ids, name, SwapOptions(kv_cache_dtype=kv_cache_dtype), latent_layers=layers,
+                             last_logits=ids.shape[1])
+    engine = EngineCalls(shape)
+    served = forward_under(model, ids, name, SwapOptions(kv_cache_dtype=kv_cache_dtype, engine=engine),
+                           latent_layers=layers, last_logits=ids.shape[1])
+    for layer in layers:
+        assert torch.equal(served.captured.latent[layer], one_shot.captured.latent[layer]), f"layer {layer}"
+    assert torch.equal(served.captured.logits, one_shot.captured.logits)
+    tally = engine.tally[name]
+    assert tally.layers == tally.equal == len(layers) and tally.engine_calls > len(layers)
+    assert served.plan_builds == one_shot.plan_builds or name != "reference"
+
+
+def test_the_per_token_path_equals_its_one_shot_output_in_the_interpreter():
+    """The kernel under test, in Triton's interpreter (compared on request: by default the interpreter's rows are
+    not called twice): the per-token path gives its one-shot outputs bit for bit (docs/kernel.md, "Engine-shaped
+    calls"); a union path is judged as any row and its difference only reported."""
+    model = load_model(SPEC, torch.device("cpu"), layer0_only=True)
+    ids = model_prompt(SPEC, model.config.vocab_size, 64, 1, torch.device("cpu"))
+    engine = EngineCalls(EngineShape(chunk=24, compare=True))
+    for name in ("triton_sparse_mla", "triton_sparse_mla:union2"):
+        forward_under(model, ids, name, SwapOptions(engine=engine), latent_layers=[0])
+    per_token, union = engine.tally["triton_sparse_mla"], engine.tally["triton_sparse_mla:union2"]
+    assert per_token.layers == per_token.equal == 1
+    assert union.layers == 1 and (union.equal == 1 or 0 < union.max_abs < 0.1)
+    assert not EngineCalls(EngineShape()).compares("triton_sparse_mla"), "not called twice in the interpreter"
+
+
+def test_shape_only_faults_fail_with_serving_and_pass_with_prefill():
+    """layer0 on ref-cpu (the README's default model): each shape-only fault FAILs on the engine's calls and PASSes
+    on one-shot ones; the kernel under test PASSes both."""
+    names = register_shape_faults()
+    backends = [*names, "triton_sparse_mla"]
+    for calls, faulty in (("prefill", PASS), ("serving", FAIL)):
+        report = layer0(CheckOptions(backends=backends, calls=calls, baseline="none", quiet=True), tokens=64)
+        verdicts = {r["backend"]: r["verdict"] for r in report.rows if not r["comparison"].startswith("noise")}
+        assert verdicts == {**dict.fromkeys(SHAPE_FAULTS, faulty), "triton_sparse_mla": PASS}, calls
+
+
+def test_every_check_takes_the_calls_and_records_the_shape(tmp_path):
+    """logits, drift, sweep and firsttoken run engine-shaped calls and say so in their record and tables; layer0's
+    prefill record holds no trace of them (its rows and facts as before)."""
+    options = dict(backends=["reference:bf16"], band=3, baseline="none", quiet=True)
+    serving = CheckOptions(calls="serving", chunk=20, requests=3, **options)
+    reports = [logits(serving, tokens=[48]), drift(serving, tokens=40), sweep(serving, tokens=(32, 64)),
+               firsttoken(serving, limit=1)]
+    for report in reports:
+        facts = report.facts["engine_calls"]
+        assert report.options["calls"] == {"calls": "serving", "chunk": 20, "pool_rows": None, "requests": 3,
+                                           "compare": None}
+        assert facts["ran"] and all(r["chunk"] == 20 and r["pool_rows"] == 4096 for r in facts["ran"])
+        assert facts["backends"]["reference:bf16"]["equal"] == facts["backends"]["reference:bf16"]["layers"] > 0
+        assert "engine-shaped calls (--calls serving)" in report.render()
+    prefill = layer0(CheckOptions(**options), tokens=32)
+    assert "calls" not in prefill.options and "engine_calls" not in prefill.facts
+    assert "engine-shaped" not in render(prefill.summary(), prefill.frame())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["layer0", "--chunk", "64"], "--chunk shape the engine's calls: give them with --calls serving"),
+    (["layer0", "--calls", "serving", "--pool-rows", "100"], "--pool-rows must be a multiple of 64"),
+    (["layer0", "--calls", "serving", "--pool-rows", "64", "--tokens", "128"], "--pool-rows 64: .* need at least"),
+    (["selftest", "--calls", "serving"], "--calls applies to the verdict-rates run only"),
+    (["selftest", "--model", "ref-cpu", "--power", "--calls", "serving"], "--calls applies to the verdict rates"),
+])
+def test_bad_engine_options_are_one_line_and_exit_2(argv, message, capsys, tmp_path):
+    assert cli.main([*argv, "--out", str(tmp_path / "run")] if argv[0] == "layer0" else argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and pytest.importorskip("re").search(message, err), err
+    assert not (tmp_path / "run").exists()
