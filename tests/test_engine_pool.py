@@ -114,7 +114,7 @@ def test_the_fp8_pool_is_at_pool_slots_and_flashmla_kv_reads_it(monkeypatch):
     try:
         call = pool.packed(indices, 0)
         q = torch.randn(call.query.shape[0], 8, 576, generator=torch.Generator().manual_seed(1)).bfloat16()
-        out = flashmla_kv.flashmla_kv_prefill(q, pool.rows, call.indices, 0.05, 512, topk_length=call.lengths)
+        out = flashmla_kv.flashmla_kv_prefill(q, pool.kv, call.indices, 0.05, 512, topk_length=call.lengths)
     finally:
         flashmla_kv.release_pool()
     cache = standin.calls[0][1]

@@ -141,9 +141,9 @@ def run_engine_layer(session, call: LayerCall) -> torch.Tensor:
                     call.plans[key] = plan
                     session.plan_builds[call.layer] += 1
                 if rank == 0 and chunk == 0 and session.recorded is not None:
-                    session._record(KernelCall(q_call, pool.rows, packed.indices, packed.lengths, call.scaling,
+                    session._record(KernelCall(q_call, pool.kv, packed.indices, packed.lengths, call.scaling,
                                                call.d_v))
-                part = session._call(q_call, pool.rows, packed.indices, call.scaling, call.d_v, packed.lengths, plan)
+                part = session._call(q_call, pool.kv, packed.indices, call.scaling, call.d_v, packed.lengths, plan)
                 session.calls[call.layer] += 1
                 tally.engine_calls += 1
                 check_output(session.name, part, q_call, call.d_v, session.backend.fp32_output)

@@ -89,6 +89,12 @@ class EnginePool:
         """(start, stop) of each chunk of the prompt's tokens."""
         return [(s, min(s + self.shape.chunk, self.tokens)) for s in range(0, self.tokens, self.shape.chunk)]
 
+    @property
+    def kv(self) -> torch.Tensor:
+        """The pool as the backends are handed it, [R, 1, d_qk] bf16 (a view of `rows`, as FlashMLA's interface and
+        the engines' KV buffers shape it)."""
+        return self.rows.unsqueeze(1)
+
     def paged_codes(self) -> torch.Tensor | None:
         """The FP8 pool as engines page it, [R / PAGE, PAGE, 1, bytes] uint8 (a view), or None under bf16."""
         return None if self.codes is None else self.codes.view(-1, PAGE, 1, self.codes.shape[1])

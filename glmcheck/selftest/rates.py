@@ -124,15 +124,18 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                   checks: Sequence[str] = DEFAULT_CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
                   device: torch.device | str = "cpu",
                   progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None,
-                  engine: EngineShape | None = None, shape_faults: bool | None = None) -> list[Tally]:
+                  engine: EngineShape | None = None, faults: Sequence[str] | None = None,
+                  legitimate: Sequence[str] | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
     docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend). `kv_cache_dtype`
     "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`).
-    `engine` calls every backend engine-shaped (`--calls serving`; each seed its own layout); `shape_faults` adds
-    the shape-only faults (`glmcheck.selftest.shape_faults`; default: with `engine`)."""
-    fault_names = register_faults(tokens)
-    if (engine is not None) if shape_faults is None else shape_faults:
-        fault_names += register_shape_faults()
+    `engine` calls every backend engine-shaped (`--calls serving`; each seed its own layout). `faults` names the
+    planted faults to run (default: `planted_faults`, and with `engine` the shape-only ones,
+    `glmcheck.selftest.shape_faults`), `legitimate` the legitimate rows (default: `legitimate_backends`)."""
+    fault_names = register_faults(tokens) + (register_shape_faults() if engine is not None else [])
+    if faults is not None:
+        register_shape_faults()
+        fault_names = list(faults)
     device = torch.device(device)
     base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
     tallies: dict[tuple[str, str], Tally] = {}
@@ -151,7 +154,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
             else:
                 net = load_model(spec, device, layer0_only=layer0_only)
             heads = net.config.num_attention_heads
-            legit = legitimate_backends(heads, band_size)
+            legit = legitimate_backends(heads, band_size) if legitimate is None else list(legitimate)
             backends = legit + fault_names
             tokenizer = model_tokenizer(spec, net.config.vocab_size) if reads_text(base) or check == "firsttoken" \
                 else None
