@@ -51,6 +51,17 @@ def test_the_exact_reference_equals_its_one_shot_forward_bit_for_bit(ref_cpu, na
     assert served.plan_builds == one_shot.plan_builds or name != "reference"
 
 
+def test_prefill_calls_are_todays_one_shot_calls(ref_cpu):
+    """--calls prefill (the default) hands each backend exactly the one-shot call: the prompt's T rows, indices into
+    them, no topk_length; --calls serving records the engine's (the pool, topk_length) beside it."""
+    model, ids = ref_cpu
+    calls = forward_under(model, ids, "reference", SwapOptions(), record_calls=True).kernel_calls
+    assert [(tuple(c.q.shape[:1]), c.kv.shape[0], c.lengths) for c in calls] == [((128,), 128, None)]
+    served = forward_under(model, ids, "reference", SwapOptions(engine=EngineCalls(EngineShape())),
+                           record_calls=True).kernel_calls
+    assert {c.kv.shape[0] for c in served} == {128, 4096} and any(c.lengths is not None for c in served)
+
+
 def test_the_per_token_path_equals_its_one_shot_output_in_the_interpreter():
     """The kernel under test, in Triton's interpreter (compared on request: by default the interpreter's rows are
     not called twice): the per-token path gives its one-shot outputs bit for bit (docs/kernel.md, "Engine-shaped
@@ -108,3 +119,15 @@ def test_bad_engine_options_are_one_line_and_exit_2(argv, message, capsys, tmp_p
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and pytest.importorskip("re").search(message, err), err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # ~1 minute; the 20-seed figures (docs/reliability.md, "Engine-shaped calls") are its full run
+def test_the_shape_fault_rates_script(capsys):
+    """scripts/shape_fault_rates.py over 2 seeds: every shape-only fault missed one-shot, caught engine-shaped."""
+    from tests.support.script_loader import load_script
+
+    assert load_script("shape_fault_rates").main(["--seeds", "2", "--checks", "layer0"]) == 0
+    prefill, serving = capsys.readouterr().out.split("--calls serving")
+    for name in SHAPE_FAULTS:
+        assert f"| {name} " in prefill and "2/2 misses" in prefill.split(f"| {name} ")[1].splitlines()[0]
+        assert "0/2 misses" in serving.split(f"| {name} ")[1].splitlines()[0]
