@@ -2,10 +2,11 @@
 and the packed calls: `glmcheck.model.engine_pool`), and compared bit for bit with its own one-shot call on the same
 inputs.
 
-Per layer and TP rank the backend is called once one-shot (today's call: q of all T tokens, the prompt's rows,
-indices into them) and once per chunk engine-shaped; the model goes on with the engine-shaped outputs. `EngineCalls`
-(one per check, in its `SwapOptions`) tallies per backend how many layer calls equal their one-shot output bit for
-bit, the largest difference of those that do not, the time each shape took and the shapes that ran.
+Per layer and TP rank the backend is called once per chunk engine-shaped and (`EngineCalls.compares`) once one-shot
+(today's call: q of all T tokens, the prompt's rows, indices into them); the model goes on with the engine-shaped
+outputs. `EngineCalls` (one per check, in its `SwapOptions`) tallies per backend how many layer calls equal their
+one-shot output bit for bit, the largest difference of those that do not, the time each shape took (the device
+synchronised around each) and the shapes that ran.
 """
 
 from __future__ import annotations

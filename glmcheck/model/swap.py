@@ -23,6 +23,8 @@ with a planner, its plan per rank slice (`reuse_plans`; `plan_builds` counts bui
 top-k is sorted, masked positions last). `time_attention=True` times each layer's backend calls
 with CUDA events (`attention_ms`). With tp > 1 a hook on each o_proj adds the rank partial sums
 in rank order, as an all-reduce would (for hf backends too).
+With `engine` (`--calls serving`) each backend is called as an engine's extend calls it instead
+(`glmcheck.model.engine_calls`: chunks over a paged pool, packed requests, topk_length).
 `hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path, [T, T] masks and
 scores: `glmcheck.model.memory` bounds their length). Everything is restored on exit, also after an
 exception.

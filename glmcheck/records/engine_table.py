@@ -16,7 +16,8 @@ def _shape_line(ran: list[dict]) -> str:
                      f"({elements:,} elements), {requests} requests a call"
                      for (chunk, rows, elements, requests), tokens in shapes.items())
     return (f"engine-shaped calls (--calls serving): {text or 'none ran'}; pages of 64 rows shuffled in the pool, "
-            f"topk_length given with stale slots past it; every row judged on these calls")
+            f"topk_length given with stale slots past it; every row judged on these calls (hf_* rows: transformers' "
+            f"own attention, not swapped)")
 
 
 def _equal_cell(tally: dict) -> str:
