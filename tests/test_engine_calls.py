@@ -65,16 +65,15 @@ def test_prefill_calls_are_todays_one_shot_calls(ref_cpu):
 def test_the_per_token_path_equals_its_one_shot_output_in_the_interpreter():
     """The kernel under test, in Triton's interpreter (compared on request: by default the interpreter's rows are
     not called twice): the per-token path gives its one-shot outputs bit for bit (docs/kernel.md, "Engine-shaped
-    calls"); a union path is judged as any row and its difference only reported."""
+    calls", where the union paths' differences are measured)."""
     model = load_model(SPEC, torch.device("cpu"), layer0_only=True)
     ids = model_prompt(SPEC, model.config.vocab_size, 64, 1, torch.device("cpu"))
     engine = EngineCalls(EngineShape(chunk=24, compare=True))
-    for name in ("triton_sparse_mla", "triton_sparse_mla:union2"):
-        forward_under(model, ids, name, SwapOptions(engine=engine), latent_layers=[0])
-    per_token, union = engine.tally["triton_sparse_mla"], engine.tally["triton_sparse_mla:union2"]
-    assert per_token.layers == per_token.equal == 1
-    assert union.layers == 1 and (union.equal == 1 or 0 < union.max_abs < 0.1)
+    forward_under(model, ids, "triton_sparse_mla", SwapOptions(engine=engine), latent_layers=[0])
+    per_token = engine.tally["triton_sparse_mla"]
+    assert per_token.layers == per_token.equal == 1 and per_token.engine_calls == 3
     assert not EngineCalls(EngineShape()).compares("triton_sparse_mla"), "not called twice in the interpreter"
+    assert EngineCalls(EngineShape()).compares("band:3") and EngineCalls(EngineShape()).compares("reference@tempered")
 
 
 def test_shape_only_faults_fail_with_serving_and_pass_with_prefill():
