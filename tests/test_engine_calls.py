@@ -130,3 +130,25 @@ def test_the_shape_fault_rates_script(capsys):
     for name in SHAPE_FAULTS:
         assert f"| {name} " in prefill and "2/2 misses" in prefill.split(f"| {name} ")[1].splitlines()[0]
         assert "0/2 misses" in serving.split(f"| {name} ")[1].splitlines()[0]
+
+
+def test_the_serving_rates_run_the_shape_faults_in_place_of_the_late_one(monkeypatch):
+    """measure_rates with engine-shaped calls: the shape-only faults join the planted ones, the late fault (placed by
+    the row in the call, which the default chunks never reach) leaves; every forward gets its seed's layout."""
+    import types
+
+    from glmcheck.selftest import rates
+
+    seen = []
+
+    def fake_layer0(net, ids, backends, options, **kw):
+        seen.append((backends, options.engine.shape.seed))
+        return types.SimpleNamespace(rows=[], verdict=PASS)
+
+    net = types.SimpleNamespace(config=types.SimpleNamespace(num_attention_heads=8, vocab_size=512))
+    monkeypatch.setattr(rates, "load_model", lambda *a, **k: net)
+    monkeypatch.setattr(rates, "run_layer0", fake_layer0)
+    rates.measure_rates("tiny", [3, 4], 64, ["layer0"], engine=EngineShape())
+    assert [seed for _, seed in seen] == [3, 4]
+    backends = seen[0][0]
+    assert set(SHAPE_FAULTS) <= set(backends) and not any(b.startswith("fault:quarter_dropped") for b in backends)

@@ -54,8 +54,8 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     """False-alarm and detection rates of `checks` on `model` (a preset or trained model) or `checkpoint`, over
     seeds 0..`seeds`-1 at `tokens` tokens with a band of `band`; `kv_cache_dtype="fp8_e4m3"` runs every forward over
     the FP8 pool; `calls="serving"` calls every backend engine-shaped (chunks, a paged pool, packed requests,
-    topk_length: `glmcheck.model.engine_shape`, the defaults) and adds the shape-only faults
-    (`glmcheck.selftest.shape_faults`). ValueError naming the flag for a bad option or a run past the forward limit.
+    topk_length: `glmcheck.model.engine_shape`, the defaults) with the shape-only faults
+    (`glmcheck.selftest.shape_faults`) in place of the late fault. ValueError naming the flag for a bad option or a run past the forward limit.
     Verdict FAIL when layer0 misses a planted fault or its false alarms exceed 5 % of its legitimate runs, else PASS;
     one row per (check, backend) tally."""
     import dataclasses
@@ -80,7 +80,7 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     names, spec, config, device = _model_run(model, checkpoint, seeds, tokens, checks, band, CHECKS)
     prompts = FIRSTTOKEN_PROMPTS if "firsttoken" in names else 1  # forwards per seed and check, at most
     per_run = prompts * (2 + band + len(legitimate_backends(config.num_attention_heads, band))
-                         + len(planted_faults(tokens)) + (len(SHAPE_FAULTS) if engine else 0))
+                         + len(planted_faults(tokens)) + (len(SHAPE_FAULTS) - 1 if engine else 0))
     check_forwards(seeds * len(names) * per_run,
                    f"{seeds} seeds x {len(names)} checks x {per_run} forwards (--seeds, --checks, --band)")
     fp8 = "fp8_e4m3" if kv_cache_dtype == "fp8_e4m3" else None

@@ -130,9 +130,12 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
     docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend). `kv_cache_dtype`
     "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`).
     `engine` calls every backend engine-shaped (`--calls serving`; each seed its own layout). `faults` names the
-    planted faults to run (default: `planted_faults`, and with `engine` the shape-only ones,
-    `glmcheck.selftest.shape_faults`), `legitimate` the legitimate rows (default: `legitimate_backends`)."""
-    fault_names = register_faults(tokens) + (register_shape_faults() if engine is not None else [])
+    planted faults to run (default: `planted_faults`; with `engine` the shape-only ones of
+    `glmcheck.selftest.shape_faults` instead of the late fault, inert there: docs/reliability.md, "Engine-shaped
+    calls"), `legitimate` the legitimate rows (default: `legitimate_backends`)."""
+    fault_names = register_faults(tokens)
+    if engine is not None:  # the late fault starts at row 3T/4 of a call: chunks shorter than that never reach it
+        fault_names = [n for n in fault_names if n != late_fault(tokens)[0]] + register_shape_faults()
     if faults is not None:
         register_shape_faults()
         fault_names = list(faults)
