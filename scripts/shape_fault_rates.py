@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     for calls, engine in (("prefill", None), ("serving", EngineShape())):
         tallies = measure_rates(ns.model, range(ns.seeds), ns.tokens, checks, engine=engine, faults=list(SHAPE_FAULTS),
                                 legitimate=["reference:bf16"],
-                                progress=lambda line: print(f"{calls}: {line}", file=sys.stderr, flush=True))
+                                progress=lambda line, calls=calls: print(f"{calls}: {line}", file=sys.stderr,
+                                                                         flush=True))
         print(f"--calls {calls}: shape-only faults on {ns.model}, {ns.tokens} tokens, seeds 0..{ns.seeds - 1}")
         print(rates_table(tallies) + "\n", flush=True)
     return 0

@@ -90,7 +90,7 @@ def test_shape_only_faults_fail_with_serving_and_pass_with_prefill():
 def test_every_check_takes_the_calls_and_records_the_shape(tmp_path):
     """logits, drift, sweep and firsttoken run engine-shaped calls and say so in their record and tables; layer0's
     prefill record holds no trace of them (its rows and facts as before)."""
-    options = dict(backends=["reference:bf16"], band=3, baseline="none", quiet=True)
+    options = {"backends": ["reference:bf16"], "band": 3, "baseline": "none", "quiet": True}
     serving = CheckOptions(calls="serving", chunk=20, requests=3, **options)
     reports = [logits(serving, tokens=[48]), drift(serving, tokens=40), sweep(serving, tokens=(32, 64)),
                firsttoken(serving, limit=1)]
