@@ -41,6 +41,20 @@ def _decode_op():
 
 
 _last_pool: list = []  # (rows tensor, its version, the pool): a layer's rank slices share one rows tensor
+_held: list = []  # (rows tensor, the FP8 pool they are the values of): an engine-shaped pool (`hold_pool`)
+
+
+def hold_pool(rows: torch.Tensor, pool: torch.Tensor) -> None:
+    """Calls whose kv is `rows` [S, 576] (or a [S, 1, 576] view of it) read `pool` [S / 64, 64, 1, 656] uint8 as it
+    is, not a pool written from
+    them: the FP8 pool of `--calls serving` (`glmcheck.model.engine_pool`), whose dequantised values `rows` are and
+    which its owner keeps in step with them. Held until `release_pool`."""
+    _held[:] = [rows, pool]
+
+
+def release_pool() -> None:
+    """Forget the pool `hold_pool` held."""
+    _held.clear()
 
 
 def fp8_pool_of(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
@@ -48,7 +62,10 @@ def fp8_pool_of(kv: torch.Tensor, d_rope: int) -> torch.Tensor:
     not an FP8 value of that layout (module docstring). The same rows tensor, unchanged since (the calls of one
     layer's rank slices), gets the pool written the first time: one write per layer, as an engine's KV store. An
     inference tensor (made under `torch.inference_mode`, as the checks' forwards) has no version counter to show
-    it unchanged: its pool is written on every call (the same bytes: the quantiser is deterministic)."""
+    it unchanged: its pool is written on every call (the same bytes: the quantiser is deterministic). Rows whose pool
+    `hold_pool` holds read that pool."""
+    if _held and (_held[0].data_ptr(), _held[0].shape, _held[0].stride()) == (kv.data_ptr(), kv.shape, kv.stride()):
+        return _held[1]
     version = None if kv.is_inference() else kv._version
     if version is not None and _last_pool and _last_pool[0] is kv and _last_pool[1] == version:
         return _last_pool[2]

@@ -14,6 +14,7 @@ from glmcheck.checks import compile_ahead
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
+from glmcheck.model.engine_calls import EngineCalls
 from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.phases import CLOCK
 
@@ -21,7 +22,7 @@ from glmcheck.process.phases import CLOCK
 @dataclass(frozen=True)
 class SwapOptions:
     """How backends are swapped in: TP degree, KV-cache emulation, dense threshold, determinism, plan
-    reuse, topk_length, an index selector replacing the indexer's top-k (see `use_backend`)."""
+    reuse, topk_length, an index selector replacing the indexer's top-k, engine-shaped calls (see `use_backend`)."""
 
     tp: int = 1
     kv_cache_dtype: str | None = None
@@ -30,6 +31,7 @@ class SwapOptions:
     reuse_plans: bool = True
     topk_length: bool = False
     selector: Callable | None = None
+    engine: EngineCalls | None = None  # --calls serving; None: one-shot prefill
 
 
 @dataclass
@@ -78,7 +80,7 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
     with use_backend(model, backend, tp=options.tp, kv_cache_dtype=options.kv_cache_dtype,
                      dense_threshold=options.dense_threshold, deterministic=options.deterministic,
                      reuse_plans=options.reuse_plans, topk_length=options.topk_length, clock=clock,
-                     selector=options.selector, record_calls=record_calls) as session, \
+                     selector=options.selector, record_calls=record_calls, engine=options.engine) as session, \
             capture(model, session, latent_layers=latent_layers, value_layers=value_layers,
                     hidden_layers=hidden_layers, index_layers=index_layers) as got, torch.inference_mode():
         output = model(input_ids, logits_to_keep=last_logits, use_cache=False)  # a prefill: no KV cache to keep

@@ -10,6 +10,7 @@ import argparse
 from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
 from glmcheck.commands.output_format import add_format_option
 from glmcheck.evaluate.arguments import check_out_dir
+from glmcheck.model import engine_shape as shape
 from glmcheck.model.names import model_names
 from glmcheck.model.presets import PRESETS
 from glmcheck.model.trained import DEFAULT_MODEL, TRAINED_MODELS
@@ -44,6 +45,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
+    add_engine_options(parser)
     parser.add_argument("--gate-ratio", type=float, default=2.0,
                         help="PASS when each judged statistic <= ratio x the band's max")
     parser.add_argument("--max-rel-l2", type=float, default=None,
@@ -79,6 +81,23 @@ def add_weight_options(parser: argparse.ArgumentParser) -> None:
                              "by the identity, the check's forwards end to end; reports peak memory (allocator and "
                              "device) and time per forward against `glmcheck plan`. The numbers mean nothing: no "
                              "verdict, exit 4")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """--calls/--chunk/--pool-rows/--requests: how each backend is called (docs/checks.md, "Engine-shaped calls")."""
+    parser.add_argument("--calls", default="prefill", choices=shape.CALLS,
+                        help="prefill: one call a layer over the whole prompt (default); serving: as an engine's "
+                             "extend calls it: chunks over a paged pool, packed requests, topk_length")
+    parser.add_argument("--chunk", type=int, default=None,
+                        help=f"with --calls serving: tokens a chunk (default {shape.CPU_CHUNK} on the CPU, "
+                             f"{shape.GPU_CHUNK} on a GPU)")
+    parser.add_argument("--pool-rows", type=int, default=None,
+                        help=f"with --calls serving: rows of the paged KV pool, a multiple of {shape.PAGE} (default "
+                             f"{shape.CPU_POOL_ROWS} on the CPU; on a GPU past 2^31 elements, at least "
+                             f"{shape.GPU_POOL_ROWS})")
+    parser.add_argument("--requests", type=int, default=None,
+                        help=f"with --calls serving: requests packed a call, the prompt and others (default "
+                             f"{shape.DEFAULT_REQUESTS})")
 
 
 def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:

@@ -44,6 +44,9 @@ def add_parser(sub) -> None:
     p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                    help="with --model / --checkpoint: fp8_e4m3 runs the rates over DSA's FP8 KV pool (the band's "
                         "FP8 form; flashmla_kv is not among the rows)")
+    p.add_argument("--calls", default=None, choices=["prefill", "serving"],
+                   help="with --model / --checkpoint: serving calls every backend as an engine's extend does (chunks, "
+                        "a paged pool, packed requests, topk_length) and adds the shape-only faults")
     p.add_argument("--power", action="store_true",
                    help="with --model / --checkpoint: power curves instead of rates (detection against fault size, "
                         "per check and fault kind; checks layer0 and logits)")
@@ -65,10 +68,13 @@ def precheck(ns: argparse.Namespace) -> None:
                              f"--model / --checkpoint run the verdict rates instead")
         if ns.power and ns.kv_cache_dtype == "fp8_e4m3":
             raise ValueError("--kv-cache-dtype applies to the verdict rates, not to --power")
+        if ns.power and ns.calls == "serving":
+            raise ValueError("--calls applies to the verdict rates, not to --power")
         return
     given = [flag for flag, _, _ in RATES_OPTIONS if getattr(ns, flag[2:]) is not None]
     given += ["--power"] if ns.power else []
     given += ["--kv-cache-dtype"] if ns.kv_cache_dtype is not None else []
+    given += ["--calls"] if ns.calls is not None else []
     if given:
         raise ValueError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to the verdict-rates run "
                          f"only: add --model (one of {', '.join(RATE_MODELS)}) or --checkpoint PATH")
@@ -90,6 +96,7 @@ def handle(ns: argparse.Namespace) -> int:
         if ns.power:
             report = power_curves(ns.model, ns.checkpoint, **given, progress=say)
         else:
-            report = verdict_rates(ns.model, ns.checkpoint, **given, kv_cache_dtype=ns.kv_cache_dtype, progress=say)
+            report = verdict_rates(ns.model, ns.checkpoint, **given, kv_cache_dtype=ns.kv_cache_dtype,
+                                   calls=ns.calls or "prefill", progress=say)
     print(report.render())
     return report.exit_code

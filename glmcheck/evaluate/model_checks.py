@@ -47,6 +47,8 @@ RecordDir = Path | Callable[[], Path] | None  # where a resumable run keeps its 
 
 
 def _report(command: str, setup: Setup, model, verdict: str, rows: list[dict], facts: dict, **kw) -> Report:
+    if setup.options.engine is not None:  # --calls serving: the shapes that ran, each row against its one-shot call
+        facts = {**facts, "engine_calls": setup.options.engine.summary()}
     if setup.rehearse:  # no verdict: the measurements instead (`glmcheck.evaluate.rehearsal`)
         from glmcheck.evaluate import rehearsal
 

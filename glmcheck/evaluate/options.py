@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 
 from glmcheck.checks.band import check_gate_ratio
 from glmcheck.evaluate.arguments import check_band, check_count, check_experts, check_layers, check_number, check_seed
+from glmcheck.model.engine_shape import check_engine_options
 from glmcheck.model.trained import DEFAULT_MODEL
 from glmcheck.process.wording import flag
 
@@ -50,6 +51,10 @@ class CheckOptions:
     quiet: bool = False
     weights: str = "auto"  # WEIGHTS: bf16, fp8 (block-FP8 resident) or auto (docs/models.md, "FP8 weights resident")
     rehearse_rank: int | None = None  # one rank of --tp built alone, its all-reduces the identity: no verdict
+    calls: str = "prefill"  # "serving": engine-shaped calls (`glmcheck.model.engine_shape`), shaped by the three below
+    chunk: int | None = None
+    pool_rows: int | None = None
+    requests: int | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
@@ -99,6 +104,7 @@ class CheckOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{flag(name)} must be True or False, got {getattr(self, name)!r}")
         _check_choice(self.weights, "weights", WEIGHTS)
+        check_engine_options(self.calls, self.chunk, self.pool_rows, self.requests)
         if self.rehearse_rank is not None:
             check_count(self.rehearse_rank, flag("rehearse_rank"), minimum=0)
             if isinstance(self.tp, int) and not isinstance(self.tp, bool) and self.rehearse_rank >= self.tp:

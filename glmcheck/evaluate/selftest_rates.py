@@ -48,19 +48,22 @@ def _model_run(model: str | None, checkpoint: str | None, seeds: int, tokens: in
 
 def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, seeds: int = RATES_DEFAULTS["seeds"],
                   tokens: int = RATES_DEFAULTS["tokens"], checks: str | Sequence[str] = RATES_DEFAULTS["checks"],
-                  band: int = RATES_DEFAULTS["band"], kv_cache_dtype: str | None = None,
+                  band: int = RATES_DEFAULTS["band"], kv_cache_dtype: str | None = None, calls: str = "prefill",
                   progress: Progress | None = None) -> Report:
     """False-alarm and detection rates of `checks` on `model` (a preset or trained model) or `checkpoint`, over
     seeds 0..`seeds`-1 at `tokens` tokens with a band of `band`; `kv_cache_dtype="fp8_e4m3"` runs every forward over
-    the FP8 pool. ValueError naming the flag for a bad option or a run past the forward limit. Verdict FAIL when
-    layer0 misses a planted fault or its false alarms exceed 5 % of its legitimate runs, else PASS; one row per
-    (check, backend) tally."""
+    the FP8 pool; `calls="serving"` calls every backend engine-shaped (chunks, a paged pool, packed requests,
+    topk_length: `glmcheck.model.engine_shape`, the defaults) with the shape-only faults
+    (`glmcheck.selftest.shape_faults`) in place of the late fault. ValueError naming the flag for a bad option or a run past the forward limit.
+    Verdict FAIL when layer0 misses a planted fault or its false alarms exceed 5 % of its legitimate runs, else PASS;
+    one row per (check, backend) tally."""
     import dataclasses
 
     import glmcheck.kernels  # noqa: F401  (the interpreter on a machine without CUDA)
     from glmcheck.checks.band import FAIL, PASS
     from glmcheck.evaluate.arguments import check_forwards
     from glmcheck.evaluate.report import Report
+    from glmcheck.model.engine_shape import engine_shape
     from glmcheck.selftest.rates import (
         CHECKS,
         FIRSTTOKEN_PROMPTS,
@@ -71,19 +74,22 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
         planted_faults,
         rates_table,
     )
+    from glmcheck.selftest.shape_faults import SHAPE_FAULTS
 
+    engine = engine_shape(calls, None, None, None)
     names, spec, config, device = _model_run(model, checkpoint, seeds, tokens, checks, band, CHECKS)
     prompts = FIRSTTOKEN_PROMPTS if "firsttoken" in names else 1  # forwards per seed and check, at most
     per_run = prompts * (2 + band + len(legitimate_backends(config.num_attention_heads, band))
-                         + len(planted_faults(tokens)))
+                         + len(planted_faults(tokens)) + (len(SHAPE_FAULTS) - 1 if engine else 0))
     check_forwards(seeds * len(names) * per_run,
                    f"{seeds} seeds x {len(names)} checks x {per_run} forwards (--seeds, --checks, --band)")
     fp8 = "fp8_e4m3" if kv_cache_dtype == "fp8_e4m3" else None
     tallies = measure_rates(spec, range(seeds), tokens, names, band, device=device, progress=progress,
-                            kv_cache_dtype=fp8)
+                            kv_cache_dtype=fp8, engine=engine)
     ok, alarms, runs, missed = layer0_bar([dataclasses.asdict(t) for t in tallies])
     head = (f"verdict rates on {checkpoint or model}, {tokens} tokens, seeds 0..{seeds - 1}, band of {band}"
             + (", KV cache fp8_e4m3 (the FP8 pool; the band's FP8 form)" if fp8 else "")
+            + (", engine-shaped calls (--calls serving; shape-only faults added)" if engine else "")
             + (f"; firsttoken: {FIRSTTOKEN_PROMPTS} prompts of {min(tokens, FIRSTTOKEN_TOKENS)} tokens a seed"
                if "firsttoken" in names else ""))
     text = "\n".join([head, rates_table(tallies),
@@ -91,7 +97,8 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     return Report("selftest-rates", PASS if ok else FAIL, [dataclasses.asdict(t) for t in tallies],
                   {"layer0_false_alarms": alarms, "layer0_legitimate_runs": runs, "layer0_missed": missed},
                   spec.describe(), {"seeds": seeds, "tokens": tokens, "checks": names, "band": band,
-                                    "kv_cache_dtype": fp8}, extra={"table": text})
+                                    "kv_cache_dtype": fp8, **({"calls": "serving"} if engine else {})},
+                  extra={"table": text})
 
 
 def power_curves(model: str | None = None, checkpoint: str | None = None, *, seeds: int = RATES_DEFAULTS["seeds"],

@@ -15,6 +15,9 @@ from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
+from glmcheck.model.engine_calls import EngineCalls
+from glmcheck.model.engine_pool import needed_rows
+from glmcheck.model.engine_shape import DEFAULT_REQUESTS, check_pool_rows, engine_shape
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits, fits_device
 from glmcheck.process.phases import CLOCK
@@ -61,9 +64,11 @@ class Setup:
                                  kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype)
         self.backends, self.baseline, self.warnings = choice.backends, choice.baseline, choice.warnings
         # Under torchrun (and in a rehearsal) each rank holds H/tp heads and calls the kernel once per layer itself.
+        shape = engine_shape(options.calls, options.chunk, options.pool_rows, options.requests, options.seed)
         self.options = SwapOptions(tp=1 if self.dist or self.rehearse else tp,
                                    kv_cache_dtype=None if options.kv_cache_dtype == "bf16" else options.kv_cache_dtype,
-                                   dense_threshold=options.dense_threshold, deterministic=options.deterministic)
+                                   dense_threshold=options.dense_threshold, deterministic=options.deterministic,
+                                   engine=EngineCalls(shape) if shape is not None else None)
         self.gate = Gate(ratio=options.gate_ratio, cap=options.max_rel_l2)
         self.tp = tp
         self.is_main = self.dist is None or self.dist.is_main
@@ -109,7 +114,8 @@ class Setup:
                 "backends": self.backends, "exact": self.exact, "baseline": self.baseline, "band": self.band_size,
                 "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
                 "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
-                "max_rel_l2": self.gate.cap, "device": str(self.device)}
+                "max_rel_l2": self.gate.cap, "device": str(self.device),
+                **({"calls": self.options.engine.shape.describe()} if self.options.engine else {})}
 
     def fingerprint(self, command: str, **items) -> dict:
         """Everything that decides a resumable run's results: command, model and its config hash,
@@ -132,6 +138,10 @@ class Setup:
         if self.weights_requested == "auto" and self.fp8_checkpoint:  # fp8 where bf16 would not fit
             bf16_fits = fits_device(self.config, self.longest, self.device, tp=self.shard_tp, weights="bf16")
             self.spec = replace(self.spec, weights="bf16" if bf16_fits else "fp8")
+        if self.options.engine is not None:  # --calls serving: a given --pool-rows holds the prompt (a default grows)
+            shape, dense = self.options.engine.shape, self.options.dense_threshold
+            topk = tokens if dense is not None and tokens <= dense else min(self.config.index_topk, tokens)
+            check_pool_rows(shape.pool_rows, needed_rows(tokens, topk, shape.requests or DEFAULT_REQUESTS))
 
     def check_cpu_time(self, lengths: list[int], option: str | None = None, *, each: int = 1) -> None:
         """On the CPU, ValueError naming `option` (default the argument `tokens`) when the check's forwards, every

@@ -23,6 +23,8 @@ with a planner, its plan per rank slice (`reuse_plans`; `plan_builds` counts bui
 top-k is sorted, masked positions last). `time_attention=True` times each layer's backend calls
 with CUDA events (`attention_ms`). With tp > 1 a hook on each o_proj adds the rank partial sums
 in rank order, as an all-reduce would (for hf backends too).
+With `engine` (`--calls serving`) each backend is called as an engine's extend calls it instead
+(`glmcheck.model.engine_calls`: chunks over a paged pool, packed requests, topk_length).
 `hf_eager` / `hf_sdpa` run the model unswapped (transformers' dense masked path, [T, T] masks and
 scores: `glmcheck.model.memory` bounds their length). Everything is restored on exit, also after an
 exception.
@@ -41,9 +43,12 @@ from transformers import AttentionInterface, AttentionMaskInterface
 
 from glmcheck.backends import Backend, get_backend
 from glmcheck.backends.errors import KernelFault, first_line
+from glmcheck.backends.flashmla_kv import release_pool
 from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 from glmcheck.model.absorbed import absorb_query, expand_values, kernel_indices, kv_rows, split_kv_b
 from glmcheck.model.clock import AttentionClock
+from glmcheck.model.engine_calls import EngineCalls, LayerCall, run_engine_layer
+from glmcheck.model.engine_pool import EnginePool
 from glmcheck.model.indexer_chunks import absorbed_mask, install_chunked_indexer
 from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.interrupts import raised_by_code, signals_told_apart
@@ -77,6 +82,8 @@ class SwapSession:
     dense_layers: set = field(default_factory=set)
     listeners: list[Listener] = field(default_factory=list)
     recorded: list[KernelCall] | None = None  # with record_calls: one call per distinct `KernelCall.key`
+    engine: EngineCalls | None = None  # --calls serving (`glmcheck.model.engine_calls`)
+    pool: EnginePool | None = None  # ... this forward's pool, made at its first layer
     _latents: dict = field(default_factory=dict)
     _selection: tuple | None = None  # (the indexer's top-k tensor, its kernel indices, lengths, plans per rank)
 
@@ -101,12 +108,19 @@ class SwapSession:
         q_abs[..., latent_dim:] = query[..., nope:].transpose(1, 2).float()
         q_abs = q_abs.view(batch * seq, heads, -1)
         rows = kv_rows(latent.to(torch.bfloat16), key[:, 0, :, nope:].to(torch.bfloat16))
+        codes = None
         if self.kv_cache_dtype == "fp8_e4m3":  # the pool engines store; a bf16 kernel reads it dequantised
             rope = rows.shape[-1] - latent_dim
-            rows = dequantize_kv_pool(quantize_kv_pool(rows, d_rope=rope), rows.shape[0], d_rope=rope)
+            codes = quantize_kv_pool(rows, d_rope=rope)
+            rows = dequantize_kv_pool(codes, rows.shape[0], d_rope=rope)
         indices, lengths, plans = self._kernel_selection(topk)
         self.notify(module.layer_idx, "indices", indices)
-        out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, lengths, plans, scaling, latent_dim)
+        if self.engine is not None:  # --calls serving
+            flat = None if codes is None else codes.view(-1, codes.shape[-1])[:rows.shape[0]]
+            out_latent = run_engine_layer(self, LayerCall(module.layer_idx, q_abs, rows, flat, indices, lengths,
+                                                          scaling, latent_dim, plans))
+        else:
+            out_latent = self._run_ranks(module.layer_idx, q_abs, rows, indices, lengths, plans, scaling, latent_dim)
         self.notify(module.layer_idx, "latent_out", out_latent)
         values = expand_values(out_latent, w_uv).to(query.dtype)
         return values.view(batch, seq, heads, -1)
@@ -130,21 +144,27 @@ class SwapSession:
         per_rank = q_abs.shape[1] // self.tp
         q_ranks = [q_abs] if self.tp == 1 else [q_abs[:, rank * per_rank:(rank + 1) * per_rank].contiguous()
                                                  for rank in range(self.tp)]
-        parts = []
         with self.clock.span(layer, q_abs.device) if self.clock is not None else contextlib.nullcontext():
-            for rank, q_rank in enumerate(q_ranks):
-                plan = plans.get(rank) if self.reuse_plans else None
-                if plan is None and self.backend.planner is not None:
-                    plan = self.backend.plan(indices, rows.shape[0], per_rank, lengths)
-                    plans[rank] = plan
-                    self.plan_builds[layer] += 1
-                if rank == 0 and self.recorded is not None:
-                    self._record(KernelCall(q_rank, rows, indices, lengths, scaling, latent_dim))
-                part = self._call(q_rank, rows, indices, scaling, latent_dim, lengths, plan)
-                self.calls[layer] += 1
-                check_output(self.name, part, q_rank, latent_dim, self.backend.fp32_output)
-                parts.append(part)
+            parts = [self._one_shot(layer, q_rank, rows, indices, lengths, plans, rank, scaling, latent_dim)
+                     for rank, q_rank in enumerate(q_ranks)]
         return parts[0] if self.tp == 1 else torch.cat(parts, dim=1)
+
+    def _one_shot(self, layer: int, q_rank: torch.Tensor, rows: torch.Tensor, indices: torch.Tensor,
+                  lengths: torch.Tensor | None, plans: dict, rank: int, scaling: float, latent_dim: int
+                  ) -> torch.Tensor:
+        """Rank `rank`'s one-shot call of the layer (its plan built on first use), its output checked."""
+        plan = plans.get(rank) if self.reuse_plans else None
+        if plan is None and self.backend.planner is not None:
+            plan = self.backend.plan(indices, rows.shape[0], q_rank.shape[1], lengths)
+            plans[rank] = plan
+            self.plan_builds[layer] += 1
+        if rank == 0 and self.recorded is not None:
+            self._record(KernelCall(q_rank, rows, indices, lengths, scaling, latent_dim))
+        part = self._call(q_rank, rows, indices, scaling, latent_dim, lengths, plan)
+        if self.engine is None:  # engine-shaped: its calls are the chunks'
+            self.calls[layer] += 1
+        check_output(self.name, part, q_rank, latent_dim, self.backend.fp32_output)
+        return part
 
     def _record(self, call: KernelCall) -> None:
         if all(seen.key() != call.key() for seen in self.recorded):
@@ -268,7 +288,8 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
                 kv_cache_dtype: str | None = None, dense_threshold: int | None = None,
                 deterministic: bool = False, reuse_plans: bool = True, topk_length: bool = False,
                 clock: AttentionClock | None = None, selector: Selector | None = None,
-                chunked_indexer: bool = True, record_calls: bool = False) -> Iterator[SwapSession]:
+                chunked_indexer: bool = True, record_calls: bool = False,
+                engine: EngineCalls | None = None) -> Iterator[SwapSession]:
     """Run `model`'s DSA attention through `backend` inside the block (see module docstring).
 
     kv_cache_dtype "fp8_e4m3" writes the KV rows to the FP8 pool engines store (`glmcheck.kernels.fp8`: e4m3
@@ -284,6 +305,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
     one chunk's transient scores within a fixed budget, `indexer_chunks.chunk_rows`); False runs transformers' own
     indexer on the [T, T] sdpa mask (the same top-k, T^2 memory). record_calls keeps the backend's calls
     (`SwapSession.recorded`: rank 0's, one per distinct shape; their tensors stay alive with the session).
+    engine (absorbed backends) calls each backend as an engine's extend does, `glmcheck.model.engine_calls`.
     """
     check_tp(model, tp)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
@@ -297,7 +319,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
         backend_obj = (get_backend(name, deterministic=deterministic, kv_cache_dtype=kv_cache_dtype)
                        if isinstance(backend, str) else backend)
     session = SwapSession(name, backend_obj, tp, kv_cache_dtype, dense_threshold, reuse_plans, topk_length, clock,
-                          recorded=[] if record_calls else None)
+                          recorded=[] if record_calls else None, engine=engine)
     chunked = session.absorbed and chunked_indexer
     previous = model.config._attn_implementation
     handles, restores = [], []
@@ -326,4 +348,7 @@ def use_backend(model: torch.nn.Module, backend: str | Backend, *, tp: int = 1,
             _SESSIONS.pop(id(attn), None)
         session._latents.clear()
         session._selection = None
+        if session.pool is not None:
+            session.pool = None
+            release_pool()
         model.set_attn_implementation(previous)

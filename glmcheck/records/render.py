@@ -16,6 +16,7 @@ import pandas as pd
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, REHEARSAL
 from glmcheck.checks.diagnosis_text import parts as diagnosis_parts
 from glmcheck.checks.diagnosis_text import position_lines
+from glmcheck.records.engine_table import engine_call_parts
 from glmcheck.records.json_rows import render_json
 from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
@@ -373,7 +374,7 @@ def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
                          f"{', '.join(list(RENDERERS) + list(TABLE_COMMANDS))}")
     check_record(summary, rows)
     try:
-        parts = RENDERERS[command](summary, rows)
+        parts = RENDERERS[command](summary, rows) + engine_call_parts(summary.get("facts", {}))
         if isinstance(summary.get("rehearsal"), dict):  # a rank rehearsal: its measurements, no verdict
             from glmcheck.records.rehearsal_table import rehearsal_parts
 

@@ -35,8 +35,11 @@ from glmcheck.data.model_prompts import reads_text
 from glmcheck.data.model_tokenizer import model_tokenizer
 from glmcheck.data.prompts import Prompt, seeded_prompt
 from glmcheck.kernels.union import legal_groups
+from glmcheck.model.engine_calls import EngineCalls
+from glmcheck.model.engine_shape import EngineShape
 from glmcheck.model.load import ModelSpec, load_model
 from glmcheck.selftest.faults import FAULTS, STRUCTURAL_FAULTS, late_fault
+from glmcheck.selftest.shape_faults import register_shape_faults
 
 CHECKS = ("layer0", "logits", "drift", "firsttoken")
 DEFAULT_CHECKS = ("layer0", "logits", "drift")
@@ -134,12 +137,22 @@ def _backend_rows(check: str, rows) -> dict[str, tuple[str, float]]:
 def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(20), tokens: int = 64,
                   checks: Sequence[str] = DEFAULT_CHECKS, band_size: int = DEFAULT_BAND, gate: Gate = Gate(),
                   device: torch.device | str = "cpu",
-                  progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None) -> list[Tally]:
+                  progress: Callable[[str], None] | None = None, kv_cache_dtype: str | None = None,
+                  engine: EngineShape | None = None, faults: Sequence[str] | None = None,
+                  legitimate: Sequence[str] | None = None) -> list[Tally]:
     """Run `checks` over `seeds` with the legitimate variants and the planted faults (see module
     docstring) on `model` (a preset name or a ModelSpec); one Tally per (check, backend). `kv_cache_dtype`
-    "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`)."""
-    options = SwapOptions(kv_cache_dtype=kv_cache_dtype)
+    "fp8_e4m3" runs every check over the FP8 KV pool (its band the FP8 band: `band_kernels.fp8_band_variant`).
+    `engine` calls every backend engine-shaped (`--calls serving`; each seed its own layout). `faults` names the
+    planted faults to run (default: `planted_faults`; with `engine` the shape-only ones of
+    `glmcheck.selftest.shape_faults` instead of the late fault, inert there: docs/reliability.md, "Engine-shaped
+    calls"), `legitimate` the legitimate rows (default: `legitimate_backends`)."""
     fault_names = register_faults(tokens)
+    if engine is not None:  # the late fault starts at row 3T/4 of a call: chunks shorter than that never reach it
+        fault_names = [n for n in fault_names if n != late_fault(tokens)[0]] + register_shape_faults()
+    if faults is not None:
+        register_shape_faults()
+        fault_names = list(faults)
     device = torch.device(device)
     base = model if isinstance(model, ModelSpec) else ModelSpec(preset=model)
     tallies: dict[tuple[str, str], Tally] = {}
@@ -147,6 +160,8 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
     stream = None
     for seed in seeds:
         spec = base if base.checkpoint else dataclasses.replace(base, seed=seed)
+        options = SwapOptions(kv_cache_dtype=kv_cache_dtype, engine=None if engine is None else
+                              EngineCalls(dataclasses.replace(engine, seed=seed)))
         for check in checks:
             layer0_only = check == "layer0"
             if base.checkpoint:
@@ -156,7 +171,7 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
             else:
                 net = load_model(spec, device, layer0_only=layer0_only)
             heads = net.config.num_attention_heads
-            legit = legitimate_backends(heads, band_size)
+            legit = legitimate_backends(heads, band_size) if legitimate is None else list(legitimate)
             backends = legit + fault_names
             tokenizer = model_tokenizer(spec, net.config.vocab_size) if reads_text(base) or check == "firsttoken" \
                 else None
