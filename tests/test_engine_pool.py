@@ -134,7 +134,12 @@ def test_the_fp8_pool_is_at_pool_slots_and_flashmla_kv_reads_it(monkeypatch):
     ("batch", None, None, None, "--calls must be one of prefill, serving"),
 ])
 def test_engine_options_are_checked(calls, chunk, pool_rows, requests, message):
-    with pytest.raises(ValueError, match=message):
+    from glmcheck.process.wording import cli_wording
+
+    with cli_wording(), pytest.raises(ValueError, match=message):  # the command line's words
+        check_engine_options(calls, chunk, pool_rows, requests)
+    library = message.replace("--pool-rows", "pool_rows").replace("--", "")
+    with pytest.raises(ValueError, match=library):  # a library caller's: the Python argument
         check_engine_options(calls, chunk, pool_rows, requests)
 
 
@@ -142,5 +147,5 @@ def test_a_given_pool_too_small_is_refused_and_the_default_grows():
     assert EngineShape().resolved("cpu", D_QK, 10_000).pool_rows == 20_032
     assert EngineShape().resolved("cuda", 576, 100).pool_rows == 2**22, "past 2^31 elements at d_qk 576"
     assert EngineShape().resolved("cuda", 80, 100).pool_rows * 80 > 2**31
-    with pytest.raises(ValueError, match=r"--pool-rows 128: .* need at least 192 rows"):
+    with pytest.raises(ValueError, match=r"pool_rows 128: .* need at least 192 rows"):
         EngineShape(pool_rows=128).resolved("cpu", D_QK, 192)

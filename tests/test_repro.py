@@ -78,7 +78,7 @@ def test_repro_dir_must_be_new_or_empty(tmp_path):
 
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "x").write_text("x")
-    with pytest.raises(ValueError, match="--repro"):
+    with pytest.raises(ValueError, match="^repro "):
         check_repro_dir(tmp_path / "taken")
     check_repro_dir(tmp_path / "new")
 
