@@ -8,8 +8,8 @@
 # bench: `glmcheck bench --ceilings` (eager, its default points, paired with/without topk_length);
 #   benchgraph: the same with CUDA-graph replay; benchmodel: whole-prefill and attention latency at GLM-5.2
 #   width (calibrated indices, then the dummy indexer's own); plan: the union paths with a ready plan at the
-#   H = 8 points, eager and graph; bars / barswalks: issue 43's bars (docs/performance.md, "Against the bars: the
-#   fast tile, ..."), two calls: the 12 points in one run (calibrated, eager) and the GLM-5.2 schedule at 8192; then
+#   H = 8 points, eager and graph; bars / barswalks: issue 43's bars (docs/performance.md,
+#   "Against the bars"), two calls: the 12 points in one run (calibrated, eager) and the GLM-5.2 schedule at 8192; then
 #   the random walks (drift10, drift2, --quick) at the H >= 16 points and paired per-token+len / FlashMLA+len rounds
 #   on drift10. Their steps' limits come from BUDGET (s, default 560; keep it 20 s under the call's limit: a call
 #   killed at its limit returns nothing). Run 31 (warm machine): one run ~170 s, a --quick walk ~120 s, the schedule

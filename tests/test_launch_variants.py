@@ -49,7 +49,7 @@ def test_per_token_bound_scan_launches_one_size_for_every_topk(monkeypatch, devi
 
 def test_marks_build_is_not_specialised_on_the_length_following_ints():
     """Their divisibility changes no instruction of the sm_90 code at top-k 2048
-    (docs/evidence/cpu-runs/2026-12-04-marks-ptx.*); topk, the index stride and num_kv_rows do (16-byte index
+    (evidence/2026-12-04-marks-ptx/); topk, the index stride and num_kv_rows do (16-byte index
     loads) and stay specialised."""
     kernel = union_marks.union_marks_kernel  # a JITFunction on the GPU, an InterpretedFunction on the CPU
     names = getattr(kernel, "do_not_specialize", None) or getattr(kernel, "kwargs", {}).get("do_not_specialize")
