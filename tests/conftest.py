@@ -3,6 +3,8 @@ transport's pauses."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -10,6 +12,20 @@ import glmcheck.kernels  # noqa: F401  (turns on the interpreter on machines wit
 from glmcheck.kernels import tiles
 
 GPU = torch.cuda.is_available()
+
+
+def _share_cores_among_workers() -> None:
+    """Under pytest-xdist each worker gets its share of the cores for torch's intra-op threads (and its children
+    through OMP_NUM_THREADS): two workers of two threads each on CI's 2 cores spin against each other, 1.4x the
+    wall time of one thread each (tests/test_tampered_records.py + test_hostile_inputs.py, 86 s against 63 s)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+_share_cores_among_workers()
 
 
 @pytest.fixture
