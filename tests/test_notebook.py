@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from glmcheck.records.plots import write_plots
+from glmcheck.records.samples import sample_records_dir
 
 nbformat = pytest.importorskip("nbformat")  # not on the GPU machine's image
 NotebookClient = pytest.importorskip("nbclient").NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "fixtures" / "results-sample"
+SAMPLE = sample_records_dir()
 
 
 def test_notebook_runs_on_the_sample_and_draws_every_figure():

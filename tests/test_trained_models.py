@@ -94,7 +94,9 @@ def test_a_record_names_its_trained_model_under_either_key(key):
     from glmcheck.records.render import render
     from glmcheck.records.store import read_record
 
-    sample = read_record(Path(__file__).resolve().parents[1] / "fixtures" / "results-sample" / "layer0")
+    from glmcheck.records.samples import sample_records_dir
+
+    sample = read_record(sample_records_dir() / "layer0")
     model = {k: v for k, v in sample.summary["model"].items() if k not in ("trained", "reference")}
     assert "- model: tiny (config" in render({**sample.summary, "model": model}, sample.rows, "md")
     model.update({key: "ref-cpu", "checkpoint": REF_CPU, "preset": None})

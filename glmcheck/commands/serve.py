@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 
-from glmcheck.commands.model_options import PRESET_HELP
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.model.names import model_names
 from glmcheck.model.trained import DEFAULT_MODEL
@@ -30,8 +29,8 @@ def add_parser(sub) -> None:
         "/v1/chat/completions (with a chat template), POST /generate (SGLang's native API), "
         "GET /v1/models, /version, /health and /glmcheck/info (backend, model, config hash, versions). No KV "
         "cache: each generated token re-runs the prefill. One request runs at a time."))
-    p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                   help=f"trained model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
+    p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(), metavar="MODEL",
+                   help=f"trained model or dummy preset (default {DEFAULT_MODEL}; `glmcheck --help` lists them)")
     p.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
     p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
     p.add_argument("--experts", type=int, default=None, help="override the preset's number of routed experts")

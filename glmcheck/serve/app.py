@@ -30,8 +30,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from glmcheck import __version__
-from glmcheck.serve.engine import BackendFault, Generation, Served, ServerStopping
 from glmcheck.serve.chat import chat_job, chat_response, chat_stream, parse_chat
+from glmcheck.serve.engine import BackendFault, Generation, Served, ServerStopping
 from glmcheck.serve.openai import completion_response, completion_stream
 from glmcheck.serve.schemas import RequestError, parse_completion
 from glmcheck.serve.sglang import generate_response, parse_generate

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from glmcheck.serve.codec import TextWidths
 from glmcheck.serve.engine import Generation, Scored, Served
