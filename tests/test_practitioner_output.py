@@ -132,3 +132,14 @@ def test_packaging_claims_what_is_tested_and_ships_what_is_read():
     shipped = list((ROOT / "glmcheck" / "data" / "resources").rglob("*.png"))
     assert not shipped, "plots no check reads ship in the wheel"
     assert (ROOT / "docs" / "evidence" / "training" / "ref-cpu-training_loss.png").is_file()
+
+
+def test_the_docs_map_llama_cpps_figures_and_say_what_lm_eval_costs():
+    checks = (ROOT / "docs" / "checks.md").read_text()
+    for name in ("Mean PPL(Q)", "Mean ln(PPL(Q)/PPL(base))", "Mean KLD", "99.9% KLD", "Maximum KLD", "Mean Δp",
+                 "Same top p"):
+        assert f"`{name}" in checks, name
+    tasks = " ".join((ROOT / "docs" / "tasks.md").read_text().split())
+    assert "## What lm-eval against serve costs" in tasks and "On the H200: not yet measured" in tasks
+    assert "bash scripts/time_lm_eval_serve.sh ref-gpu triton_sparse_mla 20" in tasks
+    assert re.search(r"`triton_sparse_mla` \(a program a token\) \| \d+ s", tasks)
