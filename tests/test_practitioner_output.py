@@ -142,4 +142,4 @@ def test_the_docs_map_llama_cpps_figures_and_say_what_lm_eval_costs():
     tasks = " ".join((ROOT / "docs" / "tasks.md").read_text().split())
     assert "## What lm-eval against serve costs" in tasks and "On the H200: not yet measured" in tasks
     assert "bash scripts/time_lm_eval_serve.sh ref-gpu triton_sparse_mla 20" in tasks
-    assert re.search(r"`triton_sparse_mla` \(a program a token\) \| \d+ s", tasks)
+    assert re.search(r"`triton_sparse_mla` \(a program a token\) \| [\d.]+ \| \d+ s \(\d", tasks)
