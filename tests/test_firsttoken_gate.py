@@ -140,3 +140,22 @@ def test_a_continuation_is_judged_as_vllm_compares_them_beside_the_band():
     assert wide["verdict"] == FAIL and "diverging beyond a near tie" in wide["note"] and wide["wide_divergences"] == 1
     outside = run((0, False, float("inf")))
     assert outside["verdict"] == FAIL and outside["outside_topk"] == 1
+
+
+def test_a_servers_continuation_is_compared_by_token_text():
+    """Against servers (`max_tokens` N with logprobs) the same figures come from each position's top-k lists."""
+    from glmcheck.evaluate.endpoint_checks import TokenTable, _outcome
+    from glmcheck.sources.completions import Completion
+
+    def answer(tokens, tops):
+        return Completion("s", "m", "".join(tokens), tuple(tokens), tuple(t[0][1] for t in tops), tuple(tops), 3)
+
+    ref = answer([" a", " b"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" b", -0.3), (" c", -0.35), (" d", -3.0))])
+    near = answer([" a", " c"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" c", -0.3), (" b", -0.33), (" d", -3.0))])
+    far = answer([" a", " z"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" z", -0.2), (" q", -0.4), (" r", -3.0))])
+    table = TokenTable()
+    found = _outcome("p0", "kernel", near, ref, table, True)
+    assert (found.divergence, found.divergence_mutual) == (1, True) and abs(found.divergence_gap - 0.05) < 1e-12
+    found = _outcome("p0", "kernel", far, ref, table, True)
+    assert (found.divergence, found.divergence_mutual, found.divergence_gap) == (1, False, float("inf"))
+    assert _outcome("p0", "kernel", ref, ref, table, True).divergence is None

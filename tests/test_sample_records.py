@@ -33,7 +33,7 @@ def _small(args: list[str]) -> list[str]:
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--tokens":
+        elif arg in ("--tokens", "--continue"):  # a continuation writes no other fields, only more forwards
             skip = True
         else:
             out.append(arg)
