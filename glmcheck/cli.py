@@ -85,7 +85,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     wanted = requested_command(argv) if argv is not None else None
     import textwrap
 
-    from glmcheck.commands.model_options import models_epilog
+    from glmcheck.model.names import models_epilog
 
     exit_codes = textwrap.fill(" ".join(__doc__.split("\n\n")[1].split()), 100)
     parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0],

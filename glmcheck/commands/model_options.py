@@ -11,18 +11,7 @@ from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
 from glmcheck.commands.output_format import add_format_option
 from glmcheck.evaluate.arguments import check_out_dir
 from glmcheck.model.names import model_names
-from glmcheck.model.presets import PRESETS
-from glmcheck.model.trained import DEFAULT_MODEL, TRAINED_MODELS
-
-def models_epilog() -> str:
-    """The models every `--model` takes, described once (`glmcheck --help`)."""
-    import textwrap
-
-    texts = [f"{name}: {text}" for name, text in TRAINED_MODELS.items()]
-    texts += [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()]
-    return "models (--model):\n" + "\n".join(textwrap.fill(t, 100, initial_indent="  ", subsequent_indent="    ")
-                                               for t in texts)
-
+from glmcheck.model.trained import DEFAULT_MODEL
 
 BAND_COST = {  # what --band costs each command, in forwards
     "layer0": "a run is 3 + band + backends forwards",
