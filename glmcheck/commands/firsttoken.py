@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--continue", dest="continue_tokens", type=int, default=0, metavar="N",
                    help="also compare greedy N-token continuations (as vLLM's check_logprobs_close)")
     p.add_argument("--tie-gap", type=float, default=None, metavar="NATS",
-                   help="a flip within this top-1/top-2 gap (default 0.1) or gate-ratio x the band's max |dlogprob| "
-                        "is a near tie")
+                   help="a flip within this top-1/top-2 gap (nats, default 0.1) or gate-ratio x the band's max "
+                        "|dlogprob| is a near tie")
     p.add_argument("--max-dlogprob", type=float, default=None, metavar="NATS",
                    help="cap on mean |dlogprob|: above it FAILS (only stricter)")
     p.add_argument("--logprobs", type=int, default=None, metavar="K",
