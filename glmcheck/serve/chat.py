@@ -24,6 +24,7 @@ from glmcheck.serve.codec import TokenCodec
 from glmcheck.serve.engine import Generation, Scored, Served, Stop
 from glmcheck.serve.schemas import (
     DEFAULT_MAX_TOKENS,
+    NEUTRAL_SAMPLING,
     Prompt,
     RequestError,
     boolean,
@@ -32,7 +33,7 @@ from glmcheck.serve.schemas import (
     describe,
     greedy_temperature,
     integer,
-    neutral,
+    neutral_sampling,
     stop_strings,
     stop_token_ids,
     stream_settings,
@@ -136,16 +137,7 @@ def parse_chat(body: object, served: Served) -> ChatRequest:
     if template is None:
         raise RequestError("messages", missing_template(served))
     greedy_temperature(body)
-    for name, allowed, why in (("top_p", (1,), "greedy decoding takes top_p 1"),
-                               ("n", (1,), "one choice (n 1)"),
-                               ("logit_bias", ({},), "greedy over the model's own logits (no logit_bias)"),
-                               ("presence_penalty", (0,), "no penalties (0)"),
-                               ("frequency_penalty", (0,), "no penalties (0)"),
-                               ("repetition_penalty", (1,), "no penalties (1)"),
-                               ("top_k", (-1, 0), "greedy decoding takes top_k -1 or 0"),
-                               ("min_p", (0,), "greedy decoding takes min_p 0"),
-                               ("min_tokens", (0,), "min_tokens 0")):
-        neutral(body, name, allowed, why)
+    neutral_sampling(body, {k: v for k, v in NEUTRAL_SAMPLING.items() if k not in ("best_of", "suffix")})
     integer(body, "seed", None, minimum=-(2**63), maximum=2**64 - 1)  # accepted, ignored: greedy
     stream, include_usage = stream_settings(body)
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"

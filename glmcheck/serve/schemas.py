@@ -199,6 +199,22 @@ COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "n
                      "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
                      "return_tokens_as_token_ids", "prompt_logprobs")
 DEFAULT_MAX_TOKENS = 16  # OpenAI's
+# OpenAI's and vLLM's sampling fields, taken only at the value that leaves greedy decoding as it is
+NEUTRAL_SAMPLING = {"top_p": ((1,), "greedy decoding takes top_p 1"), "n": ((1,), "one choice per prompt (n 1)"),
+                    "best_of": ((1,), "one choice per prompt (best_of 1)"),
+                    "suffix": (("",), "no suffix (insertion) support"),
+                    "logit_bias": (({},), "greedy over the model's own logits (no logit_bias)"),
+                    "presence_penalty": ((0,), "no penalties (0)"), "frequency_penalty": ((0,), "no penalties (0)"),
+                    "repetition_penalty": ((1,), "no penalties (1)"),
+                    "top_k": ((-1, 0), "greedy decoding takes top_k -1 or 0"),
+                    "min_p": ((0,), "greedy decoding takes min_p 0"),
+                    "min_tokens": ((0,), "min_tokens 0 (EOS ends nothing unless ignore_eos is false)")}
+
+
+def neutral_sampling(body: dict, fields: dict[str, tuple[tuple, str]]) -> None:
+    """Each of `fields` (name: (allowed values, why)) at a neutral value (`neutral`)."""
+    for name, (allowed, why) in fields.items():
+        neutral(body, name, allowed, why)
 
 
 @dataclass(frozen=True)
@@ -251,18 +267,7 @@ def parse_completion(body: object, served: Served) -> CompletionRequest:
     if "prompt" not in body:
         raise RequestError("prompt", "required")
     greedy_temperature(body)
-    for name, allowed, why in (("top_p", (1,), "greedy decoding takes top_p 1"),
-                               ("n", (1,), "one choice per prompt (n 1)"),
-                               ("best_of", (1,), "one choice per prompt (best_of 1)"),
-                               ("suffix", ("",), "no suffix (insertion) support"),
-                               ("logit_bias", ({},), "greedy over the model's own logits (no logit_bias)"),
-                               ("presence_penalty", (0,), "no penalties (0)"),
-                               ("frequency_penalty", (0,), "no penalties (0)"),
-                               ("repetition_penalty", (1,), "no penalties (1)"),
-                               ("top_k", (-1, 0), "greedy decoding takes top_k -1 or 0"),
-                               ("min_p", (0,), "greedy decoding takes min_p 0"),
-                               ("min_tokens", (0,), "min_tokens 0 (EOS ends nothing unless ignore_eos is false)")):
-        neutral(body, name, allowed, why)
+    neutral_sampling(body, NEUTRAL_SAMPLING)
     stream, include_usage = stream_settings(body)
     integer(body, "seed", None, minimum=-(2**63), maximum=2**64 - 1)  # accepted, ignored: greedy
     if body.get("user") is not None and not isinstance(body["user"], str):
