@@ -84,16 +84,32 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     import importlib
 
     wanted = requested_command(argv) if argv is not None else None
+    import textwrap
+
+    from glmcheck.model.names import models_epilog
+
+    exit_codes = textwrap.fill(" ".join(__doc__.split("\n\n")[1].split()), 100)
     parser = OneLineParser(prog="glmcheck", description=__doc__.splitlines()[0],
-                           epilog=" ".join(__doc__.split("\n\n")[1].split()))  # the exit codes
+                           epilog=f"{exit_codes}\n\n{models_epilog()}",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"glmcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_line) in COMMANDS.items():
         if argv is None or name == wanted:
             importlib.import_module(f"glmcheck.commands.{module}").add_parser(sub)
+            _short_usage(sub.choices[name])
         else:
             sub.add_parser(name, help=help_line)
     return parser
+
+
+def _short_usage(parser: argparse.ArgumentParser) -> None:
+    """A command's usage line as `glmcheck NAME [options] POSITIONAL...` when argparse's own would take more than
+    four lines (every option is listed below it anyway)."""
+    if len(parser.format_usage().splitlines()) <= 4:
+        return
+    positional = [a.metavar or a.dest for a in parser._actions if not a.option_strings and a.dest != "help"]
+    parser.usage = " ".join(["%(prog)s [options]", *map(str, positional)])
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose output pipe was closed

@@ -1,9 +1,10 @@
-"""Write the sample run records the drift notebook reads by default (fixtures/results-sample/).
+"""Write the sample run records the drift notebook reads by default (package data, glmcheck/data/resources/
+sample_records/, found with `glmcheck.records.samples.sample_records_dir`, so a wheel carries them).
 
-Usage: python scripts/make_sample_records.py [--out fixtures/results-sample]
-Runs, on the CPU with the `tiny` preset: layer0 (128 tokens), drift (128 tokens), firsttoken
-(natural50, all 50 prompts), logits (64,128) and union-stats (calibrated and uniform synthetic
-indices). Each is the plain CLI command; the records are what those commands write (less a resumable run's
+Usage: python scripts/make_sample_records.py [--out glmcheck/data/resources/sample_records]
+Runs, on the CPU with the default trained model (ref-cpu) and today's backends: layer0 (128 tokens), drift (128
+tokens), firsttoken (natural50, all 50 prompts, 2-token continuations), logits (64,128) and union-stats (calibrated
+and uniform synthetic indices). Each is the plain CLI command; the records are what those commands write (less a resumable run's
 finished items). tests/test_sample_records.py fails when today's commands write records of another format.
 """
 
@@ -17,13 +18,13 @@ from pathlib import Path
 from glmcheck import cli
 from glmcheck.records.layout import ITEMS_DIR
 
-BACKENDS = "triton_sparse_mla,triton_sparse_mla:union2,triton_sparse_mla:union4,torch_bf16,hf_sdpa"
+BACKENDS = "triton_sparse_mla,triton_sparse_mla:union2,triton_sparse_mla:union4,hf_sdpa"
 RUNS = {
-    "layer0": ["layer0", "--model", "tiny", "--tokens", "128", "--backends", BACKENDS],
-    "drift": ["drift", "--model", "tiny", "--tokens", "128", "--backends", BACKENDS],
-    "firsttoken": ["firsttoken", "--model", "tiny", "--prompts", "natural50", "--backends",
+    "layer0": ["layer0", "--model", "ref-cpu", "--tokens", "128", "--backends", BACKENDS],
+    "drift": ["drift", "--model", "ref-cpu", "--tokens", "128", "--backends", BACKENDS],
+    "firsttoken": ["firsttoken", "--model", "ref-cpu", "--prompts", "natural50", "--continue", "2", "--backends",
                    "triton_sparse_mla,triton_sparse_mla:union2,hf_sdpa"],
-    "logits": ["logits", "--model", "tiny", "--tokens", "64,128", "--backends", BACKENDS],
+    "logits": ["logits", "--model", "ref-cpu", "--tokens", "64,128", "--backends", BACKENDS],
     "union-stats-calibrated": ["union-stats", "--synthetic", "--mode", "calibrated"],
     "union-stats-uniform": ["union-stats", "--synthetic", "--mode", "uniform"],
 }
@@ -31,7 +32,7 @@ RUNS = {
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="fixtures/results-sample")
+    parser.add_argument("--out", default="glmcheck/data/resources/sample_records")
     root = Path(parser.parse_args().out)
     shutil.rmtree(root, ignore_errors=True)
     for name, args in RUNS.items():

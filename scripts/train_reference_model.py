@@ -7,7 +7,7 @@ Usage:
 
 The corpus is this Python's standard library and pydoc topics (`glmcheck.training.corpus`), or a
 corpus file saved by `--save-corpus` (so another machine trains on the same text). An interrupted
-run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint to glmcheck/data/resources/trained_models/<name>
+run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint (its loss plot to evidence/training/) to glmcheck/data/resources/trained_models/<name>
 (and, for ref-gpu, its block-FP8 copy to glmcheck/data/resources/trained_models/<name>-fp8) and the held-out documents to
 glmcheck/data/resources/corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
 results: docs/models.md, "Trained models".
@@ -63,6 +63,7 @@ def run(ns: argparse.Namespace) -> int:
         if len(steps) != 2:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}")
     from glmcheck.training.geometry import trained_geometry
+    from glmcheck.training.export import PLOT_FILE
     from glmcheck.training.recipe import HELDOUT_FILE, train_model
 
     geometry = trained_geometry(ns.name)
@@ -73,7 +74,8 @@ def run(ns: argparse.Namespace) -> int:
         checkpoint = Path(ns.out) / "checkpoint"
         target = ROOT / "glmcheck" / "data" / "resources" / "trained_models" / geometry.fixture
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(checkpoint, target)
+        shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(PLOT_FILE))  # no check reads the plot
+        shutil.copy2(checkpoint / PLOT_FILE, ROOT / "evidence" / "training" / f"{ns.name}-{PLOT_FILE}")
         if ns.name == "ref-gpu":
             from glmcheck.model.fp8_export import write_fp8
 

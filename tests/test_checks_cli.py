@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -123,6 +124,16 @@ def test_layer0_cli_fails_planted_fault_with_exit_1(tmp_path, capsys):
     assert run_cli(["report", str(tmp_path / "r")], capsys)[0] == 1
 
 
+def _notes_point_to_cells(printed: str) -> None:
+    """issue 73: every numbered note `[n] ...` under a table is pointed to by a cell of the table above it; the
+    gate is an unnumbered line."""
+    assert not re.search(r"^\[\d+\] gate:", printed, re.M) and re.search(r"^gate: ", printed, re.M)
+    for block in printed.split("\n\n"):
+        cells = "\n".join(line for line in block.splitlines() if line.startswith("|"))
+        for number in re.findall(r"^\[(\d+)\] ", block, re.M):
+            assert f"[{number}]" in cells, (number, block)
+
+
 def test_logits_cli(tmp_path, capsys):
     code, printed, _ = run_cli(["logits", "--tokens", "40,72", "--quiet", "--out", str(tmp_path / "l"),
                                 "--backends", "band:5,hf_sdpa", "--dense-threshold", "40"], capsys)
@@ -130,7 +141,16 @@ def test_logits_cli(tmp_path, capsys):
     assert "next-token distributions at every position, 40 tokens (dense attention applied)" in printed
     assert "next-token distributions at every position, 72 tokens: KL" in printed
     assert "the final position alone (one sample: informational), 72 tokens" in printed
+    # llama.cpp's --kl-divergence figures beside the judged table, within 120 columns (issue 73)
+    assert "beside llama.cpp's --kl-divergence report" in printed and "PPL(ref) " in printed
+    for header in ("| p99.9 KL ", "| max KL ", "| median KL ", "| PPL ", "| ln(PPL/PPL ref) [95 %] ",
+                   "| mean Δp % [95 %] ", "| Δp % p1 / p50 / p99 "):
+        assert header in printed, header
+    assert all(len(line) <= 120 for line in printed.splitlines())
+    _notes_point_to_cells(printed)
     rows = read_record(tmp_path / "l").rows
+    for field in ("ppl", "ppl_ref", "ln_ppl_ratio", "ln_ppl_ratio_low", "dp_mean", "dp_p01", "dp_p99", "kl_p999"):
+        assert rows.loc[rows["backend"] == "band:5", field].notna().all(), field
     assert set(rows["tokens"]) == {40, 72} and rows["argmax_same"].notna().any()
     judged = rows[rows["backend"] == "band:5"]
     assert (judged["verdict"] == "PASS").all() and (judged["positions"] == judged["tokens"]).all()
@@ -144,6 +164,8 @@ def test_firsttoken_cli(tmp_path, capsys):
     assert code == 0, printed
     assert "| rerun (band) " in printed and "/4" in printed and "| band:0 (band) " in printed
     assert "| same continuations |" in printed and all(len(line) <= 120 for line in printed.splitlines())
+    assert "| outside top-5 |" in printed and "each token is in the other's top-5" in printed
+    _notes_point_to_cells(printed)
     record = read_record(tmp_path / "f")
     assert len(record.rows) == 4 * 6 and set(record.rows["prompt_id"]) == {f"natural-0{i}" for i in range(1, 5)}
     assert record.summary["facts"]["continue_tokens"] == 2

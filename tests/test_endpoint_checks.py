@@ -77,9 +77,10 @@ def _drawn(err: str, desc: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in re.findall(rf"{re.escape(desc)}:[^\r\n]*?\| (\d+)/(\d+) ", err)]
 
 
-def test_the_bar_counts_requests_not_prompts(servers, capsys):
+def test_the_bar_counts_requests_not_prompts(servers, capsys, monkeypatch):
     """Against servers a request is the forward: firsttoken's bar steps once per prompt and server (the reference
     twice: its rerun), the sweep's once per server, each labelled in requests."""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the tqdm bar (a log gets lines)
     firsttoken_endpoints([servers.spec("ref"), servers.spec("kernel")], _band(servers), prompts="natural50", limit=2)
     err = capsys.readouterr().err
     drawn = _drawn(err, "firsttoken requests (prompt x server)")

@@ -114,3 +114,48 @@ def test_a_band_with_one_wide_variant_cannot_judge():
                              "(limit 3 x); the gate would admit up to 1.500e+00 (the gate alone: PASS)")
     beyond = judge([outcome("p0", "kernel", 0.5, 2.0), outcome("p1", "kernel", 0.5, 2.0)])
     assert verdicts(beyond)["kernel"] == FAIL and beyond.verdict == FAIL
+
+
+def test_a_continuation_is_judged_as_vllm_compares_them_beside_the_band():
+    """issue 73: vLLM's check_logprobs_close figures (first divergence, each token in the other's top-k), judged
+    like a first-token flip: a divergence outside the top-k, or across more than the near-tie gap, FAILS."""
+    from glmcheck.checks.continuation import Step, compare
+
+    ref = [Step(1, ((1, -0.1), (2, -0.3), (3, -4.0))), Step(4, ((4, -0.2), (5, -0.25)))]
+    assert compare(ref, ref).position is None
+    near = compare([ref[0], Step(5, ((5, -0.2), (4, -0.22)))], ref)
+    assert (near.position, near.mutual) == (1, True) and abs(near.gap - 0.05) < 1e-12
+    far = compare([Step(3, ((3, -0.1), (7, -0.2)))], ref)
+    assert (far.position, far.mutual, far.gap) == (0, False, 3.9)
+
+    def run(divergence):
+        kernel = [outcome("p0", "kernel", 0.5, 0.0), outcome("p1", "kernel", 0.5, 0.0)]
+        kernel[0].divergence, kernel[0].divergence_mutual, kernel[0].divergence_gap = divergence
+        result = summarize(band_outcomes() + kernel, [CONTROL, *FLOORS, "kernel"], CONTROL, Names(), gate_ratio=2.0,
+                           max_dlogprob=None, tie_gap=0.1, continue_tokens=2, noise_names=FLOORS)
+        return next(r for r in result.summary_rows if r["backend"] == "kernel")
+
+    assert run((1, True, 0.05))["verdict"] == PASS  # a near tie (<= 0.2 nats) within each other's top-k
+    wide = run((0, True, 0.5))
+    assert wide["verdict"] == FAIL and "diverging beyond a near tie" in wide["note"] and wide["wide_divergences"] == 1
+    outside = run((0, False, float("inf")))
+    assert outside["verdict"] == FAIL and outside["outside_topk"] == 1
+
+
+def test_a_servers_continuation_is_compared_by_token_text():
+    """Against servers (`max_tokens` N with logprobs) the same figures come from each position's top-k lists."""
+    from glmcheck.evaluate.endpoint_checks import TokenTable, _outcome
+    from glmcheck.sources.completions import Completion
+
+    def answer(tokens, tops):
+        return Completion("s", "m", "".join(tokens), tuple(tokens), tuple(t[0][1] for t in tops), tuple(tops), 3)
+
+    ref = answer([" a", " b"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" b", -0.3), (" c", -0.35), (" d", -3.0))])
+    near = answer([" a", " c"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" c", -0.3), (" b", -0.33), (" d", -3.0))])
+    far = answer([" a", " z"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" z", -0.2), (" q", -0.4), (" r", -3.0))])
+    table = TokenTable()
+    found = _outcome("p0", "kernel", near, ref, table, True)
+    assert (found.divergence, found.divergence_mutual) == (1, True) and abs(found.divergence_gap - 0.05) < 1e-12
+    found = _outcome("p0", "kernel", far, ref, table, True)
+    assert (found.divergence, found.divergence_mutual, found.divergence_gap) == (1, False, float("inf"))
+    assert _outcome("p0", "kernel", ref, ref, table, True).divergence is None

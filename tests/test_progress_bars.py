@@ -4,6 +4,7 @@ run's count of forwards (a broken plug-in's skipped continuation counted), and -
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -25,7 +26,8 @@ def steps(err: str, desc: str) -> list[tuple[int, int]]:
     (["layer0", "--tokens", "24", "--backends", "band:5"], "layer0 forwards", 3 + 4 + 1),
     (["drift", "--tokens", "24", "--backends", "band:5"], "drift forwards", 2 + 4 + 1),
 ], ids=lambda x: x[0] if isinstance(x, list) else None)
-def test_the_bar_advances_once_a_forward(args, desc, total, tmp_path, capsys):
+def test_the_bar_advances_once_a_forward(args, desc, total, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the tqdm bar
     code = cli.main(args + ["--model", "tiny", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err
     assert code in (0, 1), err
@@ -41,14 +43,13 @@ from glmcheck.backends.band_kernels import band_variant
 
 def stops(q, kv, indices, sm_scale, d_v=512, *, topk_length=None):
     if q.shape[0] == 32 and os.environ.get("GLMCHECK_TEST_STOP"):
-        # Ctrl-C during the second length: a signal to the process (a KeyboardInterrupt the plug-in raised itself
-        # would be its FAIL row, not an interrupt)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the second length (a plug-in's own raise is its FAIL)
     return band_variant(5)(q, kv, indices, sm_scale, d_v, topk_length=topk_length)
 """
 
 
 def test_a_resumed_run_starts_at_its_finished_forwards(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     (tmp_path / "stopping.py").write_text(STOPS)
     args = ["logits", "--model", "tiny", "--tokens", "24,32", "--backends", f"stops={tmp_path / 'stopping.py'}:stops",
             "--out", str(tmp_path / "r")]
@@ -66,3 +67,21 @@ def test_quiet_shows_no_bar(tmp_path, capsys):
                      "--out", str(tmp_path / "r")])
     captured = capsys.readouterr()
     assert code == 0 and "forwards" not in captured.err and "forward/s" not in captured.err, captured.err
+
+
+def test_a_redirected_stderr_gets_a_line_per_tenth_not_a_bar(tmp_path, capsys):
+    """issue 73: no carriage-return bars in a log file; a line at every ~10 % of the forwards with an ETA."""
+    assert cli.main(["layer0", "--model", "tiny", "--tokens", "24", "--backends", "band:5", "--out",
+                     str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    lines = re.findall(r"^layer0 forwards: (\d+)/8 forwards \(\d+%\), \d+ s elapsed(, ETA \d+ s)?$", err, re.M)
+    assert [int(n) for n, _ in lines] == list(range(1, 9)) and lines[0][1] and not lines[-1][1], err
+
+
+def test_quiet_in_the_library_prints_nothing(capsys):
+    """issue 73: quiet=True silences what --quiet silences: the bar and the warnings (the interpreter's too)."""
+    from glmcheck.evaluate import CheckOptions, layer0
+
+    report = layer0(CheckOptions(model="tiny", backends=["triton_sparse_mla"], quiet=True), tokens=16)
+    assert capsys.readouterr().err == "" and any("interpreter" in w for w in report.warnings)

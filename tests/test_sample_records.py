@@ -1,4 +1,4 @@
-"""The notebook's committed sample (fixtures/results-sample/, scripts/make_sample_records.py) is in today's format:
+"""The notebook's committed sample (glmcheck/data/resources/sample_records/, scripts/make_sample_records.py) is in today's format:
 each record passes today's record check and holds the fields today's command writes, no more and no fewer (its
 summary's keys, its facts' keys, its rows' columns, the record version). A stale sample fails here: regenerate
 it with `python scripts/make_sample_records.py`."""
@@ -12,10 +12,11 @@ import pytest
 
 from glmcheck import cli
 from glmcheck.records.render import check_record, render
+from glmcheck.records.samples import sample_records_dir
 from glmcheck.records.store import RECORD_VERSION, find_records, read_record
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "fixtures" / "results-sample"
+SAMPLE = sample_records_dir()
 SMALL = {"layer0": ["--tokens", "32"], "drift": ["--tokens", "32"], "logits": ["--tokens", "24"],
          "firsttoken": ["--limit", "2"]}  # today's command at a smaller size writes the same fields
 
@@ -32,7 +33,7 @@ def _small(args: list[str]) -> list[str]:
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--tokens":
+        elif arg in ("--tokens", "--continue"):  # a continuation writes no other fields, only more forwards
             skip = True
         else:
             out.append(arg)

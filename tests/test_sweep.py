@@ -87,8 +87,10 @@ def test_sweep_finds_a_late_fault_at_its_length(tmp_path):
     rerun = {r["tokens"]: r for r in report.rows if r["backend"].endswith("(rerun)")}
     assert report.facts["short_forwards"] == 2 and rerun[32]["distance"] == 0.0, rerun
     assert all(math.isnan(rerun[n]["distance"]) and "first 32 positions" in rerun[n]["note"] for n in (64, 128, 256))
-    rerun_cells = [line.split("|")[4].strip() for line in report.render().splitlines() if line.startswith("| ")
-                   and line.split("|")[1].strip().isdigit()][:4]
+    # one table, a row per band statistic and backend, a column per length (issue 73): the rerun's row
+    rerun_line = next(line for line in report.render().splitlines() if line.startswith("| ")
+                      and "(rerun)" in line.split("|")[1])
+    rerun_cells = [cell.strip() for cell in rerun_line.split("|")[2:6]]
     assert rerun_cells[0].startswith("0.000e+00") and rerun_cells[1:] == ["-"] * 3, rerun_cells
     asked = sweep(CheckOptions(model="ref-cpu", backends=["band:5"], band=4, quiet=True), tokens=(32, 64))
     assert asked.facts["band"] == [f"band:{k}" for k in range(4)], "--band given: the sweep keeps it"

@@ -112,6 +112,12 @@ def test_write_yaml_gives_a_folder_that_points_nowhere_into_glmcheck(tmp_path, m
     printed = capsys.readouterr().out
     assert f"--include_path {folder}" in printed and f"--tasks {TASK}" in printed
     assert str(TOKENIZER) in printed  # --model ref-cpu (the default): its tokenizer folder
+    # the batching glmcheck tasks uses (a request at a time otherwise: issue 73), and a record of every question
+    assert "num_concurrent=4," in printed and "--batch_size 8 " in printed
+    assert "--output_path OUT --log_samples" in printed
+    assert cli.main(["tasks", "--write-yaml", str(folder), "--batch-size", "2", "--concurrency", "3"]) == 0
+    again = capsys.readouterr().out
+    assert "num_concurrent=3," in again and "--batch_size 2 " in again
     text = (folder / f"{TASK}.yaml").read_text()
     package = Path(heldout_mc.__file__).resolve().parents[1]
     for tree in (package, package.parent):  # the installed package and the checkout holding it

@@ -89,13 +89,13 @@ def test_rates_on_a_checkpoint_vary_the_prompt_not_the_weights(monkeypatch):
 def test_a_record_names_its_trained_model_under_either_key(key):
     """`report --md` heads a record with the trained model it ran, held as `trained` or, in records written
     before that name, as `reference`; a record of a preset names the preset."""
-    from pathlib import Path
-
     from glmcheck.records.render import render
+    from glmcheck.records.samples import sample_records_dir
     from glmcheck.records.store import read_record
 
-    sample = read_record(Path(__file__).resolve().parents[1] / "fixtures" / "results-sample" / "layer0")
+    sample = read_record(sample_records_dir() / "layer0")
     model = {k: v for k, v in sample.summary["model"].items() if k not in ("trained", "reference")}
+    model.update({"preset": "tiny", "checkpoint": None})
     assert "- model: tiny (config" in render({**sample.summary, "model": model}, sample.rows, "md")
     model.update({key: "ref-cpu", "checkpoint": REF_CPU, "preset": None})
     assert "- model: ref-cpu (config" in render({**sample.summary, "model": model}, sample.rows, "md")

@@ -25,7 +25,9 @@ def installed(tmp_path_factory):
     wheel = next((tmp / "dist").glob("glmcheck-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"glmcheck/data/resources/trained_models/ref-cpu/config.json",
-            "glmcheck/data/resources/prompts/natural50.jsonl", "glmcheck/data/resources/corpus/heldout.jsonl.gz"} <= names
+            "glmcheck/data/resources/prompts/natural50.jsonl", "glmcheck/data/resources/corpus/heldout.jsonl.gz",
+            "glmcheck/data/resources/sample_records/layer0/summary.json"} <= names  # the notebook's sample too
+    assert not [n for n in names if n.endswith(".png")], "plots no check reads (issue 73)"
     info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
     assert f"{info}/licenses/LICENSE" in names
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()

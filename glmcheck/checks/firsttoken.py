@@ -15,7 +15,8 @@ INCONCLUSIVE. A FAIL row's note says which gate failed. A NaN in the reference's
 logits is bad input (BadReference); a backend under test that raises or breaks the kernel contract
 (`KernelFault`), or a candidate server that answers non-finite logits, gives no answer on that prompt (an outcome
 with `fault` set) and its row FAILS naming why, whatever the band. `continue_tokens` > 0 adds a greedy continuation
-per prompt and backend, compared token by token with the reference's (first divergence position).
+per prompt and backend, compared token by token with the reference's as vLLM's `check_logprobs_close` does, and
+judged beside the band (`glmcheck.checks.continuation`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from glmcheck.checks.band import (
     inconclusive_rule,
     spread_reason,
 )
+from glmcheck.checks.continuation import CONTINUE_TOP_K, Step, compare, is_wide
 from glmcheck.checks.rows import cross_check_note, overall_of, require_finite
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.data.prompts import Prompt
@@ -87,6 +89,8 @@ class PromptOutcome:
     dlogprob: float  # |logprob of the reference's token here - the reference's| (nats)
     divergence: int | None = None  # first differing continuation position (None: identical)
     fault: str | None = None  # why this backend gave no answer (it raised, broke its contract, NaN from a server)
+    divergence_mutual: bool | None = None  # each token within the other's top-k there (`checks.continuation`)
+    divergence_gap: float | None = None  # the reference's logprob of its token minus of the row's there (nats)
 
 
 NONFINITE_LOGITS = "gave non-finite logits (NaN/Inf)"  # a fault: the row names no token
@@ -123,19 +127,24 @@ def _logits(model, ids: torch.Tensor, backend: str, options: SwapOptions, exact:
 def greedy_continuation(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int,
                         progress=None) -> list[int]:
     """`steps` greedy tokens after `ids` [1, N] (each step re-runs the prefill; `progress` updated once a step)."""
-    out: list[int] = []
+    return [int(s.token) for s in greedy_steps(model, ids, backend, options, steps, progress)]
+
+
+def greedy_steps(model, ids: torch.Tensor, backend: str, options: SwapOptions, steps: int,
+                 progress=None) -> list[Step]:
+    """`greedy_continuation` with each step's top CONTINUE_TOP_K (id, logprob) (`glmcheck.checks.continuation`)."""
+    out: list[Step] = []
     current = ids
     for _ in range(steps):
-        token = int(_logits(model, current, backend, options).argmax())
+        logits = _logits(model, current, backend, options)
+        token = int(logits.argmax())
+        logprobs = torch.log_softmax(logits.double(), dim=-1)
+        values, indices = torch.topk(logprobs, min(CONTINUE_TOP_K, logprobs.numel()))
         if progress is not None:
             progress.update(1)
-        out.append(token)
+        out.append(Step(token, tuple(zip(indices.tolist(), values.tolist()))))
         current = torch.cat([current, torch.tensor([[token]], device=ids.device)], dim=1)
     return out
-
-
-def _first_divergence(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
 def judge_prompt(prompt_id: str, backend: str, logits: torch.Tensor, ref_choice: Choice) -> PromptOutcome:
@@ -195,7 +204,7 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
             outcomes += done[prompt.id]
             continue
         ids, ref_choice = first.pop(prompt.id)
-        ref_continuation = greedy_continuation(model, ids, exact, options, continue_tokens, progress) \
+        ref_continuation = greedy_steps(model, ids, exact, options, continue_tokens, progress) \
             if continue_tokens else []
         batch = [judge_prompt(prompt.id, control_name, logits(ids, exact, prompt.id), ref_choice)]
         batch += [judge_prompt(prompt.id, name, logits(ids, name, prompt.id), ref_choice)
@@ -213,8 +222,9 @@ def run_firsttoken(model, tokenizer: Tokenizer, prompts: list[Prompt], backends:
                 continue
             outcome = judge_prompt(prompt.id, name, mine_logits, ref_choice)
             if continue_tokens:
-                mine = greedy_continuation(model, ids, name, options, continue_tokens, progress)
-                outcome.divergence = _first_divergence(mine, ref_continuation)
+                found = compare(greedy_steps(model, ids, name, options, continue_tokens, progress), ref_continuation)
+                outcome.divergence, outcome.divergence_mutual, outcome.divergence_gap = \
+                    found.position, found.mutual, found.gap
             batch.append(outcome)
         outcomes += batch
         if on_prompt is not None:
@@ -251,6 +261,7 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         mine = [o for o in outcomes if o.backend == name]
         stats = _stats(mine)
         wide_flips = [o for o in mine if not o.agree and not o.fault and o.ref_gap > near_tie]
+        wide_turns = [o for o in mine if not o.fault and is_wide(o.divergence_mutual, o.divergence_gap, near_tie)]
         is_band = name == control_name or name in noise_names
         faults = [o for o in mine if o.fault]
         if is_band or name in not_judged:
@@ -259,7 +270,8 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         elif faults:  # a backend that gave no answer FAILS whatever the band
             verdict, note = FAIL, f"{faults[0].fault} (on {len(faults)} of {len(mine)} prompts)"
         else:
-            verdict, note = _judge(stats, wide_flips, gate_ratio * band_mean, max_dlogprob, near_tie, bool(mine))
+            verdict, note = _judge(stats, wide_flips, gate_ratio * band_mean, max_dlogprob, near_tie, bool(mine),
+                                   wide_turns)
             if unfit[0] and verdict != FAIL or unfit[0] in JUDGES_NOTHING and "not finite" not in note:
                 note = f"{unfit[1]} (the gate alone: {verdict}{': ' + note if note else ''})"
                 verdict = INCONCLUSIVE
@@ -273,6 +285,8 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
                "verdict": verdict, "note": note}
         if continue_tokens:
             row["identical_continuations"] = sum(o.divergence is None for o in mine)
+            row["outside_topk"] = sum(o.divergence_mutual is False for o in mine)
+            row["wide_divergences"] = len(wide_turns)
         rows.append(row)
         flips += [_flip(o, tokenizer, near_tie) for o in mine if not o.agree and not o.fault]
     verdict = overall_of([r["verdict"] for r in rows])
@@ -282,13 +296,16 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
              "gate": f"PASS when every flip is a near tie (reference gap <= {near_tie:.4g} nats = max({tie_gap:g}, "
              f"{gate_ratio:g} x the band's max |dlogprob|)) and mean |dlogprob| over every prompt <= "
              f"{gate_ratio:g} x the band's max mean" + (f" and <= {max_dlogprob:g}" if max_dlogprob else "")
+             + (f"; a greedy continuation of {continue_tokens} tokens may first differ from the reference's only where "
+                f"each token is in the other's top-{CONTINUE_TOP_K} and the reference's gap between them is a near "
+                f"tie" if continue_tokens else "")
              + "; a check with no backend judged FAILS; " + inconclusive_rule(),
              "continue_tokens": continue_tokens, "max_dlogprob": max_dlogprob}
     return FirstTokenResult(outcomes, rows, flips, verdict, facts)
 
 
 def _judge(stats: dict, wide_flips: list[PromptOutcome], limit: float, cap: float | None, near_tie: float,
-           any_prompt: bool) -> tuple[str, str]:
+           any_prompt: bool, wide_turns: list[PromptOutcome] = ()) -> tuple[str, str]:
     """(PASS or FAIL, which gate failed) for one backend's statistics."""
     mean = stats["mean_dlogprob"]
     if not any_prompt:
@@ -300,6 +317,11 @@ def _judge(stats: dict, wide_flips: list[PromptOutcome], limit: float, cap: floa
         ids = ", ".join(o.prompt_id for o in wide_flips[:3]) + (", ..." if len(wide_flips) > 3 else "")
         reasons.append(f"{len(wide_flips)} flip{'s' if len(wide_flips) > 1 else ''} beyond the tie gap "
                        f"{near_tie:.3g} nats ({ids})")
+    if wide_turns:
+        at = ", ".join(f"{o.prompt_id}@{o.divergence}" for o in wide_turns[:3]) + (", ..." if len(wide_turns) > 3
+                                                                                   else "")
+        reasons.append(f"{len(wide_turns)} continuation{'s' if len(wide_turns) > 1 else ''} diverging beyond a near "
+                       f"tie or outside the other's top-{CONTINUE_TOP_K} ({at})")
     if not mean <= limit:
         reasons.append(f"mean |dlogprob| {mean:.3e} > {limit:.3e} (gate ratio x the band's max mean)")
     if cap is not None and not mean <= cap:

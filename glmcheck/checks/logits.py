@@ -47,6 +47,7 @@ def _logits_row(label: str, name: str, reference: str, actual: torch.Tensor, exp
     row.extra = {"argmax": int(last.argmax()), "ref_argmax": int(ref_last.argmax()), "argmax_same": same}
     if positions is not None:
         row.extra |= summarize(positions)
+        row.extra["kl_by_position"] = [round(float(v), 9) for v in positions.distance.tolist()]  # the logits plot
     return row
 
 
@@ -84,14 +85,15 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     dense = bool(ref.dense_layers)
     tensors[f"logits/{exact}@{tokens}"] = reference[0, -1].float()
     variants = band_names(band_size)
+    following = torch.cat([input_ids[0, 1:], input_ids.new_full((1,), -1)])  # the text's next token (llama.cpp's)
     rerun = band_logits(exact)
     samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, rerun, reference, tokens, dense,
-                           position_statistics(rerun, reference))]
+                           position_statistics(rerun, reference, following))]
     ideal, ideal_positions = [], []
     for name in variants:
         logits = band_logits(name)
         ideal.append(logits[:, -1:])
-        ideal_positions.append(position_statistics(logits, reference))
+        ideal_positions.append(position_statistics(logits, reference, following))
         samples.append(_logits_row(f"noise band: {name} vs {exact} ({ideal_kind(name, options.kv_cache_dtype)})",
                                    name, exact, logits,
                                    reference, tokens, dense, ideal_positions[-1]))
@@ -112,7 +114,7 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
         logits = run_.captured.logits
         outputs[name] = logits[:, -1:]
         tensors[f"logits/{name}@{tokens}"] = logits[0, -1].float()
-        positions = position_statistics(logits, reference)
+        positions = position_statistics(logits, reference, following)
         row = _logits_row(f"{name} vs {exact}", name, exact, logits, reference, tokens, dense, positions)
         row.extra |= {"kernel_calls": sum(run_.calls.values()), "plan_builds": sum(run_.plan_builds.values())}
         if run_.absorbed:

@@ -10,11 +10,16 @@ positions so a [T, vocab] fp64 copy never exists whole):
 - `distance[t]` = KL(reference || row) over the full vocabulary, in nats (from a server's top-k lists, which
   cannot give KL: the mean |dlogprob| over the reference's top-k, `listed_position_statistics`);
 - `same_top[t]` whether the row's most likely token is the reference's;
-- `dlogprob[t]` = |logprob_row(x) - logprob_ref(x)| of the reference's most likely token x.
+- `dlogprob[t]` = |logprob_row(x) - logprob_ref(x)| of the reference's most likely token x;
+- given the text's tokens, `next_logprob[t]` / `ref_next_logprob[t]`: each side's logprob of the token that follows
+  position t in the text (NaN at the last position), what llama.cpp's `--kl-divergence` report builds on.
 
 `summarize` reduces them: the mean KL with a 95 % interval from a circular block bootstrap (neighbouring positions
 share most of their context, so they are not independent samples: blocks keep that correlation), the median, the
-99th and 99.9th percentiles and the maximum, the same-top rate and the mean |dlogprob|. `mean_above(kl, threshold)`
+99th and 99.9th percentiles and the maximum, the same-top rate and the mean |dlogprob|; with the text's tokens also
+llama.cpp's figures (`llama_figures`): each side's perplexity, ln(PPL(row) / PPL(ref)) with a 95 % interval (the
+same block bootstrap) and Δp, the row's probability of the text's next token minus the reference's (mean with its
+interval, the 1st, 50th and 99th percentiles). `mean_above(kl, threshold)`
 is the tail statistic the gate judges (`glmcheck.checks.position_gate`).
 """
 
@@ -42,20 +47,25 @@ class PositionStatistics:
     same_top: torch.Tensor
     dlogprob: torch.Tensor
     measure: str = "kl"
+    next_logprob: torch.Tensor | None = None  # [T] the row's logprob of the text's next token (NaN: none)
+    ref_next_logprob: torch.Tensor | None = None  # [T] the reference's
 
     def __len__(self) -> int:
         return self.distance.numel()
 
     def window(self, start: int, stop: int) -> PositionStatistics:
         """Positions start..stop-1 (a bin of the length sweep)."""
+        cut = lambda t: None if t is None else t[start:stop]  # noqa: E731
         return PositionStatistics(self.distance[start:stop], self.same_top[start:stop], self.dlogprob[start:stop],
-                                  self.measure)
+                                  self.measure, cut(self.next_logprob), cut(self.ref_next_logprob))
 
 
-def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionStatistics:
+def position_statistics(row: torch.Tensor, reference: torch.Tensor,
+                        next_tokens: torch.Tensor | None = None) -> PositionStatistics:
     """Compare logits `row` with `reference` ([T, vocab] or [1, T, vocab], any float dtype, same shape) at every
     position; fp64 on the reference's device, the [T] results brought to the host once. A non-finite logit makes
-    that position's kl and dlogprob NaN (never a small number)."""
+    that position's kl and dlogprob NaN (never a small number). `next_tokens` [T] (ids; -1 where no token follows):
+    the text's next token at each position, for each side's logprob of it."""
     if row.shape != reference.shape:
         raise ValueError(f"row and reference logits must have the same shape, got {tuple(row.shape)} and "
                          f"{tuple(reference.shape)}")
@@ -63,7 +73,8 @@ def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionS
         row, reference = row.reshape(-1, row.shape[-1]), reference.reshape(-1, reference.shape[-1])
         positions, vocab = reference.shape
         step = max(1, CHUNK_ELEMENTS // max(vocab, 1))
-        kl, same, dlogprob = [], [], []
+        kl, same, dlogprob, nexts = [], [], [], []
+        following = None if next_tokens is None else next_tokens.reshape(-1).to(reference.device, torch.long)
         for start in range(0, positions, step):
             ref = torch.log_softmax(reference[start:start + step].to(reference.device, torch.float64), dim=-1)
             mine = torch.log_softmax(row[start:start + step].to(reference.device, torch.float64), dim=-1)
@@ -74,10 +85,19 @@ def position_statistics(row: torch.Tensor, reference: torch.Tensor) -> PositionS
             kl.append(torch.where(finite, per_kl.clamp_min(0.0), math.nan))
             dlogprob.append(torch.where(finite, per_d, math.nan))
             same.append((mine.argmax(dim=-1) == top.squeeze(-1)) & finite)
+            if following is not None:
+                after = following[start:start + step]
+                has = after >= 0
+                at = after.clamp_min(0)[:, None]
+                nexts.append(torch.stack([torch.where(has, mine.gather(-1, at).squeeze(-1), math.nan),
+                                          torch.where(has, ref.gather(-1, at).squeeze(-1), math.nan)]))
         if not kl:
             empty = torch.zeros(0, dtype=torch.float64)
             return PositionStatistics(empty, torch.zeros(0, dtype=torch.bool), empty)
-        packed = torch.stack([torch.cat(kl), torch.cat(dlogprob), torch.cat(same).double()]).cpu()
+        packed = torch.stack([torch.cat(kl), torch.cat(dlogprob), torch.cat(same).double()]
+                             + (list(torch.cat(nexts, dim=1)) if nexts else [])).cpu()
+    if nexts:
+        return PositionStatistics(packed[0], packed[2].bool(), packed[1], "kl", packed[3], packed[4])
     return PositionStatistics(packed[0], packed[2].bool(), packed[1], "kl")
 
 
@@ -159,4 +179,27 @@ def summarize(stats: PositionStatistics) -> dict[str, float]:
     return {"positions": count, "mean_kl": float(kl.mean()), "mean_kl_low": low, "mean_kl_high": high,
             "kl_p50": p50, "kl_p99": p99, "kl_p999": p999, "kl_max": float(kl.max()),
             "tail_kl": mean_above(kl, TAIL_FRACTION), "same_top": float(stats.same_top.double().mean()),
-            "mean_dlogprob": float(stats.dlogprob.mean())}
+            "mean_dlogprob": float(stats.dlogprob.mean()), **llama_figures(stats)}
+
+
+LLAMA_KEYS = ("ppl", "ppl_ref", "ln_ppl_ratio", "ln_ppl_ratio_low", "ln_ppl_ratio_high", "dp_mean", "dp_low",
+              "dp_high", "dp_p01", "dp_p50", "dp_p99")
+
+
+def llama_figures(stats: PositionStatistics) -> dict[str, float]:
+    """llama.cpp's `--kl-divergence` figures over the positions a text token follows (module docstring): {} without
+    the text's tokens, NaN ones when a logprob is not finite. Probabilities (Δp) as fractions, not percent."""
+    if stats.next_logprob is None or stats.ref_next_logprob is None:
+        return {}
+    has = ~torch.isnan(stats.ref_next_logprob)
+    mine, ref = stats.next_logprob[has].double(), stats.ref_next_logprob[has].double()
+    if mine.numel() == 0 or not bool(torch.isfinite(mine).all() and torch.isfinite(ref).all()):
+        return dict.fromkeys(LLAMA_KEYS, math.nan)
+    ratio, dp = ref - mine, mine.exp() - ref.exp()  # ln PPL(row) - ln PPL(ref) per position; Δp
+    ratio_low, ratio_high = block_bootstrap_interval(ratio)
+    dp_low, dp_high = block_bootstrap_interval(dp)
+    p01, p50, p99 = torch.quantile(dp, torch.tensor([0.01, 0.5, 0.99], dtype=torch.float64)).tolist()
+    return {"ppl": math.exp(-float(mine.mean())), "ppl_ref": math.exp(-float(ref.mean())),
+            "ln_ppl_ratio": float(ratio.mean()), "ln_ppl_ratio_low": ratio_low, "ln_ppl_ratio_high": ratio_high,
+            "dp_mean": float(dp.mean()), "dp_low": dp_low, "dp_high": dp_high, "dp_p01": p01, "dp_p50": p50,
+            "dp_p99": p99}

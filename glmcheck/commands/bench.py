@@ -95,5 +95,5 @@ def handle(ns: argparse.Namespace) -> int:
                                kv_cache_dtype=ns.kv_cache_dtype, quiet=ns.quiet)
     print("\n".join([*report.facts["preface"], report.render()]))
     directory = report.write(Path(ns.out) if ns.out else default_run_dir(report.command), overwrite=ns.overwrite)
-    print(f"record: {directory}")
+    print(f"record: {Path(directory).resolve()}")
     return report.exit_code

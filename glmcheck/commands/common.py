@@ -29,5 +29,5 @@ def run_report(ns: argparse.Namespace, command: str, call: Callable[..., Report]
                      overwrite=bool(getattr(ns, "overwrite", False)) and not resumable)
         form = getattr(ns, "format", "text")
         print(report.render(form))
-        print(f"record: {directory}", file=sys.stderr if form == "json" else sys.stdout)  # stdout stays JSON
+        print(f"record: {Path(directory).resolve()}", file=sys.stderr if form == "json" else sys.stdout)  # absolute
     return report.exit_code

@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
                        description="One forward per backend (the exact reference twice, the band's variants once each) "
                                    "capturing every layer's hidden state in fp64; rows per (backend, layer) against "
                                    "the exact reference beside the band at that layer.")
-    add_model_options(p)
+    add_model_options(p, "drift")
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
     p.add_argument("--repro", default=None, metavar="DIR",
                    help="write a minimal repro of each FAIL row's kernel call under DIR (a folder per backend: "

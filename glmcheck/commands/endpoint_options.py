@@ -19,16 +19,17 @@ ENDPOINT_ONLY = ("band_endpoint", "concurrency", "timeout", "retries")
 def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("running servers (instead of an in-process model)")
     group.add_argument("--endpoint", action="append", default=None, metavar="NAME=URL",
-                       help="a server to read rows from, repeatable: the first is the reference, the others candidates. "
-                            "URL: http(s)://host:port of an OpenAI-compatible server (vLLM, SGLang, glmcheck serve), "
-                            "sglang+http://... for SGLang's native /generate; #MODEL picks one of several models")
+                       help="a server, repeatable: the first the reference, the others candidates "
+                            "(http(s)://host:port; sglang+http://... for SGLang's /generate; #MODEL picks a model)")
     group.add_argument("--band-endpoint", action="append", default=None, metavar="NAME=URL",
-                       help="a legitimate alternative (another instance of the reference, the engine's default kernel), "
-                            "repeatable: a band sample beside the reference's rerun; 3 or more let the band judge")
-    group.add_argument("--concurrency", type=int, default=None, help="requests in flight at once (default 4)")
-    group.add_argument("--timeout", type=float, default=None, help="seconds to wait for an answer (default 120)")
-    group.add_argument("--retries", type=int, default=None,
-                       help="retries of a refused connection or a 429/502/503/504, with backoff (default 3)")
+                       help="another instance of the reference (or the engine's default kernel), repeatable: a band "
+                            "sample; 3 or more let the band judge")
+    group.add_argument("--concurrency", type=int, default=None, metavar="N",
+                       help="requests in flight at once (default 4)")
+    group.add_argument("--timeout", type=float, default=None, metavar="S",
+                       help="seconds to wait for an answer (default 120)")
+    group.add_argument("--retries", type=int, default=None, metavar="N",
+                       help="retries of a refused connection or a 429/502/503/504 (default 3)")
 
 
 def check_endpoint_usage(ns: argparse.Namespace) -> None:

@@ -15,21 +15,20 @@ def add_parser(sub) -> None:
                        description="Greedy first token of each prompt under every backend, against the "
                                    "exact reference, beside the band (the reference rerun and --band ideal bf16 "
                                    "kernels).")
-    add_model_options(p)
+    add_model_options(p, "firsttoken")
     p.add_argument("--prompts", default=None,
-                   help=f"{' or '.join(PROMPT_SETS)} or a JSONL path (default: heldout50 on a trained model, "
-                        "text of its corpus it never trained on; natural50 otherwise)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    p.add_argument("--continue", dest="continue_tokens", type=int, default=0,
-                   help="also compare a greedy N-token continuation (first divergence)")
-    p.add_argument("--tie-gap", type=float, default=None,
-                   help="a flip is a near tie when the reference's top-1/top-2 gap is <= this (nats, default "
-                        "0.1) or <= gate-ratio x the band's largest |dlogprob|")
-    p.add_argument("--max-dlogprob", type=float, default=None,
-                   help="cap on mean |dlogprob| (nats): above it FAILS even within the band (only stricter)")
-    p.add_argument("--logprobs", type=int, default=None,
-                   help="with --endpoint: top-k logprobs asked of each server (default 5; at least 2, for the "
-                        "reference's top-1/top-2 gap)")
+                   help=f"{', '.join(PROMPT_SETS)} or a JSONL file (default heldout50 on a trained model, "
+                        "natural50 otherwise)")
+    p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
+    p.add_argument("--continue", dest="continue_tokens", type=int, default=0, metavar="N",
+                   help="also compare greedy N-token continuations (as vLLM's check_logprobs_close)")
+    p.add_argument("--tie-gap", type=float, default=None, metavar="NATS",
+                   help="a flip within this top-1/top-2 gap (nats, default 0.1) or gate-ratio x the band's max "
+                        "|dlogprob| is a near tie")
+    p.add_argument("--max-dlogprob", type=float, default=None, metavar="NATS",
+                   help="cap on mean |dlogprob|: above it FAILS (only stricter)")
+    p.add_argument("--logprobs", type=int, default=None, metavar="K",
+                   help="with --endpoint: top-k asked of each server (default 5, at least 2)")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck,
                    precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # precompile.PROMPTS

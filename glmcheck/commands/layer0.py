@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
                        description="Build the model's layer 0 (dummy weights or a checkpoint's layer 0), run a "
                                    "seeded prompt through every backend and compare the layer-0 attention "
                                    "output against the reference, beside a rerun control.")
-    add_model_options(p)
+    add_model_options(p, "layer0")
     p.add_argument("--tokens", type=int, default=None, help="prompt length (default 4096 on a GPU, 128 on the CPU)")
     p.add_argument("--repro", default=None, metavar="DIR",
                    help="write a minimal repro of each FAIL row's kernel call under DIR (a folder per backend: "

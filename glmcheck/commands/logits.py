@@ -39,16 +39,14 @@ def add_parser(sub) -> None:
                        description="Run a prompt of each length through the whole model under every backend and "
                                    "compare the next-token distribution at every position (KL in fp64) with the "
                                    "reference's, beside the band's; the final position is shown beside.")
-    add_model_options(p)
-    p.add_argument("--tokens", default=None, help="comma-separated lengths (default 2048,4096,8192 on a GPU, "
-                                                   "64,128 on the CPU); with --endpoint one length (default "
-                                                   f"{ENDPOINT_TOKENS}), the prompt built with --model's tokenizer")
-    p.add_argument("--dense-threshold", type=int, default=None,
+    add_model_options(p, "logits")
+    p.add_argument("--tokens", default=None, metavar="N,M",
+                   help=f"comma-separated lengths (default 2048,4096,8192 on a GPU, 64,128 on the CPU; "
+                        f"{ENDPOINT_TOKENS} against servers)")
+    p.add_argument("--dense-threshold", type=int, default=None, metavar="N",
                    help="layers whose KV length is <= N attend densely, for every absorbed backend")
-    p.add_argument("--logprobs", type=int, default=5,
-                   help="with --endpoint: the top-K each server lists at every position, over which the distance "
-                        "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
-                        "vocabulary")
+    p.add_argument("--logprobs", type=int, default=5, metavar="K",
+                   help="with --endpoint: the top-K over which mean |dlogprob| is taken (default 5, at most 20)")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 

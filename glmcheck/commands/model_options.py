@@ -12,56 +12,66 @@ from glmcheck.commands.output_format import add_format_option
 from glmcheck.evaluate.arguments import check_out_dir
 from glmcheck.model import engine_shape as shape
 from glmcheck.model.names import model_names
-from glmcheck.model.presets import PRESETS
-from glmcheck.model.trained import DEFAULT_MODEL, TRAINED_MODELS
+from glmcheck.model.trained import DEFAULT_MODEL
 
-PRESET_HELP = "; ".join([f"{name}: {text}" for name, text in TRAINED_MODELS.items()]
-                        + [f"{name}: {p.description} (seeded dummy weights)" for name, p in PRESETS.items()])
+BAND_COST = {  # what --band costs each command, in forwards
+    "layer0": "a run is 3 + band + backends forwards",
+    "sweep": "a run is 1 + band + backends long forwards, 2 over the first length",
+    "drift": "a run is 2 + band + backends forwards",
+    "logits": "2 + band + backends forwards a length",
+    "firsttoken": "2 + band + backends forwards a prompt",
+}
+GATED = ("layer0", "drift", "firsttoken")  # the checks --gate-ratio applies to (logits and the sweep refuse it)
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output/--format."""
-    parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                        help=f"trained model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
-    parser.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
-    parser.add_argument("--layers", type=int, default=None, help="override the number of layers")
-    parser.add_argument("--experts", type=int, default=None, help="override the number of routed experts")
-    parser.add_argument("--seed", type=int, default=0, help="weights and prompt seed")
+def add_model_options(parser: argparse.ArgumentParser, command: str = "") -> None:
+    """--model/--checkpoint/--layers/--experts/--seed/--init/--device/--tp/backends/gates/output/--format. The
+    models are described once, in `glmcheck --help`; options a check refuses are accepted (their refusal names
+    them) but not listed in its --help."""
+    hidden = argparse.SUPPRESS
+    parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(), metavar="MODEL",
+                        help=f"trained model or dummy preset (default {DEFAULT_MODEL}; `glmcheck --help` lists them)")
+    parser.add_argument("--checkpoint", default=None, metavar="DIR",
+                        help="local Hugging Face checkpoint directory (bf16 or FP8)")
+    parser.add_argument("--layers", type=int, default=None, metavar="N", help="override the number of layers")
+    parser.add_argument("--experts", type=int, default=None, metavar="N", help="override the number of routed experts")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="weights and prompt seed")
     parser.add_argument("--init", default="sharp", choices=["hf", "sharp"], help="dummy weight scale (default sharp)")
     parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
-    parser.add_argument("--backends", default=None,
+    parser.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="tensor-parallel degree emulated (divides the heads)")
+    parser.add_argument("--backends", default=None, metavar="A,B",
                         help="comma-separated backends (default: every backend available here)")
     parser.add_argument("--exact", default="fp32", choices=["fp32", "fp64"],
                         help="the exact reference every row is judged against (default fp32)")
     parser.add_argument("--baseline", default=None,
-                        help="baseline kernel whose distance every row also shows (default flashmla_sparse when "
-                             "present and the model's latent is 512 + 64; 'none' for none)")
-    parser.add_argument("--band", type=int, default=None,
-                        help=f"legitimate variants in the noise band (default {DEFAULT_BAND}; the sweep {SWEEP_BAND}); "
-                             "each costs one forward per prompt (or length): a run is 2 + band + backends forwards "
-                             "(layer0: 3 + band + backends, the exact reference once more at a tempered softmax "
-                             "scale; the sweep: 1 + band + backends long forwards and two over its first length)")
+                        help="kernel whose distance every row also shows (default flashmla_sparse where it runs; "
+                             "none: none)")
+    default_band = SWEEP_BAND if command == "sweep" else DEFAULT_BAND
+    parser.add_argument("--band", type=int, default=None, metavar="N",
+                        help=f"legitimate variants in the noise band (default {default_band}; "
+                             f"{BAND_COST.get(command, 'each costs one forward')})")
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
     add_engine_options(parser)
-    parser.add_argument("--gate-ratio", type=float, default=2.0,
-                        help="PASS when each judged statistic <= ratio x the band's max")
-    parser.add_argument("--max-rel-l2", type=float, default=None,
-                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)")
-    parser.add_argument("--out", default=None, help="record directory (default runs/<command>-<timestamp>); an "
-                        "existing record of another run or a non-empty directory is refused unless --overwrite")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the record in --out (its summary, rows, tensors, plots and finished items; "
-                             "other files stay) instead of refusing it or resuming it")
+    gated = command in GATED or not command
+    parser.add_argument("--gate-ratio", type=float, default=2.0, metavar="R",
+                        help="PASS when each judged statistic <= ratio x the band's max" if gated else hidden)
+    parser.add_argument("--max-rel-l2", type=float, default=None, metavar="X",
+                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)"
+                        if command in ("layer0", "drift", "") else hidden)
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="record directory (default runs/<command>-<timestamp>; another run's record is refused "
+                             "unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the record in --out")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars or warnings (the record keeps the warnings)")
     add_weight_options(parser)
     add_format_option(parser)
     parser.add_argument("--profile", action="store_true",
-                        help="print where the run's wall time went (imports, setup, build, forwards, compile, compare, "
-                             "write) on stderr at the end; GLMCHECK_PROFILE=1 does the same for any command")
+                        help="where the wall time went, on stderr at the end (GLMCHECK_PROFILE=1: any command)")
 
 
 WEIGHTS_HELP = ("how block-FP8 weights are held: fp8 keeps each FP8 linear's e4m3 codes and 128 x 128 block scales "

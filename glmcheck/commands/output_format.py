@@ -10,6 +10,5 @@ FORMATS = ("text", "md", "wide", "json")  # glmcheck.records.render.FORMATS (tes
 def add_format_option(parser: argparse.ArgumentParser) -> None:
     """--format text|md|wide|json."""
     parser.add_argument("--format", default="text", choices=FORMATS,
-                        help="text (default): tables fit 120 columns, notes numbered under them; md: a markdown "
-                             "document with the run's metadata; wide: every column and note in full; json: the "
-                             "record's rows, verdict and facts on stdout")
+                        help="text: 120 columns (default); md: a markdown document; wide: every column; json: "
+                             "rows, verdict and facts")

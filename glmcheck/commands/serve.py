@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 
-from glmcheck.commands.model_options import PRESET_HELP
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.model.names import model_names
 from glmcheck.model.trained import DEFAULT_MODEL
@@ -26,11 +25,12 @@ HELP = "an OpenAI-compatible completions server over the harness, one backend"
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help=HELP, description=(
         "Serve the model under one backend behind the API the engines expose: POST /v1/completions (OpenAI "
-        "legacy completions, as vLLM: greedy, top-k logprobs, echo), POST /generate (SGLang's native API), "
+        "legacy completions, as vLLM: greedy, top-k logprobs, echo, prompt_logprobs, streaming), POST "
+        "/v1/chat/completions (with a chat template), POST /generate (SGLang's native API), "
         "GET /v1/models, /version, /health and /glmcheck/info (backend, model, config hash, versions). No KV "
         "cache: each generated token re-runs the prefill. One request runs at a time."))
-    p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(),
-                   help=f"trained model or dummy preset (default {DEFAULT_MODEL}; {PRESET_HELP})")
+    p.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(), metavar="MODEL",
+                   help=f"trained model or dummy preset (default {DEFAULT_MODEL}; `glmcheck --help` lists them)")
     p.add_argument("--checkpoint", default=None, help="local Hugging Face checkpoint directory (bf16 or FP8)")
     p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
     p.add_argument("--experts", type=int, default=None, help="override the preset's number of routed experts")
@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
                         "directory's name)")
     p.add_argument("--max-logprobs", type=int, default=20,
                    help="largest `logprobs` / `top_logprobs_num` a request may ask (default 20, as vLLM)")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="Jinja chat template for /v1/chat/completions (a file, or the template itself; default: the "
+                        "checkpoint tokenizer's own), as vLLM's --chat-template")
     p.add_argument("--log-requests", action="store_true", help="uvicorn's access log (one line per request)")
     p.set_defaults(handler=handle, precheck=precheck)
 
@@ -85,7 +88,7 @@ def handle(ns: argparse.Namespace) -> int:
                      init=ns.init)
     plan = prepare(ServeSettings(spec, ns.backend, ns.device, ns.tp,
                                  None if ns.kv_cache_dtype == "bf16" else ns.kv_cache_dtype, ns.deterministic,
-                                 ns.served_model_name, ns.max_logprobs))
+                                 ns.served_model_name, ns.max_logprobs, ns.chat_template))
     for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     sock = listen(ns.host, ns.port)

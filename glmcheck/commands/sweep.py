@@ -17,16 +17,13 @@ def add_parser(sub) -> None:
                                    "binned by prompt length and judged beside the band's same positions; reports "
                                    "each backend's onset (the first length out of the band), whether it stays out, "
                                    "and a plot (report --plots).")
-    add_model_options(p)
-    p.add_argument("--tokens", default=None,
-                   help="A..B: the grid runs from A to B tokens, doubling (default 1024..32768 on a GPU or against "
-                        "servers, 32..256 on the CPU); with --endpoint, --model / --checkpoint name the tokenizer the "
-                        "prompt is built with (the servers' model's)")
-    p.add_argument("--per-octave", type=int, default=1, help="grid points per doubling of the length (default 1)")
-    p.add_argument("--logprobs", type=int, default=5,
-                   help="with --endpoint: the top-K each server lists at every position, over which the distance "
-                        "(mean |dlogprob|) is taken (default 5, at most 20); in process the KL is over the whole "
-                        "vocabulary")
+    add_model_options(p, "sweep")
+    p.add_argument("--tokens", default=None, metavar="A..B",
+                   help="lengths from A to B tokens, doubling (default 1024..32768 on a GPU or against servers, "
+                        "32..256 on the CPU)")
+    p.add_argument("--per-octave", type=int, default=1, metavar="N", help="grid points per doubling of the length (default 1)")
+    p.add_argument("--logprobs", type=int, default=5, metavar="K",
+                   help="with --endpoint: the top-K over which mean |dlogprob| is taken (default 5, at most 20)")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 

@@ -39,8 +39,10 @@ def add_parser(sub) -> None:
                    help="the detection probability a PASS needs at --max-drop (default 0.8)")
     p.add_argument("--metric", default=None,
                    help="judge by this per-question metric (NAME or NAME,FILTER) instead of each task's first 0/1 one")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts a request (default 8)")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight (default 4)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="prompts a request (default 8; also in the command --write-yaml prints)")
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="requests in flight (default 4; also in the command --write-yaml prints)")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait for a server's answer (default 120)")
     p.add_argument("--out", default=None, help="record directory (default runs/tasks-<timestamp>); sample logs go "
                                                "to <out>/samples/<server>/; a rerun resumes finished servers")
@@ -116,7 +118,9 @@ def write_yaml(ns: argparse.Namespace) -> int:
         print(f"wrote {path} (its questions beside it)")
     tokenizer = ns.checkpoint or (trained_checkpoint(ns.model) if is_trained(ns.model) else "TOKENIZER_DIR")
     include = Path(ns.write_yaml).resolve()
+    # the batching glmcheck tasks asks with (--batch-size prompts a request, --concurrency requests in flight)
     print(f"run them with: lm_eval --model {LM_EVAL_MODEL} --model_args base_url=http://HOST:PORT/v1/completions,"
-          f"model=MODEL,tokenizer={tokenizer},tokenizer_backend=huggingface,tokenized_requests=True "
-          f"--include_path {include} --tasks {','.join(OWN_TASKS)}")
+          f"model=MODEL,tokenizer={tokenizer},tokenizer_backend=huggingface,tokenized_requests=True,"
+          f"num_concurrent={ns.concurrency},max_retries=3 --batch_size {ns.batch_size} "
+          f"--include_path {include} --tasks {','.join(OWN_TASKS)} --output_path OUT --log_samples")
     return 0

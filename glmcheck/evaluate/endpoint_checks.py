@@ -22,6 +22,7 @@ from pathlib import Path
 
 from glmcheck import __version__
 from glmcheck.checks.band import FAIL, BadReference
+from glmcheck.checks.continuation import Step, compare
 from glmcheck.checks.distributions import TopKDistribution
 from glmcheck.checks.firsttoken import DEFAULT_TIE_GAP, Choice, PromptOutcome, faulted, summarize
 from glmcheck.checks.sweep import Faulted
@@ -176,9 +177,14 @@ def _outcome(prompt_id: str, row: str, mine: Completion | NonFiniteAnswer, ref: 
     agree = own.token == theirs.token or listed == own.logprob  # a tie at the top agrees (`judge_prompt`)
     outcome = PromptOutcome(prompt_id, row, table.id(own.token), own.logprob, table.id(theirs.token), theirs.logprob,
                             theirs.gap, agree, dlogprob)
-    if continuation:
-        outcome.divergence = next((i for i, (a, b) in enumerate(zip(mine.tokens, ref.tokens)) if a != b), None)
+    if continuation:  # as vLLM's check_logprobs_close, by token text (`glmcheck.checks.continuation`)
+        found = compare(_steps(mine), _steps(ref))
+        outcome.divergence, outcome.divergence_mutual, outcome.divergence_gap = found.position, found.mutual, found.gap
     return outcome
+
+
+def _steps(answer: Completion) -> list[Step]:
+    return [Step(token, tuple(top)) for token, top in zip(answer.tokens, answer.top)]
 
 
 def _saved_outcome(outcome: PromptOutcome, table: TokenTable) -> dict:

@@ -158,7 +158,8 @@ class Setup:
         check_cpu_time(self.config, forwards, self.tp, option or flag("tokens"), calls=calls)
 
     def say_warnings(self) -> None:
-        if not self.is_main:
+        """The warnings on stderr, unless quiet (`--quiet` and quiet=True alike; the record keeps them)."""
+        if self.quiet:
             return
         for warning in self.warnings:
             print(f"warning: {warning}", file=sys.stderr)

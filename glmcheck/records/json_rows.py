@@ -12,6 +12,8 @@ def render_json(summary: dict, rows: pd.DataFrame) -> str:
     """The record's rows, verdict and facts (and a check's further lists: firsttoken's per-backend rows and
     disagreements, the sweep's onsets, a rank rehearsal's measurements) as one JSON object; a NaN is null."""
     extra = {k: summary[k] for k in ("summary_rows", "disagreements", "onsets", "rehearsal") if k in summary}
+    if isinstance(rows, pd.DataFrame):  # per-position series (the logits plot's) stay in the record, not here
+        rows = rows.drop(columns=[c for c in rows.columns if str(c).endswith("_by_position")])
     payload = {"command": summary.get("command"), "verdict": summary.get("verdict"), "facts": summary.get("facts", {}),
                "rows": rows.to_dict(orient="records") if isinstance(rows, pd.DataFrame) else [], **extra}
     return json.dumps(_plain(payload), indent=1, default=str)

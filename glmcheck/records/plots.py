@@ -36,6 +36,7 @@ def _is_band_row(comparison: str) -> bool:
 
 
 VERDICT_COLORS = {"PASS": "tab:green", "FAIL": "tab:red", "INCONCLUSIVE": "tab:orange"}
+FLIP_COLOR = "black"  # a first-token flip: not a verdict, so not FAIL's red
 BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"
 MARKERS = "os^Dv<>pPX*h"  # one a backend, so backends drawn on the same points stay apart  # the band's rows; rows shown but not judged (cross-checks)
 
@@ -140,7 +141,7 @@ def plot_firsttoken(record: Record):
         left.scatter(group["dlogprob"].fillna(0).clip(lower=1e-9), y, s=16, marker=marker, color=color, alpha=0.8)
         agree = group["agree"].astype(bool).to_numpy()
         right.scatter(group["ref_gap"][agree], y[agree], s=16, marker=marker, color=color, alpha=0.8)
-        right.scatter(group["ref_gap"][~agree], y[~agree], s=40, marker="x", color="tab:red")
+        right.scatter(group["ref_gap"][~agree], y[~agree], s=40, marker="x", color=FLIP_COLOR)
     labels = [f"{n} ({verdicts[n]})" if verdicts.get(n) in VERDICT_COLORS else n for n in names]
     left.set_yticks(range(len(names)), labels[::-1], fontsize=8)
     tie_gap = record.summary.get("facts", {}).get("tie_gap")
@@ -149,8 +150,10 @@ def plot_firsttoken(record: Record):
         right.legend(fontsize=8, loc="lower right")
     left.set_xscale("log")
     left.set_xlabel("|Δ logprob| of the reference's token, per prompt (nats, log; 0 at 1e-9)", fontsize=8)
-    right.set_xlabel("reference top-1 minus top-2 logprob (nats); x: a flip", fontsize=8)
-    fig.suptitle(f"greedy first token, {record.summary.get('facts', {}).get('prompt_set')} "
+    right.set_xlabel("reference top-1 minus top-2 logprob (nats); black x: a flip", fontsize=8)
+    count = rows["prompt_id"].nunique() if "prompt_id" in rows else 0
+    fig.suptitle(f"greedy first token, {count} prompt{'s' if count != 1 else ''} of "
+                 f"{record.summary.get('facts', {}).get('prompt_set')} "
                  f"(grey: the band; green PASS, red FAIL, orange INCONCLUSIVE)", fontsize=10)
     fig.tight_layout()
     return fig
@@ -190,21 +193,27 @@ def plot_sweep(record: Record):
                     label="the share of positions allowed beyond the band" if positions else
                     f"{ratio:g} x the band's max")
     onsets = record.summary.get("onsets", {})
-    for i, (backend, group) in enumerate(judged.groupby("backend", sort=False)):
+    drawn_onset = False
+    groups = list(judged.groupby("backend", sort=False))
+    for i, (backend, group) in enumerate(groups):
         group = group.sort_values("tokens")
         verdict = _worst_verdict(group["verdict"]) if "verdict" in group else None
-        line, = ax.plot(group["tokens"], group["distance"].clip(lower=bottom), marker=MARKERS[i % len(MARKERS)],
+        dodge = 2 ** (0.04 * (i - (len(groups) - 1) / 2))  # rows at the same value side by side, not on top
+        line, = ax.plot(group["tokens"] * dodge, group["distance"].clip(lower=bottom), marker=MARKERS[i % len(MARKERS)],
                         label=f"{backend} ({verdict})" if verdict else backend)
         onset = (onsets.get(backend) or {}).get("onset")
         if onset:
+            drawn_onset = True
             ax.axvline(onset, color=line.get_color(), linestyle="--", alpha=0.7)
+    ax.axhline(bottom, color="gray", linestyle=":", linewidth=0.8, label="0 (drawn at this floor)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_ylim(bottom=bottom)
+    ax.set_ylim(bottom=bottom / 3)  # the zeros' floor stays visible above the axis
     ax.set_xlabel("prompt length (tokens, log scale)")
     ax.set_ylabel("share of the bin's positions beyond the band (log)" if positions else
                   f"mean |dlogprob| over the reference's top-{facts.get('k', 5)} (nats, log)")
-    ax.set_title("length sweep: distance from the reference (dashed: onset)")
+    ax.set_title("length sweep: distance from the reference" + (" (dashed: onset)" if drawn_onset else
+                                                                "; no row left the band"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -237,8 +246,15 @@ def plot_tasks(record: Record):
     return fig
 
 
+def plot_logits(record: Record):
+    """KL per position against the band (`glmcheck.records.plot_logits`)."""
+    from glmcheck.records.plot_logits import plot_logits as draw
+
+    return draw(record)
+
+
 PLOTTERS = {"layer0": plot_layer0, "drift": plot_drift, "firsttoken": plot_firsttoken, "union-stats": plot_union,
-            "sweep": plot_sweep, "tasks": plot_tasks}
+            "sweep": plot_sweep, "tasks": plot_tasks, "logits": plot_logits}
 
 
 def write_plots(directory: str | Path, on_skip: Callable[[Path, str], None] | None = None) -> list[Path]:
@@ -264,7 +280,12 @@ def write_plots(directory: str | Path, on_skip: Callable[[Path, str], None] | No
             if on_skip is not None:
                 on_skip(Path(record_dir), why)
             continue
-        fig = plotter(record)
+        try:
+            fig = plotter(record)
+        except ValueError as err:  # a record without what its plot draws (a logits record before per-position KL)
+            if on_skip is not None:
+                on_skip(Path(record_dir), str(err))
+            continue
         path = Path(record_dir) / f"plot-{record.summary['command']}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)

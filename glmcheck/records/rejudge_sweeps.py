@@ -37,7 +37,14 @@ def _outcome(row: dict):
         values[key] = number(values[key])
     values["divergence"] = None if values.get("divergence") is None else int(values["divergence"])
     values["fault"] = values.get("fault") or None
+    mutual, gap = values.get("divergence_mutual"), values.get("divergence_gap")
+    values["divergence_mutual"] = None if mutual is None or _nan(mutual) else bool(mutual)
+    values["divergence_gap"] = None if gap is None or _nan(gap) else number(gap)
     return PromptOutcome(**values)
+
+
+def _nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 def firsttoken_verdict(summary: dict, rows: list[dict]) -> str:
@@ -55,7 +62,9 @@ def firsttoken_verdict(summary: dict, rows: list[dict]) -> str:
                        facts.get("max_dlogprob"), facts["tie_gap_option"], facts.get("continue_tokens") or 0, noise,
                        not_judged)
     for index, (mine, theirs) in enumerate(zip(result.summary_rows, stated)):
-        for key in ("agree", "prompts", "wide_flips", "verdict"):
+        for key in ("agree", "prompts", "wide_flips", "wide_divergences", "verdict"):
+            if key not in theirs:  # a record from before continuations were judged
+                continue
             if mine[key] != theirs[key]:
                 raise RecordMismatch(f"summary.json: summary_rows[{index}] ({row_label(theirs)}) has {key} "
                                      f"{theirs[key]!r}; its prompts' outcomes and the record's gate give {mine[key]!r}")

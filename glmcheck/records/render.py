@@ -18,6 +18,7 @@ from glmcheck.checks.diagnosis_text import parts as diagnosis_parts
 from glmcheck.checks.diagnosis_text import position_lines
 from glmcheck.records.engine_table import engine_call_parts
 from glmcheck.records.json_rows import render_json
+from glmcheck.records.llama_table import llama_tables
 from glmcheck.records.tables import Table, fmt_cosine, fmt_sci
 from glmcheck.records.terminal import render_text
 
@@ -45,6 +46,8 @@ def _fmt(value, kind: str, measured: bool = True) -> str:
         return f"{float(value):+.2e}"
     if kind == "f4":
         return f"{float(value):.4f}"
+    if kind in ("e1", "e2"):
+        return f"{float(value):.{kind[1]}e}"
     return str(value)
 
 
@@ -140,7 +143,7 @@ def _position_table(rows: pd.DataFrame) -> Table:
     table = []
     for _, r in rows.iterrows():
         interval = MISSING if _missing(r.get("mean_kl_low")) else \
-            f"{_cell(r, 'mean_kl', 'sci')} [{_cell(r, 'mean_kl_low', 'sci')}, {_cell(r, 'mean_kl_high', 'sci')}]"
+            f"{_fmt(r.get('mean_kl'), 'e2')} [{_fmt(r.get('mean_kl_low'), 'e1')}, {_fmt(r.get('mean_kl_high'), 'e1')}]"
         if _missing(r.get("mean_kl")):
             interval = _cell(r, "mean_kl", "sci")
         same = r.get("same_top")
@@ -167,8 +170,9 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
             parts += [f"final-position logits, {tokens} tokens{dense}", _band_line(group),
                       _comparison_table(group, True, summary["facts"].get("baseline"))]
             continue
+        llama = llama_tables(group, _short_labels(group["comparison"]), LABEL_LEGEND)  # records.llama_table
         parts += [f"next-token distributions at every position, {tokens} tokens{dense}: KL(reference || row) in "
-                  f"nats, judged", _position_table(group),
+                  f"nats, judged", _position_table(group), *llama,
                   f"the final position alone (one sample: informational), {tokens} tokens", _band_line(group),
                   _comparison_table(group, True, summary["facts"].get("baseline"), judged=False)]
     diagnosed = rows[rows["diagnosis"].map(lambda d: isinstance(d, str) and bool(d))] if "diagnosis" in rows else []
@@ -177,13 +181,18 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
 
 
 def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
+    from glmcheck.checks.continuation import CONTINUE_TOP_K
+
     table = [[r["comparison"], f"{r['agree']}/{r['prompts']}", _fmt(r["mean_dlogprob"], "sci"),
               _fmt(r["max_dlogprob"], "sci"), str(r["wide_flips"]), r["verdict"]]
-             + ([str(r["identical_continuations"])] if "identical_continuations" in r else []) + [r.get("note", "")]
+             + ([str(r["identical_continuations"])] if "identical_continuations" in r else [])
+             + ([str(r["outside_topk"])] if "outside_topk" in r else []) + [r.get("note", "")]
              for r in summary.get("summary_rows", [])]
     headers = ["comparison", "argmax agree", "mean |dlogprob|", "max |dlogprob|", "flips beyond tie gap", "verdict"]
     if summary.get("facts", {}).get("continue_tokens"):
         headers.append(f"identical {summary['facts']['continue_tokens']}-token continuations")
+        if any("outside_topk" in r for r in summary.get("summary_rows", [])):
+            headers.append(f"diverged outside top-{CONTINUE_TOP_K}")
     headers.append("note")
     count = len(rows["prompt_id"].unique()) if len(rows) else 0
     facts = summary.get("facts", {})
@@ -192,8 +201,10 @@ def _render_firsttoken(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
         parts.append(f"reference distributions: median top-1 probability {facts['reference_median_top1_prob']:.3f}, "
                      f"median top-1/top-2 gap {facts['reference_median_gap']:.3f} nats, "
                      f"{facts['reference_top1_prob_at_least_0.3']:.0%} of prompts at top-1 >= 0.3")
-    short = {"argmax agree": "agree", "flips beyond tie gap": "wide flips", headers[-2]: "same continuations"} \
-        if facts.get("continue_tokens") else {"argmax agree": "agree", "flips beyond tie gap": "wide flips"}
+    short = {"argmax agree": "agree", "flips beyond tie gap": "wide flips"}
+    if facts.get("continue_tokens"):
+        short[f"identical {facts['continue_tokens']}-token continuations"] = "same continuations"
+        short[f"diverged outside top-{CONTINUE_TOP_K}"] = f"outside top-{CONTINUE_TOP_K}"
     parts.append(Table(headers, table, short, _short_labels(r["comparison"] for r in summary.get("summary_rows", [])),
                        "note", legend=f"{LABEL_LEGEND}; agree: the same argmax as the reference; wide flips: flips "
                                       f"beyond the tie gap"))
@@ -261,7 +272,10 @@ def _render_sweep(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
     if positions:
         table = [line[:2] + [f"{float(line[2]):.0%}" if line[2] not in (MISSING, "nan") else line[2]] + line[3:]
                  for line in table]
-    return [title, Table([*headers, *names], table),
+    # one row per band statistic and backend, one column per length: a length reads down its column
+    lengths = [line[0] for line in table]
+    by_row = [[name, *(line[i] for line in table)] for i, name in enumerate([*headers[1:], *names], start=1)]
+    return [title, Table(["row", *lengths], by_row, key=1),
             Table(["row", "onset (tokens)", "stays out", "max distance", "verdict"], verdicts),
             *position_lines([(name, o["diagnosis"]) for name, o in onsets.items() if o.get("diagnosis")])]
 

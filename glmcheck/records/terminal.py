@@ -123,7 +123,8 @@ def fit(table: Table, notes: Notes, width: int = WIDTH) -> list[str]:
 
 
 def render_text(parts: list[str | Table], gate: str | None, verdict: str | None) -> str:
-    """`parts` fitted to WIDTH columns: each table's notes numbered under it, the gate the last note."""
+    """`parts` fitted to WIDTH columns: each table's notes numbered under it (only notes a cell points to), then
+    the gate and the verdict, unnumbered."""
     notes, blocks = Notes(), []
     for part in parts:
         if isinstance(part, Table):
@@ -132,11 +133,5 @@ def render_text(parts: list[str | Table], gate: str | None, verdict: str | None)
             blocks.append("\n".join(block + notes.flush()))
         else:
             blocks.append("\n".join(wrap(part)))
-    tail = []
-    if gate:
-        notes.add(f"gate: {gate}")
-        tail = notes.flush()
-    if tail and any(isinstance(p, Table) for p in parts[-1:]):
-        blocks[-1] += "\n" + "\n".join(tail)
-        tail = []
+    tail = wrap(f"gate: {gate}", indent=6) if gate else []
     return "\n\n".join(blocks) + "\n" + "\n".join(tail + [f"verdict: {verdict}"])

@@ -1,7 +1,9 @@
 """The FastAPI app over a `Served` model: the OpenAI-compatible and SGLang endpoints the engines
 expose, plus what a client records about the server it talked to.
 
-    POST /v1/completions   OpenAI legacy completions (`glmcheck.serve.schemas`, `.openai`)
+    POST /v1/completions   OpenAI legacy completions (`glmcheck.serve.schemas`, `.openai`), streamed with
+                           `stream: true` (`.streaming`)
+    POST /v1/chat/completions  OpenAI chat completions under the model's chat template (`.chat`)
     POST /generate         SGLang's native generate (`glmcheck.serve.sglang`)
     GET  /v1/models        the one served model: id, root (checkpoint or preset), max_model_len
     GET  /get_model_info   SGLang's: model_path, tokenizer_path, is_generation
@@ -20,15 +22,17 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from glmcheck import __version__
+from glmcheck.serve.chat import chat_job, chat_response, chat_stream, parse_chat
 from glmcheck.serve.engine import BackendFault, Generation, Served, ServerStopping
-from glmcheck.serve.openai import completion_response
+from glmcheck.serve.openai import completion_response, completion_stream
 from glmcheck.serve.schemas import RequestError, parse_completion
 from glmcheck.serve.sglang import generate_response, parse_generate
 
@@ -85,13 +89,23 @@ def build_app(served: Served) -> FastAPI:
         return _error(err.status_code, f"{request.method} {request.url.path}: {err.detail}")
 
     @app.post("/v1/completions")
-    async def completions(request: Request) -> JSONResponse:
+    async def completions(request: Request) -> Response:
         parsed = parse_completion(await _json_body(request), served)
-        top = parsed.logprobs or 0
-        jobs = [{"ids": p.ids, "max_new": parsed.max_tokens, "prompt_from": 0 if parsed.echo else None, "top": top,
-                 "stop": parsed.stop, "skip_special": parsed.skip_special} for p in parsed.prompts]
+        jobs = [{"ids": p.ids, "max_new": parsed.max_tokens, "prompt_from": 0 if parsed.scores_prompt else None,
+                 "top": parsed.top, "stop": parsed.stop, "skip_special": parsed.skip_special} for p in parsed.prompts]
+        if parsed.stream:
+            return StreamingResponse(completion_stream(parsed, served, jobs), media_type="text/event-stream")
         results = await run_in_threadpool(_run, served, jobs)
         return JSONResponse(completion_response(parsed, results, served))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        parsed = parse_chat(await _json_body(request), served)
+        chat_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if parsed.stream:
+            return StreamingResponse(chat_stream(parsed, served, chat_id), media_type="text/event-stream")
+        (result,) = await run_in_threadpool(_run, served, [chat_job(parsed)])
+        return JSONResponse(chat_response(parsed, result, served, chat_id))
 
     @app.post("/generate")
     async def generate(request: Request) -> JSONResponse:

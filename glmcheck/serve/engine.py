@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -32,11 +33,14 @@ class ServerStopping(RuntimeError):
 @dataclass(frozen=True)
 class Scored:
     """One position: its token, that token's logprob (None for the first scored prompt token, which
-    nothing before it predicts) and the `top` most likely (id, logprob) there, most likely first."""
+    nothing before it predicts), the `top` most likely (id, logprob) there, most likely first, and the
+    token's rank there (1: the most likely; 1 + the number of ids with a larger logprob; None with the
+    logprob)."""
 
     token: int
     logprob: float | None
     top: tuple[tuple[int, float], ...] | None
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class Served:
     positions: int
     root: str = ""  # the checkpoint or preset the name stands for (`/v1/models`)
     info: dict = field(default_factory=dict)
+    chat_template: str | None = None  # `--chat-template` (None: the tokenizer's own, if any)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     forwards: int = 0
@@ -92,20 +97,23 @@ class Served:
         return self.codec.vocab_size
 
     def generate(self, ids: list[int], max_new: int, *, prompt_from: int | None = None, top: int = 0,
-                 stop: Stop = Stop(), skip_special: bool = True) -> Generation:
+                 stop: Stop = Stop(), skip_special: bool = True,
+                 on_token: Callable[[Generation], None] | None = None) -> Generation:
         """Up to `max_new` greedy tokens after `ids` (valid ids, checked by the caller), each with
         its logprob and `top` most likely alternatives. With `prompt_from` = s (0 <= s < len(ids))
         the prompt positions s.. are scored too: position s gets logprob None, position p > s the
         logprob of ids[p] given ids[:p]. BackendFault for non-finite logits or a backend that was
-        never called; ServerStopping when the server shuts down between two forwards."""
+        never called; ServerStopping when the server shuts down between two forwards. `on_token` (streaming)
+        is called with the generation so far (its `text` decoded up to the new token) after each token that
+        does not end it; the returned generation is the final one."""
         with self.lock:
             start = time.perf_counter()
-            result = self._generate(ids, max_new, prompt_from, top, stop, skip_special)
+            result = self._generate(ids, max_new, prompt_from, top, stop, skip_special, on_token)
             result.seconds = time.perf_counter() - start
             return result
 
     def _generate(self, ids: list[int], max_new: int, prompt_from: int | None, top: int, stop: Stop,
-                  skip_special: bool) -> Generation:
+                  skip_special: bool, on_token: Callable[[Generation], None] | None = None) -> Generation:
         """`generate` without the lock (see there)."""
         prompt: list[Scored] = []
         output: list[Scored] = []
@@ -129,6 +137,9 @@ class Served:
                 break
             if stop.strings and _cut_at_stop(result, self.codec.decode(current[len(ids):], skip_special), stop):
                 return result
+            if on_token is not None and step + 1 < max_new:
+                result.text = self.codec.decode(current[len(ids):], skip_special)
+                on_token(result)
         result.text = self.codec.decode(current[len(ids):], skip_special)
         return result
 
@@ -158,7 +169,8 @@ def _score(logits: torch.Tensor, token: int, top: int) -> Scored:
     if top:
         values, indices = torch.topk(logprobs, top)
         best = tuple((int(i), float(v)) for i, v in zip(indices.tolist(), values.tolist()))
-    return Scored(token, float(logprobs[token]), best)
+    chosen = logprobs[token]
+    return Scored(token, float(chosen), best, 1 + int((logprobs > chosen).sum()))
 
 
 def _cut_at_stop(result: Generation, text: str, stop: Stop) -> bool:

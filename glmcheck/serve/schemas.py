@@ -11,9 +11,11 @@ as something it did not ask for.
 strings, a list of token ids or a list of lists: one choice per prompt), `max_tokens` (default 16;
 0 only with `echo`), `temperature` (0 or absent: greedy), `logprobs` (0..max_logprobs or null),
 `echo`, `stop` (honoured: text cut before the earliest match, finish_reason "stop"), `seed` and `user`
-(ignored: greedy), `stream` false; vLLM's `stop_token_ids`, `ignore_eos` (absent: EOS does not end a
-continuation, as the harness's greedy continuations; false: it does), `include_stop_str_in_output`,
-`skip_special_tokens` and `return_tokens_as_token_ids` (tokens as "token_id:N").
+(ignored: greedy), `stream` (server-sent events, `glmcheck.serve.streaming`) with `stream_options`
+{"include_usage"}; vLLM's `stop_token_ids`, `ignore_eos` (absent: EOS does not end a continuation, as the
+harness's greedy continuations; false: it does), `include_stop_str_in_output`, `skip_special_tokens`,
+`return_tokens_as_token_ids` (tokens as "token_id:N") and `prompt_logprobs` (0..max_logprobs: each prompt
+token's logprob, rank and the k most likely ids).
 """
 
 from __future__ import annotations
@@ -195,8 +197,24 @@ COMPLETION_FIELDS = ("model", "prompt", "max_tokens", "temperature", "top_p", "n
                      "stream", "stream_options", "seed", "user", "suffix", "best_of", "logit_bias",
                      "presence_penalty", "frequency_penalty", "top_k", "min_p", "repetition_penalty", "min_tokens",
                      "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
-                     "return_tokens_as_token_ids")
+                     "return_tokens_as_token_ids", "prompt_logprobs")
 DEFAULT_MAX_TOKENS = 16  # OpenAI's
+# OpenAI's and vLLM's sampling fields, taken only at the value that leaves greedy decoding as it is
+NEUTRAL_SAMPLING = {"top_p": ((1,), "greedy decoding takes top_p 1"), "n": ((1,), "one choice per prompt (n 1)"),
+                    "best_of": ((1,), "one choice per prompt (best_of 1)"),
+                    "suffix": (("",), "no suffix (insertion) support"),
+                    "logit_bias": (({},), "greedy over the model's own logits (no logit_bias)"),
+                    "presence_penalty": ((0,), "no penalties (0)"), "frequency_penalty": ((0,), "no penalties (0)"),
+                    "repetition_penalty": ((1,), "no penalties (1)"),
+                    "top_k": ((-1, 0), "greedy decoding takes top_k -1 or 0"),
+                    "min_p": ((0,), "greedy decoding takes min_p 0"),
+                    "min_tokens": ((0,), "min_tokens 0 (EOS ends nothing unless ignore_eos is false)")}
+
+
+def neutral_sampling(body: dict, fields: dict[str, tuple[tuple, str]]) -> None:
+    """Each of `fields` (name: (allowed values, why)) at a neutral value (`neutral`)."""
+    for name, (allowed, why) in fields.items():
+        neutral(body, name, allowed, why)
 
 
 @dataclass(frozen=True)
@@ -210,6 +228,32 @@ class CompletionRequest:
     stop: Stop
     skip_special: bool
     tokens_as_ids: bool
+    stream: bool = False
+    include_usage: bool = False
+    prompt_logprobs: int | None = None
+
+    @property
+    def top(self) -> int:
+        """The most likely ids the engine keeps at a position: what `logprobs` and `prompt_logprobs` ask."""
+        return max(self.logprobs or 0, self.prompt_logprobs or 0)
+
+    @property
+    def scores_prompt(self) -> bool:
+        return self.echo or self.prompt_logprobs is not None
+
+
+def stream_settings(body: dict, where: str = "") -> tuple[bool, bool]:
+    """(`stream`, `stream_options.include_usage`): options only with a stream, as OpenAI."""
+    stream = boolean(body, "stream", False, where)
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise RequestError(f"{where}stream_options", "given without stream: true")
+    options = check_known(options, ("include_usage", "continuous_usage_stats"), f"{where}stream_options.")
+    neutral(options, "continuous_usage_stats", (False,), "usage comes in the last chunk only",
+            f"{where}stream_options.")
+    return stream, boolean(options, "include_usage", False, f"{where}stream_options.")
 
 
 def parse_completion(body: object, served: Served) -> CompletionRequest:
@@ -223,21 +267,8 @@ def parse_completion(body: object, served: Served) -> CompletionRequest:
     if "prompt" not in body:
         raise RequestError("prompt", "required")
     greedy_temperature(body)
-    for name, allowed, why in (("top_p", (1,), "greedy decoding takes top_p 1"),
-                               ("n", (1,), "one choice per prompt (n 1)"),
-                               ("best_of", (1,), "one choice per prompt (best_of 1)"),
-                               ("stream", (False,), "responses are not streamed"),
-                               ("suffix", ("",), "no suffix (insertion) support"),
-                               ("logit_bias", ({},), "greedy over the model's own logits (no logit_bias)"),
-                               ("presence_penalty", (0,), "no penalties (0)"),
-                               ("frequency_penalty", (0,), "no penalties (0)"),
-                               ("repetition_penalty", (1,), "no penalties (1)"),
-                               ("top_k", (-1, 0), "greedy decoding takes top_k -1 or 0"),
-                               ("min_p", (0,), "greedy decoding takes min_p 0"),
-                               ("min_tokens", (0,), "min_tokens 0 (EOS ends nothing unless ignore_eos is false)")):
-        neutral(body, name, allowed, why)
-    if body.get("stream_options") is not None:
-        raise RequestError("stream_options", "responses are not streamed")
+    neutral_sampling(body, NEUTRAL_SAMPLING)
+    stream, include_usage = stream_settings(body)
     integer(body, "seed", None, minimum=-(2**63), maximum=2**64 - 1)  # accepted, ignored: greedy
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise RequestError("user", f"expected a string, got {describe(body['user'])}")
@@ -246,9 +277,12 @@ def parse_completion(body: object, served: Served) -> CompletionRequest:
     if max_tokens == 0 and not echo:
         raise RequestError("max_tokens", "0 only with echo (scoring the prompt); give an int >= 1")
     logprobs = integer(body, "logprobs", None, minimum=0, maximum=served.max_logprobs)
+    scored_prompt = integer(body, "prompt_logprobs", None, minimum=0, maximum=served.max_logprobs)
     batch, _ = prompts(body["prompt"], served, "prompt")
     check_lengths(batch, max_tokens, served, "prompt", "max_tokens")
     stop = Stop(stop_strings(body), stop_token_ids(body, served) | eos_stop(body, served),
                 boolean(body, "include_stop_str_in_output", False))
+    if stream and scored_prompt is not None:
+        raise RequestError("prompt_logprobs", "not available with stream: true (as vLLM)")
     return CompletionRequest(batch, max_tokens, logprobs, echo, stop, boolean(body, "skip_special_tokens", True),
-                             boolean(body, "return_tokens_as_token_ids", False))
+                             boolean(body, "return_tokens_as_token_ids", False), stream, include_usage, scored_prompt)

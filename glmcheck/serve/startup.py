@@ -33,6 +33,7 @@ class ServeSettings:
     deterministic: bool = False
     served_name: str | None = None
     max_logprobs: int = 20
+    chat_template: str | None = None  # a Jinja template file, or the template itself (as vLLM's --chat-template)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class ServePlan:
     name: str
     root: str
     warnings: list[str] = field(default_factory=list)
+    chat_template: str | None = None
 
     def load(self) -> Served:
         """Build the model on the device and return it served (with its `/glmcheck/info`)."""
@@ -67,7 +69,7 @@ class ServePlan:
                 "options": {"kv_cache_dtype": s.kv_cache_dtype, "deterministic": s.deterministic},
                 "warnings": self.warnings, "environment": environment_metadata()}
         return Served(model, self.codec, self.backend, options, self.name, s.max_logprobs,
-                      int(model.config.max_position_embeddings), self.root, info)
+                      int(model.config.max_position_embeddings), self.root, info, self.chat_template)
 
 
 def served_name(spec: ModelSpec) -> str:
@@ -115,4 +117,23 @@ def prepare(settings: ServeSettings) -> ServePlan:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"--served-model-name must be a non-empty string, got {name!r}")
     root = str(spec.checkpoint) if spec.checkpoint else spec.preset
-    return ServePlan(settings, config, device, backend, codec, name, root, warnings)
+    return ServePlan(settings, config, device, backend, codec, name, root, warnings,
+                     chat_template_text(settings.chat_template))
+
+
+def chat_template_text(given: str | None) -> str | None:
+    """`--chat-template`: a file's text, or the template given inline (one with a Jinja tag); ValueError
+    naming the option otherwise."""
+    from glmcheck.serve.chat import check_template
+
+    if given is None:
+        return None
+    if not isinstance(given, str) or not given.strip():
+        raise ValueError(f"--chat-template must name a Jinja template file or hold a template, got {given!r}")
+    path = Path(given)
+    if "{" not in given and "\n" not in given:
+        if not path.is_file():
+            raise ValueError(f"--chat-template: no file {given!r} (give a Jinja template file, or the template)")
+        given = path.read_text(encoding="utf-8")
+    check_template(given)
+    return given
