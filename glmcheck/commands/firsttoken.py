@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                         "reference's top-1/top-2 gap)")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck,
-                   precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # precompile.PROMPTS
+                   precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # glmcheck.cli.PROMPTS
 
 
 def precheck(ns: argparse.Namespace) -> None:
