@@ -25,7 +25,7 @@ from glmcheck.process.wording import cli_wording, error_line
 # read this table only; a command's module (and with it torch and the model code) is imported when
 # that command runs or prints its own help (tests/test_cli.py keeps the lines equal to the modules').
 COMMANDS: dict[str, tuple[str, str]] = {
-    "selfcheck": ("selfcheck", "run the kernel on random inputs against the fp64 reference"),
+    "kernel-check": ("kernel_check", "run the kernel on random inputs against the fp64 reference"),
     "selftest": ("selftest", "prove the accuracy suite catches planted kernel faults"),
     "layer0": ("layer0", "layer-0 attention output of every backend vs the reference"),
     "logits": ("logits", "next-token distributions at every position, per backend and prompt length"),
@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backends": ("backends", "list every backend found, where it came from and whether it runs here"),
     "serve": ("serve", "an OpenAI-compatible completions server over the harness, one backend"),
     "tasks": ("tasks", "task accuracy of servers, judged question by question (lm-evaluation-harness)"),
+    "selfcheck": ("selfcheck", "the former name of kernel-check (deprecated)"),
 }
 
 
@@ -122,8 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformers or triton is imported yet, so bad usage is answered in well under a second), then
     import the kernels (on a CPU-only machine Triton must be imported in interpreter mode,
     TRITON_INTERPRET=1, before anything else imports it) and run the command's handler."""
-    from glmcheck.process.bytecode import use_private_cache
     from glmcheck.process.phases import CLOCK
+    from glmcheck.startup.bytecode import use_private_cache
 
     CLOCK.begin()
     use_private_cache()  # before torch is imported: a read-only install compiles its sources once, not every run
@@ -143,15 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(ns: argparse.Namespace) -> int:
     """The command `ns` names, from its precheck to its exit code (the exceptions that end it as exit codes)."""
-    from glmcheck.process.bytecode import hint as bytecode_hint
     from glmcheck.process.phases import CLOCK, requested
+    from glmcheck.startup.bytecode import hint as bytecode_hint
 
     try:
         if getattr(ns, "precheck", None) is not None:
             ns.precheck(ns)
-        from glmcheck.checks.precompile import start_for
-
-        start_for(ns)  # a cold run's kernels compile in a second process while this one imports and builds
+        start_precompile(ns)  # a cold run's kernels compile in a second process while this one imports and builds
         import glmcheck.kernels  # noqa: F401
 
         if getattr(ns, "profile", False) or requested():
@@ -174,6 +173,41 @@ def _run(ns: argparse.Namespace) -> int:
     except KeyboardInterrupt as stop:
         print(interrupted_message(ns.command), file=sys.stderr)
         return 143 if isinstance(stop, Terminated) else 130
+
+
+PROMPTS = "prompts"  # a command's precompile_tokens for "the lengths of my prompt set" (firsttoken)
+
+
+def precompile_spec(ns: argparse.Namespace):
+    """The precompile child's spec (`glmcheck.startup.prediction.PrecompileSpec`) of the model check `ns` asks for:
+    its command names its prompt lengths (`precompile_tokens(ns)`: a list, PROMPTS for the lengths of its prompt set,
+    or None), its shared options say the rest. None when it names none (no model check, a check against servers, a
+    --text prompt of unknown length) or its geometry cannot be read without the model code."""
+    from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
+    from glmcheck.startup.prediction import predict_spec
+
+    lengths = getattr(ns, "precompile_tokens", None)
+    tokens = lengths(ns) if lengths is not None else None
+    if not tokens:
+        return None
+    band = ns.band if getattr(ns, "band", None) is not None else SWEEP_BAND if ns.command == "sweep" else DEFAULT_BAND
+    return predict_spec(model=getattr(ns, "model", None), checkpoint=getattr(ns, "checkpoint", None), tp=ns.tp,
+                        backends=ns.backends, band=band, exact=ns.exact, baseline=ns.baseline,
+                        deterministic=ns.deterministic, kv_cache_dtype=ns.kv_cache_dtype, device=ns.device,
+                        tokens=None if tokens == PROMPTS else tokens, prompts=getattr(ns, "prompts", None),
+                        limit=getattr(ns, "limit", None), continue_tokens=getattr(ns, "continue_tokens", 0),
+                        band_impl=getattr(ns, "band_impl", None), reference_impl=getattr(ns, "reference_impl", None))
+
+
+def start_precompile(ns: argparse.Namespace) -> bool:
+    """Start the precompile child for the check `ns` asks for where it can help (`glmcheck.startup.precompile`);
+    whether one was started. Never raises for the child's sake: a check runs the same without it."""
+    from glmcheck.startup import precompile
+
+    if getattr(ns, "precompile_tokens", None) is None or not precompile.wanted(getattr(ns, "device", None)):
+        return False
+    spec = precompile_spec(ns)
+    return spec is not None and precompile.start(spec)
 
 
 def console_main() -> int:

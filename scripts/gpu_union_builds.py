@@ -15,7 +15,7 @@ import triton.testing
 
 from glmcheck.bench.kernel import synthetic_indices
 from glmcheck.bench.names import HEADLINE_POINTS
-from glmcheck.kernels import union_dedup
+from glmcheck.kernels.union import union_dedup_forced
 
 INT32_MAX = 2**31 - 1
 
@@ -53,11 +53,11 @@ def main() -> None:
             kv_rows = batch * seq_len
             for G in (2, 4, 8):
                 old_auto = "tree" if G > 2 else "anchor"  # "auto" before the marks build
-                expected = canonical(union_dedup(indices, G, num_kv_rows=kv_rows, method="merge"))
+                expected = canonical(union_dedup_forced(indices, G, num_kv_rows=kv_rows, method="merge"))
                 methods = ["marks", old_auto] + (["merge"] if G == 2 else [])
                 for method in methods:
                     def call(m=method, g=G):
-                        return union_dedup(indices, g, num_kv_rows=kv_rows, method=m)
+                        return union_dedup_forced(indices, g, num_kv_rows=kv_rows, method=m)
                     got = canonical(call())
                     ok = torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
                     eager = triton.testing.do_bench(call, warmup=25, rep=ns.rep_ms) if ok else float("nan")

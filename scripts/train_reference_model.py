@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(ns: argparse.Namespace) -> int:
+    from glmcheck.data.documents import save_documents
     from glmcheck.training import corpus
 
     if ns.save_corpus:
         docs = corpus.stdlib_documents()
-        corpus.save_documents(docs, ns.save_corpus)
+        save_documents(docs, ns.save_corpus)
         print(f"{ns.save_corpus}: {len(docs)} documents, sha256 {corpus.corpus_hash(docs)}")
         return 0
     if not ns.name or not ns.out:

@@ -8,7 +8,8 @@ import itertools
 import pytest
 import torch
 
-from glmcheck.backends.band_kernels import BAND_FAMILY, BAND_FAMILY_SIZE, IMPL_ENV, FlashVariant, flash_sparse_mla
+from glmcheck.backends.band_kernels import BAND_FAMILY, BAND_FAMILY_SIZE, FlashVariant, flash_sparse_mla
+from glmcheck.backends.forms import BAND_ENV
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.checks import metrics
 from glmcheck.data.inputs import random_qkv
@@ -24,7 +25,7 @@ def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length
     per value dimension): u from rounding P (a convex combination of the v_j, each weight off by at
     most u), u from the normaliser (rounded P summed, or fp32 P against rounded weights), u from
     rounding the output, plus 1e-6 for the fp32 arithmetic. rel-L2 <= u overall."""
-    monkeypatch.setenv(IMPL_ENV, impl)  # both forms of the band (glmcheck.backends.band_triton)
+    monkeypatch.setenv(BAND_ENV, impl)  # both forms of the band (glmcheck.backends.band_triton)
     q, kv, indices, d_v, length = awkward(device, topk_length)
     exact = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length)
     valid = (indices >= 0) & (indices < kv.shape[0])
@@ -45,7 +46,7 @@ def test_every_variant_is_the_reference_within_bf16_rounding(device, topk_length
 
 
 def test_chunks_do_not_change_the_result(device, monkeypatch):
-    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form: tests/test_band_triton.py
+    monkeypatch.setenv(BAND_ENV, "torch")  # the Triton form: tests/test_band_triton.py
     q, kv, indices, d_v, length = awkward(device, True)
     spec = FlashVariant(16, reverse=True, sum_rounded=True)
     whole = flash_sparse_mla(q, kv, indices, 0.3, d_v, topk_length=length, variant=spec)
@@ -110,7 +111,7 @@ def test_blocks_no_token_uses_are_skipped_without_changing_a_value(device, k, mo
     block, value for value."""
     from glmcheck.backends import band_kernels
 
-    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form skips per token, inside its loop
+    monkeypatch.setenv(BAND_ENV, "torch")  # the Triton form skips per token, inside its loop
     g = torch.Generator().manual_seed(5)
     tokens, topk = 21, 300
     q, kv = random_qkv(tokens, 4, 64, 32, 16, g, "cpu")
@@ -140,7 +141,7 @@ def test_rows_from_the_fp32_table_are_the_rows_converted_per_block(device, monke
     KV holds -0.0 values and a NaN in row 0, which no token selects (an empty slot must not read it either way)."""
     from glmcheck.backends import band_kernels
 
-    monkeypatch.setenv(IMPL_ENV, "torch")  # the Triton form reads the bf16 rows it selects, masked
+    monkeypatch.setenv(BAND_ENV, "torch")  # the Triton form reads the bf16 rows it selects, masked
     q, kv, indices, d_v, length = awkward(device, topk_length)
     kv = kv.clone()
     kv[1, :5] = -0.0

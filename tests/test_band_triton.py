@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from glmcheck.backends import band_kernels
-from glmcheck.backends.band_kernels import BAND_FAMILY, IMPL_ENV, band_impl, flash_sparse_mla
+from glmcheck.backends.band_kernels import BAND_FAMILY, band_impl, flash_sparse_mla
+from glmcheck.backends.forms import BAND_ENV
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.checks import metrics
 from glmcheck.data.inputs import random_distinct_indices, random_qkv
@@ -17,19 +18,19 @@ from tests.support.band_inputs import awkward
 
 @pytest.fixture
 def triton_band(monkeypatch):
-    monkeypatch.setenv(IMPL_ENV, "triton")
+    monkeypatch.setenv(BAND_ENV, "triton")
 
 
 @pytest.fixture
 def torch_band(monkeypatch):
-    monkeypatch.setenv(IMPL_ENV, "torch")
+    monkeypatch.setenv(BAND_ENV, "torch")
 
 
 def _both(monkeypatch, run):
     """run() under the torch form, then under the Triton form."""
-    monkeypatch.setenv(IMPL_ENV, "torch")
+    monkeypatch.setenv(BAND_ENV, "torch")
     first = run()
-    monkeypatch.setenv(IMPL_ENV, "triton")
+    monkeypatch.setenv(BAND_ENV, "triton")
     return first, run()
 
 
@@ -98,13 +99,13 @@ def test_token_chunks_do_not_change_a_bit(device, triton_band):
 
 
 def test_which_form_runs(monkeypatch):
-    monkeypatch.delenv(IMPL_ENV, raising=False)
+    monkeypatch.delenv(BAND_ENV, raising=False)
     assert band_impl(torch.device("cpu")) == "torch" and band_impl(torch.device("cuda", 0)) == "triton"
-    monkeypatch.setenv(IMPL_ENV, " Torch ")
+    monkeypatch.setenv(BAND_ENV, " Torch ")
     assert band_impl(torch.device("cuda", 0)) == "torch"
-    monkeypatch.setenv(IMPL_ENV, "triton")
+    monkeypatch.setenv(BAND_ENV, "triton")
     assert band_impl(torch.device("cpu")) == "triton"
-    monkeypatch.setenv(IMPL_ENV, "cuda")
+    monkeypatch.setenv(BAND_ENV, "cuda")
     with pytest.raises(ValueError, match=r"GLMCHECK_BAND_IMPL must be auto, torch or triton, got 'cuda'"):
         flash_sparse_mla(*awkward("cpu", False)[:3], 0.3, 32)
 

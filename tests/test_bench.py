@@ -228,7 +228,7 @@ def test_graph_call_keeps_the_tensors_its_replays_write_alive():
 
 
 def test_paired_option_names_two_backends_of_the_table():
-    from glmcheck.evaluate.bench_kernels import paired_option as _paired
+    from glmcheck.evaluate.kernel_bench import paired_option as _paired
     specs = default_specs(flashmla=False)
     assert _paired("per-token,union2", specs) == [("per-token", "union2")]
     assert _paired(None, specs) == []

@@ -1,4 +1,4 @@
-"""`glmcheck bench` as a thin command over `glmcheck.evaluate.bench_kernels` / `bench_prefill` (issue 58 item 5): on
+"""`glmcheck bench` as a thin command over `glmcheck.evaluate.bench_kernels` / `bench_model` (issue 58 item 5): on
 the CPU, with the GPU work stubbed, what it prints, the record it writes (the fields earlier records had, the table
 `glmcheck report` reprints) and its exit code."""
 
@@ -20,9 +20,9 @@ MODEL_FIELDS = {"command", "environment", "rows", "model", "tp", "indices", "kv_
 
 @pytest.fixture
 def no_gpu_needed(monkeypatch):
-    from glmcheck.evaluate import bench_kernels
+    from glmcheck.evaluate import kernel_bench
 
-    monkeypatch.setattr(bench_kernels, "require_gpu", lambda: None)
+    monkeypatch.setattr(kernel_bench, "require_gpu", lambda: None)
 
 
 def fake_run_point(point, specs, **kwargs):
@@ -64,9 +64,9 @@ class FakeModel:
 @pytest.mark.parametrize("passed", [True, False])
 def test_model_bench_prints_warnings_first_and_exits_on_its_gates(no_gpu_needed, monkeypatch, tmp_path, capsys,
                                                                   passed):
+    from glmcheck.backends import choice as backend_choice
     from glmcheck.backends import validation
     from glmcheck.bench import model as bench_model
-    from glmcheck.evaluate import backend_choice
     from glmcheck.model import load
 
     monkeypatch.setattr(backend_choice, "default_backends", lambda *args, **kwargs: ["triton_sparse_mla"])

@@ -141,7 +141,7 @@ def test_a_failing_peer_ends_its_cell_not_the_bench(standin):
 
 
 def test_paired_option_takes_several_pairs_and_best():
-    from glmcheck.evaluate.bench_kernels import paired_option
+    from glmcheck.evaluate.kernel_bench import paired_option
     specs = default_specs(flashmla=True, tilelang=True)
     assert paired_option("best,tilelang;best,flashmla+len", specs) == [("best", "tilelang"), ("best", "flashmla+len")]
     with pytest.raises(ValueError, match="--paired takes two different backends"):

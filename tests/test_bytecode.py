@@ -1,4 +1,4 @@
-"""The private bytecode cache (`glmcheck.process.bytecode`, issue 55) is used only where an install can neither hold nor
+"""The private bytecode cache (`glmcheck.startup.bytecode`, issue 55) is used only where an install can neither hold nor
 take its bytecode, and never where the user chose."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from glmcheck.process.bytecode import needs_private_cache
+from glmcheck.startup.bytecode import needs_private_cache
 
 
 def test_a_package_with_bytecode_or_a_writable_folder_needs_none(tmp_path):
@@ -37,7 +37,7 @@ def test_a_read_only_folder_is_seen_as_such(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("env", [{"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPYCACHEPREFIX": "/tmp/theirs"}])
 def test_the_users_choice_stands(env, tmp_path):
-    code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+    code = ("import glmcheck.startup.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
     base = {k: v for k, v in os.environ.items() if k != "GLMCHECK_PYCACHE"}  # no opt-in: the user's choice stands
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
@@ -46,7 +46,7 @@ def test_the_users_choice_stands(env, tmp_path):
 
 
 def test_a_cache_is_made_when_needed(tmp_path):
-    code = ("import glmcheck.process.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
+    code = ("import glmcheck.startup.bytecode as b, sys; b.needs_private_cache = lambda p: True; "
             "print(b.use_private_cache(), sys.pycache_prefix)")
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "GLMCHECK_PYCACHE")}
@@ -68,7 +68,7 @@ def _in_fresh_python(code: str, tmp_path, **env: str) -> list[str]:
 def test_the_opt_in_writes_bytecode_to_the_private_folder_only(tmp_path, torch_cached):
     """GLMCHECK_PYCACHE=1 under PYTHONDONTWRITEBYTECODE=1: bytecode written, but to the private folder (never beside
     the installed sources), and only where torch has none beside it."""
-    code = (f"import glmcheck.process.bytecode as b, sys; b._has_bytecode = lambda p: {torch_cached}; "
+    code = (f"import glmcheck.startup.bytecode as b, sys; b._has_bytecode = lambda p: {torch_cached}; "
             "print(b.use_private_cache(), sys.pycache_prefix, sys.dont_write_bytecode, sep='|', end='')")
     out = _in_fresh_python(code, tmp_path, PYTHONDONTWRITEBYTECODE="1", GLMCHECK_PYCACHE="1")
     folder = str(tmp_path / "glmcheck" / "pycache")
@@ -76,7 +76,7 @@ def test_the_opt_in_writes_bytecode_to_the_private_folder_only(tmp_path, torch_c
 
 
 def test_without_the_opt_in_profile_names_the_cost_and_the_opt_in(tmp_path):
-    code = ("import glmcheck.process.bytecode as b; b._has_bytecode = lambda p: False; "
+    code = ("import glmcheck.startup.bytecode as b; b._has_bytecode = lambda p: False; "
             "print(b.use_private_cache(), b.hint(), sep='|', end='')")
     out = _in_fresh_python(code, tmp_path, PYTHONDONTWRITEBYTECODE="1")
     assert out[0] == "None" and "GLMCHECK_PYCACHE=1" in out[1] and "PYTHONDONTWRITEBYTECODE" in out[1], out
@@ -89,7 +89,7 @@ def test_without_the_opt_in_profile_names_the_cost_and_the_opt_in(tmp_path):
 def test_the_profile_table_carries_the_hint(monkeypatch, capsys):
     """`--profile` (here GLMCHECK_PROFILE=1, any command) prints `hint()`'s line under its table."""
     from glmcheck import cli
-    from glmcheck.process import bytecode
+    from glmcheck.startup import bytecode
 
     monkeypatch.setenv("GLMCHECK_PROFILE", "1")
     monkeypatch.setattr(bytecode, "hint", lambda: "imports: a planted hint")

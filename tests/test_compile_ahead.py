@@ -1,4 +1,4 @@
-"""Compile ahead (`glmcheck.checks.compile_ahead`, issue 55): the reference forward's recorded calls are the
+"""Compile ahead (`glmcheck.startup.compile_ahead`, issue 55): the reference forward's recorded calls are the
 backends' own inputs; every compiling backend runs once on each of them, in threads; a check's rows do not change;
 on the GPU the forwards then compile nothing."""
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from glmcheck.backends import Backend
-from glmcheck.checks import compile_ahead
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.model import build_dummy_model, make_config
 from glmcheck.process.phases import PhaseClock, _time_triton_compiles
+from glmcheck.startup import compile_ahead
 
 TOKENS = 20
 

@@ -85,9 +85,9 @@ def test_the_real_kernel_on_glmchecks_pool(heads):
 
 
 def test_chosen_and_refused_before_any_model_is_built(monkeypatch):
+    from glmcheck.backends import choice as backend_choice
     from glmcheck.backends.errors import BackendError
     from glmcheck.backends.validation import validate_backend
-    from glmcheck.evaluate import backend_choice
 
     cpu = torch.device("cpu")
     with pytest.raises(BackendError, match=r"flashmla_kv reads the FP8 KV pool: run it with --kv-cache-dtype fp8_e4m3"):

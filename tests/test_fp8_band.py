@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from glmcheck.backends.band_kernels import BAND_FAMILY, IMPL_ENV, fp8_band_variant
+from glmcheck.backends.band_kernels import BAND_FAMILY, fp8_band_variant
+from glmcheck.backends.forms import BAND_ENV
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.registry import get_backend
 from glmcheck.checks import metrics
@@ -51,7 +52,7 @@ def test_scale_after_each_tiles_dot_is_the_dot_over_dequantised_rows():
 def test_every_member_within_its_bound_and_the_fp8_ones_beside_their_bf16_twins(device, monkeypatch, impl):
     """Bound as the band's (3 u max|v| per element); an FP8 member k (odd) nearer band:k (the same kernel, only its
     score sums grouped per tile) than the nearest other member; an even member is band:k itself."""
-    monkeypatch.setenv(IMPL_ENV, impl)
+    monkeypatch.setenv(BAND_ENV, impl)
     q, kv, indices, d_v, length = _fp8_inputs(device)
     exact = sparse_mla_reference(q, kv, indices, 0.3, d_v, topk_length=length)
     valid = (indices >= 0) & (torch.arange(indices.shape[1], device=indices.device)[None, :] < length[:, None])
@@ -72,7 +73,7 @@ def test_band_names_over_an_fp8_cache(monkeypatch):
     assert "FP8" in get_backend("band:1", kv_cache_dtype="fp8_e4m3").description
     assert "FP8" not in get_backend("band:1").description
     q, kv, indices, d_v, length = _fp8_inputs("cpu")
-    monkeypatch.setenv(IMPL_ENV, "torch")
+    monkeypatch.setenv(BAND_ENV, "torch")
     ours = get_backend("band:3", kv_cache_dtype="fp8_e4m3").fn(q, kv, indices, 0.3, d_v, topk_length=length)
     assert torch.equal(ours, fp8_band_variant(3)(q, kv, indices, 0.3, d_v, topk_length=length))
     with pytest.raises(ValueError, match=r"\[0, 15\]"):

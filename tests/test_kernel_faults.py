@@ -12,7 +12,7 @@ import torch
 from glmcheck import cli
 from glmcheck.backends.errors import KernelFault
 from glmcheck.evaluate import CheckOptions, drift, firsttoken, layer0, logits, sweep
-from glmcheck.model.swap import check_output
+from glmcheck.model.kernel_call import check_output
 
 KERNELS = "tests/support/broken_kernels.py"
 BROKEN = {"raises": "raised RuntimeError: CUDA error: an illegal memory access",

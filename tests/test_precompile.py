@@ -1,4 +1,5 @@
-"""The precompile child (`glmcheck.checks.precompile`, `glmcheck.evaluate.precompile_child`; issue 55): the calls it predicts from a command line are the
+"""The precompile child (`glmcheck.startup.precompile`, its spec from a command line `glmcheck.cli.precompile_spec`;
+issue 55): the calls it predicts from a command line are the
 attention swap's own (shapes, strides, dtypes), its picks are causal; when it starts; the child's lifecycle; and on
 the GPU a check after it compiles none of the variants it compiled."""
 
@@ -13,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from glmcheck.checks import compile_ahead, precompile
-from glmcheck.checks.precompile import PrecompileSpec, causal_picks, predicted_calls, spec_for
+from glmcheck.backends import forms
 from glmcheck.checks.runner import forward_under
-from glmcheck.cli import build_parser
+from glmcheck.cli import build_parser, precompile_spec, start_precompile
 from glmcheck.data.model_prompts import model_prompt
-from glmcheck.evaluate import precompile_child
 from glmcheck.evaluate.options import CheckOptions
 from glmcheck.evaluate.setup import Setup
 from glmcheck.model.load import load_model
+from glmcheck.startup import child, compile_ahead, precompile
+from glmcheck.startup.prediction import PrecompileSpec, causal_picks, predicted_calls, prompt_lengths
 
 
 def _ns(*argv: str):
@@ -29,8 +30,7 @@ def _ns(*argv: str):
 
 
 def _spec(*argv: str) -> PrecompileSpec:
-    ns = _ns(*argv)
-    return spec_for(ns, ns.precompile_tokens(ns))
+    return precompile_spec(_ns(*argv))
 
 
 @pytest.mark.parametrize("model,tp,tokens", [("tiny", 2, 100), ("tiny", 1, 20), ("ref-cpu", 1, 300)])
@@ -86,11 +86,14 @@ def test_the_spec_comes_from_the_command_line_without_the_model_code(tmp_path):
     assert ns.precompile_tokens(ns) is None
     config = {"num_attention_heads": 16, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 1024}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert spec_for(_ns("layer0", "--checkpoint", str(tmp_path)), [10]).heads == 16
+    assert _spec("layer0", "--checkpoint", str(tmp_path), "--tokens", "10").heads == 16
     (tmp_path / "config.json").write_text("{not json")
-    assert spec_for(_ns("layer0", "--checkpoint", str(tmp_path)), [10]) is None
-    assert spec_for(_ns("layer0", "--checkpoint", str(tmp_path / "missing")), [10]) is None
+    assert _spec("layer0", "--checkpoint", str(tmp_path), "--tokens", "10") is None
+    assert _spec("layer0", "--checkpoint", str(tmp_path / "missing"), "--tokens", "10") is None
     assert PrecompileSpec.from_json(spec.to_json()) == spec
+    assert (spec.band_impl, spec.reference_impl) == (None, None), "the environment's forms, which the child inherits"
+    forms_given = _spec("layer0", "--band-impl", "torch", "--reference-impl", "triton")
+    assert (forms_given.band_impl, forms_given.reference_impl) == ("torch", "triton")
 
 
 def test_firsttokens_lengths_are_its_prompts_own(monkeypatch, tmp_path):
@@ -103,18 +106,18 @@ def test_firsttokens_lengths_are_its_prompts_own(monkeypatch, tmp_path):
     assert (spec.prompts, spec.limit, spec.continue_tokens, spec.tokens) == ("heldout50", 6, 2, ())
     tokenizer = CheckpointTokenizer(str(MODELS_DIR / "ref-cpu"))
     counts = [len(tokenizer.encode(p.prompt)) for p in load_prompts("heldout50", 6)]
-    assert precompile.prompt_lengths(spec) == sorted({n + i for n in counts for i in range(3)})
+    assert prompt_lengths(spec) == sorted({n + i for n in counts for i in range(3)})
     assert _spec("firsttoken", "--model", "tiny").prompts == "natural50" and _spec("firsttoken").tokenizer is not None
     (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 8, "kv_lora_rank": 64,
                                                       "qk_rope_head_dim": 16, "index_topk": 32, "vocab_size": 512}))
-    assert spec_for(_ns("firsttoken", "--checkpoint", str(tmp_path)), precompile.PROMPTS) is None, "no tokenizer.json"
+    assert _spec("firsttoken", "--checkpoint", str(tmp_path)) is None, "no tokenizer.json"
     # the lengths of the calls the check's own compile ahead sees
     seen = []
     monkeypatch.setattr(compile_ahead, "run_each",
                         lambda name, calls, **kw: seen.append(sorted(c.q.shape[0] for c in calls)))
     monkeypatch.setenv(compile_ahead.ENV, "1")
     firsttoken(CheckOptions(model="tiny", backends=["triton_sparse_mla:union2"], band=2, quiet=True), limit=4)
-    assert seen[0] == precompile.prompt_lengths(_spec("firsttoken", "--model", "tiny", "--limit", "4"))
+    assert seen[0] == prompt_lengths(_spec("firsttoken", "--model", "tiny", "--limit", "4"))
 
 
 def test_it_starts_only_where_it_can_help(monkeypatch):
@@ -134,29 +137,33 @@ def test_it_starts_only_where_it_can_help(monkeypatch):
     assert precompile.wanted()
     started = []
     monkeypatch.setattr(precompile, "start", lambda spec: started.append(spec) or True)
-    assert precompile.start_for(_ns("layer0", "--model", "glm-5.2")) and started[0].tokens == (4096,)
-    assert precompile.start_for(_ns("firsttoken", "--model", "ref-gpu"))
+    assert start_precompile(_ns("layer0", "--model", "glm-5.2")) and started[0].tokens == (4096,)
+    assert start_precompile(_ns("firsttoken", "--model", "ref-gpu"))
     assert started[1].tokens == () and started[1].prompts == "heldout50" and started[1].tokenizer.endswith("ref-gpu")
-    assert not precompile.start_for(_ns("layer0", "--text", "x"))
-    assert precompile.start_for(_ns("layer0", "--text", "x", "--tokens", "300")) and started[2].tokens == (300,)
-    assert not precompile.start_for(_ns("layer0", "--device", "cpu"))
+    assert not start_precompile(_ns("layer0", "--text", "x"))
+    assert start_precompile(_ns("layer0", "--text", "x", "--tokens", "300")) and started[2].tokens == (300,)
+    assert not start_precompile(_ns("layer0", "--device", "cpu"))
+    assert not start_precompile(_ns("report", "x")), "no model check: no prompt lengths"
     assert len(started) == 3
 
 
 def test_the_child_compiles_ahead_the_bands_and_kernels_on_the_predicted_calls(monkeypatch):
     ran, warmed = [], []
-    monkeypatch.setattr(compile_ahead, "run_each",
-                        lambda name, calls, **kw: ran.append((name, [tuple(c.q.shape) for c in calls], kw)))
-    monkeypatch.setattr(precompile_child, "warm_sdpa", lambda spec, device: warmed.append(spec.tokens))
+    monkeypatch.setattr(compile_ahead, "run_each", lambda name, calls, **kw: ran.append(
+        (name, [tuple(c.q.shape) for c in calls], kw | {"forms": forms.active()})))
+    monkeypatch.setattr(precompile, "warm_sdpa", lambda spec, device: warmed.append(spec.tokens))
     spec = PrecompileSpec(8, 2, 64, 16, 32, (40, 24), "triton_sparse_mla:union2,hf_sdpa", 3, "fp32", None, True, None,
                           "cpu")
-    assert precompile_child.run(spec) == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
+    assert precompile.run(spec) == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert [name for name, *_ in ran] == ["band:0", "band:1", "band:2", "triton_sparse_mla:union2"]
     assert all(shapes == [(24, 4, 80), (40, 4, 80)] and kw["deterministic"] for _, shapes, kw in ran)
+    assert all(kw["forms"] == forms.Forms(forms.band_default(), forms.reference_default()) for *_, kw in ran)
     assert warmed == [(40, 24)], "hf_sdpa is a row: its SDPA kernels are warmed, once"
-    precompile_child.run(PrecompileSpec(8, 2, 64, 16, 32, (40,), "triton_sparse_mla", 1, "fp32", None, False, None,
-                                        "cpu"))
+    precompile.run(PrecompileSpec(8, 2, 64, 16, 32, (40,), "triton_sparse_mla", 1, "fp32", None, False, None, "cpu"))
     assert warmed == [(40, 24)], "no hf_sdpa row: nothing warmed"
+    precompile.run(PrecompileSpec(8, 2, 64, 16, 32, (40,), "triton_sparse_mla", 1, "fp32", None, False, None, "cpu",
+                                  band_impl="triton", reference_impl="triton"))
+    assert ran[-1][2]["forms"] == forms.Forms("triton", "triton"), "the check's forms, as the spec names them"
 
 
 def test_sdpa_is_warmed_at_each_length_of_the_models_head_dims():
@@ -164,24 +171,23 @@ def test_sdpa_is_warmed_at_each_length_of_the_models_head_dims():
     assert (spec.qk_head_dim, spec.v_head_dim) == (128, 96)
     assert (_spec("layer0", "--model", "glm-5.2").qk_head_dim, _spec("layer0", "--model", "glm-5.2").v_head_dim) == \
         (256, 256)
-    spec = PrecompileSpec(8, 1, 64, 16, 32, (12, 30, precompile_child.SDPA_MAX_TOKENS + 1), None, 1, "fp32", None,
+    spec = PrecompileSpec(8, 1, 64, 16, 32, (12, 30, precompile.SDPA_MAX_TOKENS + 1), None, 1, "fp32", None,
                           False, None, "cpu", qk_head_dim=48, v_head_dim=32)
-    assert precompile_child.warm_sdpa(spec, "cpu") == 2, "past SDPA_MAX_TOKENS: not warmed"
-    assert precompile_child.warm_sdpa(PrecompileSpec(8, 1, 64, 16, 32, (12,), None, 1, "fp32", None, False, None,
-                                                     "cpu"), "cpu") == 0, "head dims unknown: nothing"
+    assert precompile.warm_sdpa(spec, "cpu") == 2, "past SDPA_MAX_TOKENS: not warmed"
+    assert precompile.warm_sdpa(PrecompileSpec(8, 1, 64, 16, 32, (12,), None, 1, "fp32", None, False, None, "cpu"),
+                                "cpu") == 0, "head dims unknown: nothing"
 
 
 def test_the_childs_lifecycle(monkeypatch):
     spec = PrecompileSpec(8, 2, 64, 16, 32, (12,), "triton_sparse_mla", 1, "fp32", None, False, None, "cpu")
-    monkeypatch.setattr(precompile, "_child", None)
+    monkeypatch.setattr(child, "_child", None)
     assert precompile.start(spec)
     assert not precompile.start(spec), "one child per process"
-    assert precompile.wait() == 0 and precompile.wait() is None
+    assert child.wait() == 0 and child.wait() is None
     assert precompile.start(spec)
-    assert precompile.wait(timeout=0.001) is None, "past the wait it is stopped"
-    assert precompile._child is None
-    bad = subprocess.run([sys.executable, "-m", precompile.CHILD_MODULE], check=False, capture_output=True,
-                         text=True)
+    assert child.wait(timeout=0.001) is None, "past the wait it is stopped"
+    assert child._child is None
+    bad = subprocess.run([sys.executable, "-m", precompile.__name__], check=False, capture_output=True, text=True)
     assert bad.returncode == 2 and "usage" in bad.stderr
 
 
@@ -210,9 +216,9 @@ def test_on_the_gpu_a_check_after_the_child_compiles_none_of_its_variants(tmp_pa
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path), compile_ahead.ENV: "1", precompile.ENV: "0"}
     spec = PrecompileSpec(8, 2, 64, 16, 32, (300,), "triton_sparse_mla,triton_sparse_mla:union4", 4, "fp32", None,
                           False, None, None)
-    child = subprocess.run([sys.executable, "-m", precompile.CHILD_MODULE, spec.to_json()], env=env, check=False,
-                           capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0, child.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-m", precompile.__name__, spec.to_json()], env=env, check=False,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     before = _kernels(tmp_path)
     assert before, "the child compiled"
     parent = subprocess.run([sys.executable, "-c", _PARENT], env=env, check=False, capture_output=True, text=True,

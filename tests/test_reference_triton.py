@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from glmcheck.backends import reference
-from glmcheck.backends.reference import IMPL_ENV, reference_impl, sparse_mla_reference
+from glmcheck.backends.forms import REFERENCE_ENV
+from glmcheck.backends.reference import reference_impl, sparse_mla_reference
 from glmcheck.data.inputs import random_distinct_indices, random_qkv
 from tests.support.band_inputs import awkward
 
@@ -17,7 +18,7 @@ def _forms(monkeypatch, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """The fp32 reference of args in its torch form, then in its Triton form."""
     out = []
     for form in ("torch", "triton"):
-        monkeypatch.setenv(IMPL_ENV, form)
+        monkeypatch.setenv(REFERENCE_ENV, form)
         out.append(sparse_mla_reference(*args, dtype=torch.float32, **kwargs))
     return out[0], out[1]
 
@@ -68,11 +69,11 @@ def test_heads_outside_one_program(device, monkeypatch, heads):
 
 
 def test_which_form_runs(monkeypatch):
-    monkeypatch.delenv(IMPL_ENV, raising=False)
+    monkeypatch.delenv(REFERENCE_ENV, raising=False)
     assert reference_impl() == "torch", "the torch form until the Triton one is timed on the GPU"
-    monkeypatch.setenv(IMPL_ENV, " Triton ")
+    monkeypatch.setenv(REFERENCE_ENV, " Triton ")
     assert reference_impl() == "triton"
-    monkeypatch.setenv(IMPL_ENV, "gpu")
+    monkeypatch.setenv(REFERENCE_ENV, "gpu")
     q, kv, indices, d_v, _ = awkward("cpu", False)
     with pytest.raises(ValueError, match=r"GLMCHECK_REFERENCE_IMPL must be torch or triton, got 'gpu'"):
         sparse_mla_reference(q, kv, indices, 0.3, d_v, dtype=torch.float32)
@@ -80,7 +81,7 @@ def test_which_form_runs(monkeypatch):
 
 
 def test_the_triton_form_is_what_runs(device, monkeypatch):
-    monkeypatch.setenv(IMPL_ENV, "triton")
+    monkeypatch.setenv(REFERENCE_ENV, "triton")
     monkeypatch.setattr(reference, "_reference_chunk", None)
     q, kv, indices, d_v, _ = awkward(device, False)
     assert sparse_mla_reference(q, kv, indices, 0.3, d_v, dtype=torch.float32).shape == (37, 4, d_v)

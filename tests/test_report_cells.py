@@ -10,8 +10,8 @@ import torch
 
 from glmcheck.checks.band import FAIL, PASS
 from glmcheck.checks.rows import compare, not_called_row
-from glmcheck.evaluate.selftest_suite import fmt_measured
-from glmcheck.evaluate.union_stats import ratio_cell as _ratio
+from glmcheck.evaluate.index_unions import ratio_cell as _ratio
+from glmcheck.evaluate.selftest_kernels import fmt_measured
 from glmcheck.records.render import render
 from glmcheck.records.store import read_record, write_record
 

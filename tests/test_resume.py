@@ -79,9 +79,19 @@ def test_killed_run_resumes_without_recomputing(tmp_path, monkeypatch, args, per
     _same_record(out, whole)
 
 
-def test_resume_refuses_other_settings(tmp_path, capsys):
+def test_resume_refuses_other_settings(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     assert cli.main(["logits", "--tokens", "24", "--backends", "band:5", "--quiet", "--out", str(out)]) == 0
     code = cli.main(["logits", "--tokens", "24", "--backends", "band:4", "--quiet", "--out", str(out)])
     err = capsys.readouterr().err
-    assert code == 2 and "holds a run with other settings (" in err and "options" in err, err
+    assert code == 2 and "holds a run with other settings (" in err and "options.backends)" in err, err
+    # the band's and the reference's forms (issue 72): recorded, a resume with another one refused in one line
+    assert read_record(out).summary["options"]["band_impl"] == "torch", "auto on the CPU"
+    same = ["logits", "--tokens", "24", "--backends", "band:5", "--quiet", "--out", str(out)]
+    assert cli.main(same + ["--band-impl", "triton"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "other settings (options.band_impl)" in lines[0], lines
+    monkeypatch.setenv("GLMCHECK_REFERENCE_IMPL", "triton")
+    assert cli.main(same) == 2 and "other settings (options.reference_impl)" in capsys.readouterr().err
+    monkeypatch.delenv("GLMCHECK_REFERENCE_IMPL")
+    assert cli.main(same + ["--band-impl", "torch"]) == 0, "auto was torch here: the same form, resumed"

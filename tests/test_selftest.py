@@ -22,7 +22,7 @@ from glmcheck.selftest.mutants import (
     mutated_kernels,
     real_kernels_dir,
 )
-from glmcheck.selftest.runner import run_baseline, run_selftest
+from glmcheck.selftest.mutation_runs import run_baseline, run_selftest
 from glmcheck.selftest.suite import SUITE
 from tests.support.tamper import assert_tampering_refused
 
@@ -142,7 +142,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def test_cli_one_mutant_exits_zero_and_prints_score(monkeypatch, capsys):
-    import glmcheck.selftest.runner as runner
+    import glmcheck.selftest.mutation_runs as runner
 
     # The real runner and mutant, on the two checks that reach this mutant's catcher (the whole suite's baseline
     # runs in the module's report already; here it would cost the interpreter ~20 s more).
@@ -158,7 +158,7 @@ def test_cli_one_mutant_exits_zero_and_prints_score(monkeypatch, capsys):
 
 
 def test_cli_full_table_from_report(report, monkeypatch, capsys, tmp_path):
-    import glmcheck.selftest.runner as runner
+    import glmcheck.selftest.mutation_runs as runner
 
     monkeypatch.setattr(runner, "run_selftest", lambda mutants, **kwargs: report)
     ns = _parse(["selftest", "--mutants", "--quiet"])
@@ -168,7 +168,7 @@ def test_cli_full_table_from_report(report, monkeypatch, capsys, tmp_path):
         assert f"| {name}" in printed
     assert f"score: {len(CATALOGUE)}/{len(CATALOGUE)} (100%)" in printed
     # its record, as the library writes it: PASS only when every row passed (issue 68)
-    from glmcheck.evaluate.selftest_suite import selftest_suite
+    from glmcheck.evaluate.selftest_kernels import selftest_suite
 
     selftest_suite(mutants=True).write(tmp_path / "r")
     assert_tampering_refused(tmp_path / "r", tmp_path, capsys)

@@ -8,16 +8,17 @@ import os
 import pytest
 import torch
 
+from glmcheck.checks import kernel_check as selfcheck
+from glmcheck.checks.kernel_check import CPU_DEFAULT, GPU_DEFAULT, KernelShape
 from glmcheck.evaluate import arguments as options
 from glmcheck.model import memory
-from glmcheck.selftest import selfcheck
-from glmcheck.selftest.selfcheck import CPU_DEFAULT, GPU_DEFAULT, SelfcheckShape
+from glmcheck.process.wording import cli_wording
 
 GIB = 2**30
 
 
-def shape(**changes) -> SelfcheckShape:
-    return SelfcheckShape(**{**CPU_DEFAULT.__dict__, **changes})
+def shape(**changes) -> KernelShape:
+    return KernelShape(**{**CPU_DEFAULT.__dict__, **changes})
 
 
 def fake_memory(monkeypatch, ram_gib: float, gpu_free_gib: float = 0, gpu_total_gib: float = 80):
@@ -47,7 +48,7 @@ def test_selfcheck_memory_is_estimated_from_the_shapes():
 
 def test_selfcheck_refuses_what_the_ram_cannot_hold(monkeypatch):
     fake_memory(monkeypatch, ram_gib=64)
-    with pytest.raises(ValueError, match=r"^--tokens 64 --heads 8 --kv-rows 100000000 --topk 128 \(d_qk 80\) needs about "
+    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 64 --heads 8 --kv-rows 100000000 --topk 128 \(d_qk 80\) needs about "
                                          r"13\d GiB \(inputs, references, outputs\), more than the 64.0 GiB of RAM$"):
         selfcheck.check_shape(shape(kv_rows=100_000_000), "cpu")
     selfcheck.check_shape(CPU_DEFAULT, "cpu")
@@ -57,28 +58,28 @@ def test_selfcheck_on_a_gpu_is_held_against_its_free_memory_and_the_host_ram(mon
     fake_memory(monkeypatch, ram_gib=256, gpu_free_gib=10, gpu_total_gib=80)
     cuda = torch.device("cuda", 0)
     selfcheck.check_shape(GPU_DEFAULT, cuda)  # ~1.3 GiB on the device
-    big = SelfcheckShape(**{**GPU_DEFAULT.__dict__, "tokens": 1_000_000, "kv_rows": 1_000_000})
-    with pytest.raises(ValueError, match=r"--tokens 1000000 .* needs about [\d,.]+ GiB \(inputs, references, outputs on "
+    big = KernelShape(**{**GPU_DEFAULT.__dict__, "tokens": 1_000_000, "kv_rows": 1_000_000})
+    with cli_wording(), pytest.raises(ValueError, match=r"--tokens 1000000 .* needs about [\d,.]+ GiB \(inputs, references, outputs on "
                                          r"the GPU\), more than the 10.0 GiB free on cuda:0 \(of 80.0 GiB\)$"):
         selfcheck.check_shape(big, cuda)
     fake_memory(monkeypatch, ram_gib=8, gpu_free_gib=1000)
     with pytest.raises(ValueError, match=r"inputs drawn on the host\), more than the 8.0 GiB of RAM$"):
         selfcheck.check_shape(big, cuda)
-    selfcheck.check_shape(SelfcheckShape(**{**GPU_DEFAULT.__dict__, "tokens": 100_000, "kv_rows": 100_000}), cuda)
+    selfcheck.check_shape(KernelShape(**{**GPU_DEFAULT.__dict__, "tokens": 100_000, "kv_rows": 100_000}), cuda)
 
 
 def test_selfcheck_cpu_time_limit():
     """The interpreter's speed model: within 2x of what was measured (2-core CPU), and refuses
     shapes estimated beyond CPU_LIMIT_S whatever the memory."""
     assert selfcheck.cpu_seconds(CPU_DEFAULT) < 30  # measured 9 s
-    glm = SelfcheckShape(tokens=16, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
+    glm = KernelShape(tokens=16, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
     assert 170 / 2 < selfcheck.cpu_seconds(glm) < 170 * 2  # measured 170 s
     selfcheck.check_shape(shape(tokens=2000), "cpu")  # estimated 3.5 minutes
-    with pytest.raises(ValueError, match=r"^--tokens 1000000 --heads 8 --kv-rows 256 --topk 128 \(d_qk 80\) would take "
+    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 1000000 --heads 8 --kv-rows 256 --topk 128 \(d_qk 80\) would take "
                                          r"about 29.5 hours on the CPU .*the CPU limit is 10 minutes"):
         selfcheck.check_shape(shape(tokens=1_000_000), "cpu")
     with pytest.raises(ValueError, match=r"would take about 12 minutes on the CPU"):
-        selfcheck.check_shape(SelfcheckShape(tokens=64, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64), "cpu")
+        selfcheck.check_shape(KernelShape(tokens=64, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64), "cpu")
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -90,17 +91,20 @@ def test_selfcheck_cpu_time_limit():
     ({"topk": 300}, "--topk 300 exceeds --kv-rows 256"),
 ])
 def test_selfcheck_shapes_the_kernel_cannot_take(changes, words):
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with cli_wording(), pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         selfcheck.check_shape(shape(**changes), "cpu")
+    library = words.replace("--kv-rows", "kv_rows").replace("--d-v", "d_v").replace("--d-tail", "d_tail")
+    with pytest.raises(ValueError, match="^" + library.replace("--", "").replace("(", r"\(").replace(")", r"\)")):
+        selfcheck.check_shape(shape(**changes), "cpu")  # a library caller reads the arguments' names
 
 
-def test_run_selfcheck_refuses_before_allocating(monkeypatch):
+def test_run_kernel_check_refuses_before_allocating(monkeypatch):
     def no_inputs(*args, **kwargs):
         raise AssertionError("inputs were drawn before the shape was checked")
 
     monkeypatch.setattr(selfcheck, "random_qkv", no_inputs)
     with pytest.raises(ValueError, match="the CPU limit is 10 minutes"):
-        selfcheck.run_selfcheck(shape(tokens=1_000_000), torch.device("cpu"))
+        selfcheck.run_kernel_check(shape(tokens=1_000_000), torch.device("cpu"))
     selfcheck.check_shape(shape(d_tail=0), "cpu")  # no rope tail is legal
 
 

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from glmcheck.data import documents
 from glmcheck.data.heldout import HELDOUT_FILE
 from glmcheck.model.indexer_scores import index_scores
 from glmcheck.model.trained import MODELS_DIR, TRAINED_MODELS
@@ -25,28 +26,28 @@ from glmcheck.training.tokenizer import load_tokenizer
 def small_corpus(tmp_path_factory):
     """A corpus file of a few held-out and training documents of the committed held-out split and
     made-up text (the full stdlib corpus takes seconds to tokenise)."""
-    docs = corpus.load_documents(HELDOUT_FILE)
+    docs = documents.load_documents(HELDOUT_FILE)
     words = " ".join(d.text for d in docs[:6])
-    train = [corpus.Document(f"lib/fake{i}.py", words[i * 4000:(i + 1) * 4000]) for i in range(40)]
+    train = [documents.Document(f"lib/fake{i}.py", words[i * 4000:(i + 1) * 4000]) for i in range(40)]
     train = [d for d in train if not d.heldout]
     held = [d for d in docs if d.heldout][:4]
     path = tmp_path_factory.mktemp("corpus") / "small.jsonl.gz"
-    corpus.save_documents(held + train, path)
+    documents.save_documents(held + train, path)
     return path
 
 
 def test_corpus_split_and_hash_are_functions_of_the_documents(tmp_path):
-    docs = [corpus.Document(f"lib/m{i}.py", f"text {i}\n") for i in range(200)]
+    docs = [documents.Document(f"lib/m{i}.py", f"text {i}\n") for i in range(200)]
     train, held = corpus.split(docs)
     assert 0 < len(held) < 20 and len(train) + len(held) == 200
     assert corpus.split(list(reversed(docs)))[1] == list(reversed(held))  # membership does not depend on order
     assert corpus.corpus_hash(docs) == corpus.corpus_hash(list(docs))
-    assert corpus.corpus_hash(docs) != corpus.corpus_hash(docs[:-1] + [corpus.Document("lib/m199.py", "other")])
-    corpus.save_documents(docs, tmp_path / "c.jsonl.gz")
-    assert corpus.load_documents(tmp_path / "c.jsonl.gz") == docs
+    assert corpus.corpus_hash(docs) != corpus.corpus_hash(docs[:-1] + [documents.Document("lib/m199.py", "other")])
+    documents.save_documents(docs, tmp_path / "c.jsonl.gz")
+    assert documents.load_documents(tmp_path / "c.jsonl.gz") == docs
     (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b'{"name": 3}\n'))
     with pytest.raises(ValueError, match="malformed"):
-        corpus.load_documents(tmp_path / "bad.jsonl.gz")
+        documents.load_documents(tmp_path / "bad.jsonl.gz")
 
 
 def test_stdlib_corpus_has_topics_and_sources_and_no_tests():
@@ -169,7 +170,7 @@ def test_fixture_heldout_loss_matches_its_record(name):
         pytest.fail(f"fixture {path} is missing")
     record = read_record(path)
     tokenizer = load_tokenizer(path)
-    docs = corpus.load_documents(HELDOUT_FILE)
+    docs = documents.load_documents(HELDOUT_FILE)
     assert [d.name for d in docs] == record["corpus"]["heldout_names"]
     windows = check_windows(tokenizer, docs, record["check"]["len"], record["check"]["windows"])
     loss = check_loss(path, windows)

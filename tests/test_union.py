@@ -10,6 +10,7 @@ from glmcheck.checks import metrics
 from glmcheck.data.indices import drifting_indices
 from glmcheck.data.inputs import poisoned_out, random_qkv
 from glmcheck.kernels import sparse_mla_prefill, union_dedup
+from glmcheck.kernels.union import union_dedup_forced
 from glmcheck.selftest.suite import python_union
 from tests.support.checks import assert_close_to_reference
 from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, set_indices, spy_union_launches
@@ -29,7 +30,7 @@ def test_dedup_matches_python_sets(device, G, with_length, method):
     topk_length = None
     if with_length:
         topk_length = torch.randint(0, 65, (tokens,), generator=torch.Generator().manual_seed(3), dtype=torch.int32)
-    sets = union_dedup(indices.to(device), G, None if topk_length is None else topk_length.to(device),
+    sets = union_dedup_forced(indices.to(device), G, None if topk_length is None else topk_length.to(device),
                        num_kv_rows=kv_rows, method=method)
     expected = python_union(indices, G, kv_rows, topk_length)
     assert sets.lengths.shape[0] == tokens // G == len(expected)
@@ -65,7 +66,7 @@ def test_set_indices_reads_back_each_tokens_selection(device, G):
 def test_merge_build_rows_ascending_and_auto_equals_it(device):
     indices, kv_rows = overlapping_indices(tokens=40, topk=32, seed=5)
     indices = indices.to(device)
-    merged = union_dedup(indices, 4, num_kv_rows=kv_rows, method="merge")
+    merged = union_dedup_forced(indices, 4, num_kv_rows=kv_rows, method="merge")
     auto = union_dedup(indices, 4, num_kv_rows=kv_rows)
     for g in range(10):
         n = int(merged.lengths[g])
@@ -82,8 +83,8 @@ def test_sorted_output_builds_equal_merge_build_on_odd_widths(device, method, G,
     indices, kv_rows = overlapping_indices(tokens=4 * G + 1, topk=topk, seed=topk)
     lengths = torch.randint(0, topk + 1, (4 * G + 1,), generator=torch.Generator().manual_seed(G), dtype=torch.int32)
     for topk_length in (None, lengths.to(device)):
-        merged = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="merge")
-        other = union_dedup(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method=method)
+        merged = union_dedup_forced(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method="merge")
+        other = union_dedup_forced(indices.to(device), G, topk_length, num_kv_rows=kv_rows, method=method)
         assert torch.equal(merged.lengths, other.lengths) and int(merged.lengths.min()) >= 0
         for g in range(4):
             n = int(merged.lengths[g])
@@ -106,12 +107,12 @@ def test_every_build_writes_every_length(device, monkeypatch, method, G):
 
     monkeypatch.setattr(union_mod, "_empty_sets", poisoned_sets)
     indices, kv_rows = overlapping_indices(tokens=4 * G + 3, topk=32, seed=30 + G)
-    sets = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method=method)
+    sets = union_dedup_forced(indices.to(device), G, num_kv_rows=kv_rows, method=method)
     expected = python_union(indices, G, kv_rows, None)
     assert sets.lengths.tolist() == [len(owners) for owners in expected]
-    empty = union_dedup(indices[:G - 1].to(device), G, num_kv_rows=kv_rows, method=method)
+    empty = union_dedup_forced(indices[:G - 1].to(device), G, num_kv_rows=kv_rows, method=method)
     assert empty.lengths.numel() == 0
-    no_slots = union_dedup(indices[:, :0].to(device), G, num_kv_rows=kv_rows, method=method)
+    no_slots = union_dedup_forced(indices[:, :0].to(device), G, num_kv_rows=kv_rows, method=method)
     assert no_slots.lengths.tolist() == [0] * ((4 * G + 3) // G)
 
 
@@ -124,8 +125,8 @@ def test_tree_build_carries_shared_counts_across_blocks(device, monkeypatch, G):
     monkeypatch.setattr(union_mod, "TREE_BLOCK", 16)
     indices, kv_rows = overlapping_indices(tokens=200, topk=64, seed=11 + G)
     indices = indices[200 - 3 * G:]  # past the causal prefix: every token selects ~58 valid rows
-    merged = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method="merge")
-    tree = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method="tree")
+    merged = union_dedup_forced(indices.to(device), G, num_kv_rows=kv_rows, method="merge")
+    tree = union_dedup_forced(indices.to(device), G, num_kv_rows=kv_rows, method="tree")
     assert torch.equal(merged.lengths, tree.lengths) and int(tree.lengths.min()) > 64
     for g in range(3):
         n = int(merged.lengths[g])
@@ -135,19 +136,19 @@ def test_tree_build_carries_shared_counts_across_blocks(device, monkeypatch, G):
 def test_merge_build_refused_where_keys_overflow_or_g_odd(device):
     indices = torch.arange(4, dtype=torch.int32, device=device).repeat(6, 1)
     with pytest.raises(ValueError, match="method='merge' needs"):
-        union_dedup(indices, 2, num_kv_rows=2**30, method="merge")
+        union_dedup_forced(indices, 2, num_kv_rows=2**30, method="merge")
     with pytest.raises(ValueError, match="method='merge' needs"):
-        union_dedup(indices, 3, num_kv_rows=8, method="merge")
+        union_dedup_forced(indices, 3, num_kv_rows=8, method="merge")
     with pytest.raises(ValueError, match="method='merge' needs"):
-        union_dedup(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
+        union_dedup_forced(indices, 2, method="merge")  # no num_kv_rows: keys unbounded
     with pytest.raises(ValueError, match="method must be one of"):
-        union_dedup(indices, 2, num_kv_rows=8, method="hash")  # removed: never the fastest
+        union_dedup_forced(indices, 2, num_kv_rows=8, method="hash")  # removed: never the fastest
     with pytest.raises(ValueError, match="method='tree' needs"):
-        union_dedup(indices, 4, num_kv_rows=2**29, method="tree")
+        union_dedup_forced(indices, 4, num_kv_rows=2**29, method="tree")
     with pytest.raises(ValueError, match="method='anchor' needs G = 2"):
-        union_dedup(indices, 4, num_kv_rows=8, method="anchor")
+        union_dedup_forced(indices, 4, num_kv_rows=8, method="anchor")
     with pytest.raises(ValueError, match="method must be one of"):
-        union_dedup(indices, 2, num_kv_rows=8, method="bogus")
+        union_dedup_forced(indices, 2, num_kv_rows=8, method="bogus")
     from glmcheck.kernels.union import MARKS_AUTO_MAX_ROWS, choose_build
     assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS) for g in (2, 4, 8)] == ["marks"] * 3
     assert [choose_build(g, 2048, MARKS_AUTO_MAX_ROWS + 1) for g in (2, 4, 8)] == ["anchor", "tree", "tree"]
@@ -171,7 +172,7 @@ def test_merge_keys_at_the_int16_boundary(device, G, extra_row):
     indices[G - 1, :4] = torch.tensor([-1, kv_rows, 5, kv_rows - 20], dtype=torch.int32)  # last token of group 0
     indices[2 * G - 1, 7] = 0
     for method in ("merge", "tree") if G > 2 else ("merge",):
-        sets = union_dedup(indices.to(device), G, num_kv_rows=kv_rows, method=method)
+        sets = union_dedup_forced(indices.to(device), G, num_kv_rows=kv_rows, method=method)
         for g, owners in enumerate(python_union(indices, G, kv_rows, None)):
             n = int(sets.lengths[g])
             assert dict(zip(sets.rows[g, :n].tolist(), sets.bits[g, :n].tolist())) == owners, f"{method} group {g}"
@@ -193,7 +194,7 @@ def test_anchor_build_at_the_int16_boundary_and_across_blocks(device, monkeypatc
     indices[2, 3] = kv_rows + 7
     topk_length = torch.tensor([12, 11, 9, 12, 12], dtype=torch.int32)
     for length in (None, topk_length):
-        sets = union_dedup(indices.to(device), 2, None if length is None else length.to(device),
+        sets = union_dedup_forced(indices.to(device), 2, None if length is None else length.to(device),
                            num_kv_rows=kv_rows, method="anchor")
         for pair, owners in enumerate(python_union(indices, 2, kv_rows, length)):
             n = int(sets.lengths[pair])

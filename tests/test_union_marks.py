@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from glmcheck.kernels import union_dedup
+from glmcheck.kernels.union import union_dedup_forced
 from glmcheck.selftest.suite import python_union
 
 
@@ -55,13 +55,13 @@ def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, progra
     topk, seq_len = 16, 40
     indices, topk_length = _prefix_batch(topk, seq_len, seed=G)
     for length in (None, topk_length):
-        sets = union_dedup(indices.to(device), G, None if length is None else length.to(device),
+        sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
                            num_kv_rows=2 * seq_len, method="marks")
         _assert_equals_python(sets, indices, G, 2 * seq_len, length)
     prefixes = torch.full((G, topk), -1, dtype=torch.int32)
     for t in range(G):
         prefixes[t, topk - t - 1:] = torch.arange(t, -1, -1, dtype=torch.int32)
-    first = union_dedup(prefixes.to(device), G, num_kv_rows=2 * seq_len, method="marks")
+    first = union_dedup_forced(prefixes.to(device), G, num_kv_rows=2 * seq_len, method="marks")
     assert first.lengths.tolist() == [G] and first.rows[0, :G].tolist() == list(range(G))
     assert first.bits[0, :G].tolist() == [(2**G - 1) & ~(2**r - 1) for r in range(G)]  # row r: tokens r..G-1
 
@@ -73,7 +73,7 @@ def test_marks_build_scratch_capped_and_rows_out_of_range(device, monkeypatch):
     monkeypatch.setattr(union_mod, "MARKS_SCRATCH_BYTES", 10)
     assert union_mod.marks_programs(50, 64) == 1 and union_mod.marks_programs(0, 64) == 1
     indices = torch.tensor([[3, 64, -1, 7], [7, 1, 70, 0], [2, 3, 1, 0], [1, 0, 3, 2]], dtype=torch.int32)
-    sets = union_dedup(indices.to(device), 2, num_kv_rows=64, method="marks")
+    sets = union_dedup_forced(indices.to(device), 2, num_kv_rows=64, method="marks")
     _assert_equals_python(sets, indices, 2, 64, None)
     assert sets.lengths.tolist() == [4, 4]
 
@@ -81,4 +81,4 @@ def test_marks_build_scratch_capped_and_rows_out_of_range(device, monkeypatch):
 def test_marks_build_needs_num_kv_rows(device):
     indices = torch.arange(4, dtype=torch.int32, device=device).repeat(4, 1)
     with pytest.raises(ValueError, match="method='marks' needs num_kv_rows"):
-        union_dedup(indices, 2, method="marks")
+        union_dedup_forced(indices, 2, method="marks")

@@ -40,12 +40,12 @@ two of them split) are served; a larger k is a ValueError.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
 
-from glmcheck.checks.band import BAND_FAMILY_SIZE
+from glmcheck.backends import forms
+from glmcheck.backends.names import BAND_FAMILY_SIZE
 from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
 
 
@@ -88,7 +88,7 @@ BAND_FAMILY: tuple[FlashVariant, ...] = (
     FlashVariant(64, _F, False),
 )
 if len(BAND_FAMILY) != BAND_FAMILY_SIZE:
-    raise ImportError(f"the band family has {len(BAND_FAMILY)} kernels; glmcheck.checks.band.BAND_FAMILY_SIZE says "
+    raise ImportError(f"the band family has {len(BAND_FAMILY)} kernels; glmcheck.backends.names.BAND_FAMILY_SIZE says "
                       f"{BAND_FAMILY_SIZE}")
 
 
@@ -125,20 +125,12 @@ def flash_sparse_mla(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, s
     return out
 
 
-IMPL_ENV = "GLMCHECK_BAND_IMPL"
-
-
 def band_impl(device: torch.device) -> str:
-    """Which form of the band runs on `device`: "triton" (`band_triton`, one pass per token) on a CUDA device,
-    "torch" (this module's block loop) elsewhere; GLMCHECK_BAND_IMPL=torch|triton|auto overrides (triton on the
-    CPU runs in Triton's interpreter). The two forms differ in the order of fp32 sums inside a dot product only
-    (`band_triton` module docstring)."""
-    choice = os.environ.get(IMPL_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "torch", "triton"):
-        raise ValueError(f"{IMPL_ENV} must be auto, torch or triton, got {choice!r}")
-    if choice == "auto":
-        return "triton" if device.type == "cuda" else "torch"
-    return choice
+    """Which form of the band runs on `device`: the active form (`glmcheck.backends.forms`: a check's
+    `CheckOptions.band_impl`, else GLMCHECK_BAND_IMPL), auto taking "triton" (`band_triton`, one pass per token) on a
+    CUDA device and "torch" (this module's block loop) elsewhere (triton on the CPU runs in Triton's interpreter).
+    The two forms differ in the order of fp32 sums inside a dot product only (`band_triton` module docstring)."""
+    return forms.active().band_on(device.type)
 
 
 def _triton_band(args, halves: list[torch.Tensor], out: torch.Tensor, variant: FlashVariant,

@@ -5,17 +5,17 @@ valid selected rows only (valid: slot below topk_length[t], row in [0, S)); rows
 slot give zeros, and a NaN/Inf in q or in a selected KV row reaches the output (never zeroed).
 Tokens are processed in chunks so memory stays bounded at T = 8192, topk = 2048 (about
 `budget_bytes` for the gathered rows of one chunk). The fp32 reference also has a Triton form on the tensor cores
-(`reference_triton`, GLMCHECK_REFERENCE_IMPL=triton; the torch form stays the default until it is timed on the GPU).
+(`reference_triton`, `CheckOptions.reference_impl` or GLMCHECK_REFERENCE_IMPL=triton; the torch form stays the default
+until it is timed on the GPU).
 The noise band's flash-style bf16
 variants (`band_variant`) live in `glmcheck.backends.band_kernels`.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from glmcheck.backends import forms
 from glmcheck.backends.band_kernels import band_variant  # noqa: F401  (the noise band's kernels, importable here)
 from glmcheck.kernels.validate import check_prefill_args, valid_slot_mask
 
@@ -48,17 +48,12 @@ def sparse_mla_reference(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tenso
     return out
 
 
-IMPL_ENV = "GLMCHECK_REFERENCE_IMPL"
-
-
 def reference_impl() -> str:
     """Which form of the fp32 reference runs: "torch" (gather and softmax per token chunk; the default) or "triton"
-    (`reference_triton`, on the tensor cores; on the CPU through Triton's interpreter), from GLMCHECK_REFERENCE_IMPL
-    (torch|triton). The fp64 reference is always the torch form."""
-    choice = os.environ.get(IMPL_ENV, "torch").strip().lower() or "torch"
-    if choice not in ("torch", "triton"):
-        raise ValueError(f"{IMPL_ENV} must be torch or triton, got {choice!r}")
-    return choice
+    (`reference_triton`, on the tensor cores; on the CPU through Triton's interpreter): the active form
+    (`glmcheck.backends.forms`: a check's `CheckOptions.reference_impl`, else GLMCHECK_REFERENCE_IMPL). The fp64
+    reference is always the torch form."""
+    return forms.active().reference
 
 
 TABLE_BYTES = 1 << 30  # the largest copy of the KV rows in the reference's dtype a call makes (a prompt's rows)

@@ -26,6 +26,7 @@ import torch
 from glmcheck.backends.band_kernels import fp8_band_variant
 from glmcheck.backends.flashmla import FlashMLAUnavailable, find_flashmla, flashmla_sparse_prefill
 from glmcheck.backends.flashmla_kv import flashmla_kv_prefill
+from glmcheck.backends.names import BAND_PREFIX, is_band_name
 from glmcheck.backends.reference import band_variant, sparse_mla_reference
 from glmcheck.backends.torch_gather import torch_bf16_sparse_prefill
 from glmcheck.kernels import plan_sparse_mla, sparse_mla_prefill
@@ -90,14 +91,6 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "flashmla_kv": (flashmla_kv_prefill, "FlashMLA's FP8 sparse decode kernel at prefill on the FP8 pool, every "
                                          "token a batch entry, heads padded to 64 / 128 (SM90; FP8 KV only)"),
 }
-
-
-BAND_PREFIX = "band:"
-
-
-def is_band_name(name: str) -> bool:
-    """True for `band:K` (K a non-negative int): variant K of the checks' noise band."""
-    return name.startswith(BAND_PREFIX) and name[len(BAND_PREFIX):].isdigit()
 
 
 _SOURCES: dict[str, str] = {}  # where each backend came from, for `glmcheck backends`

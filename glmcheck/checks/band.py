@@ -47,9 +47,6 @@ SWEEP_BAND = 8
 # Ideal variants a gate needs: a held-out variant against a band of 1 FAILS 8/96 (tiny logits) and 4/64 (ref-cpu
 # logits) times, against 2 still 4/64 (ref-cpu, last layer's drift), against 3 or more never.
 MIN_BAND = 3
-# The ideal kernels a band draws its variants from (`glmcheck.backends.band_kernels.BAND_FAMILY`: every block size x
-# order x normaliser once); named here, in a module without torch, so an option's check needs no kernel import.
-BAND_FAMILY_SIZE = 16
 # Band max / band median beyond which the band cannot judge: legitimate bands reach 2.6 (tiny and ref-cpu, 64 tokens),
 # bands with a flip 4.65 and more; at the limit the gate admits 6 x the median (docs/reliability.md, "Gate"). The
 # same limit on median / the smallest ideal variant finds a band where most variants flipped ("split").
@@ -64,11 +61,6 @@ RATIO_STATS = ("rel_l2", "token_max_rel_l2")
 # to build a gate on, or a band of zero width (a gate of 0 would fail every legitimate row, so a row beyond it says
 # nothing either). Under the other kinds a row beyond even the wide gate still FAILS.
 JUDGES_NOTHING = frozenset({"few", "zero"})
-
-
-def band_names(size: int) -> list[str]:
-    """The backends of a band of `size` legitimate variants."""
-    return [f"band:{k}" for k in range(size)]
 
 
 def ideal_kind(name: str, kv_cache_dtype: str | None) -> str:

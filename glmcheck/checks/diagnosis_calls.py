@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from glmcheck.backends.names import band_names
 from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.backends.registry import get_backend, register_backend, unregister_backend
-from glmcheck.checks.band import DEFAULT_BAND, Band, Gate, band_from_rows, band_names
-from glmcheck.checks.layer0 import TEMPER_STEP
-from glmcheck.checks.metrics import FiniteCache
+from glmcheck.checks.band import DEFAULT_BAND, Band, Gate, band_from_rows
+from glmcheck.checks.metrics import TEMPER_STEP, FiniteCache
 from glmcheck.checks.rows import ComparisonRow, compare, judge_row
 from glmcheck.kernels.validate import valid_slot_mask
 from glmcheck.model.kernel_call import KernelCall
@@ -53,6 +53,11 @@ class LayerCall(KernelCall):
     def exact(self, *, sm_scale: float | None = None) -> torch.Tensor:
         """The exact output in fp64 [T, H, d_v]."""
         return self.run(lambda *a, **k: sparse_mla_reference(*a, **k, dtype=torch.float64), sm_scale=sm_scale)
+
+    def temperature_direction(self, exact: torch.Tensor) -> torch.Tensor:
+        """d(exact output) / d(relative softmax scale), fp64 [T, H, d_v], from `exact` (this call's `exact()`) and
+        the exact output at softmax scale x (1 + TEMPER_STEP), as layer0 takes it."""
+        return (self.exact(sm_scale=self.sm_scale * (1 + TEMPER_STEP)) - exact) / TEMPER_STEP
 
     def subset(self, tokens: torch.Tensor | None = None, heads: torch.Tensor | None = None) -> LayerCall:
         """The call cut to `tokens` (positions of this call, in order) and `heads`, contiguous; the KV rows stay."""
@@ -160,7 +165,7 @@ def check_call(call: LayerCall, kernel: KernelFn, *, band_size: int = DEFAULT_BA
     """`kernel` on `call` judged beside the band's `band_size` ideal kernels on the same call, by layer0's gate
     (module docstring)."""
     exact = call.exact()
-    direction = (call.exact(sm_scale=call.sm_scale * (1 + TEMPER_STEP)) - exact) / TEMPER_STEP
+    direction = call.temperature_direction(exact)
     outputs = band_outputs(call, band_size, kv_cache_dtype)
     output = call.run(kernel)
     band, row = judge_outputs(exact, direction, outputs, output, gate, label)

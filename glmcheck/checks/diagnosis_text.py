@@ -67,7 +67,9 @@ def check_command(command: str, options, backend: str, tokens: int, seed: int) -
                                      ["--model", options.model])
     for flag, value in (("--layers", options.layers), ("--experts", options.experts),
                         ("--tp", options.tp if options.tp != 1 else None), ("--kv-cache-dtype", options.kv_cache_dtype),
-                        ("--init", options.init if options.init != "sharp" else None)):
+                        ("--init", options.init if options.init != "sharp" else None),
+                        ("--band-impl", options.band_impl if options.band_impl != "auto" else None),
+                        ("--reference-impl", options.reference_impl if options.reference_impl != "torch" else None)):
         if value is not None:
             words += [flag, str(value)]
     words += ["--backends", backend, "--tokens", str(tokens), "--seed", str(seed)]

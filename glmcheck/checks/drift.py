@@ -12,18 +12,11 @@ from pathlib import Path
 
 import torch
 
+from glmcheck.backends.names import band_names
 from glmcheck.checks import metrics
-from glmcheck.checks.band import DEFAULT_BAND, INFO, Band, Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, INFO, Band, Gate
 from glmcheck.checks.layer0 import CheckResult
-from glmcheck.checks.rows import (
-    ComparisonRow,
-    cross_check_note,
-    fault_row,
-    judge_row,
-    not_called_row,
-    overall,
-    require_finite,
-)
+from glmcheck.checks.rows import ComparisonRow, cross_check_note, judge_row, overall, require_finite, unmeasured_row
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each
 
 
@@ -65,14 +58,12 @@ def run_drift(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[st
     rows = [row for sample in sample_rows for row in sample]
     by_name = {r.name: r for r in runs[2 + band_size:]}
     for name in others:
-        if name in faults:
-            rows.append(fault_row(faults[name], exact, "hidden", tokens=tokens))
+        unmeasured = unmeasured_row(name, faults, by_name.get(name), exact, "hidden", layers, options.tp,
+                                    tokens=tokens)
+        if unmeasured is not None:
+            rows.append(unmeasured)
             continue
         run = by_name[name]
-        expected, seen = run.missing_calls(layers, options.tp)
-        if expected:
-            rows.append(not_called_row(run.name, exact, "hidden", expected, seen, tokens=tokens))
-            continue
         for layer, row in enumerate(_layer_rows(f"{run.name} vs {exact}", run, ref, layers, tokens, cache)):
             row.extra["band_max_rel_l2"] = bands[layer].summary()[2]
             if run.absorbed:

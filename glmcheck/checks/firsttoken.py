@@ -30,7 +30,7 @@ from typing import Protocol
 import torch
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks import compile_ahead
+from glmcheck.backends.names import band_names
 from glmcheck.checks.band import (
     DEFAULT_BAND,
     FAIL,
@@ -38,7 +38,6 @@ from glmcheck.checks.band import (
     INFO,
     JUDGES_NOTHING,
     PASS,
-    band_names,
     ideal_kind,
     inconclusive_rule,
     spread_reason,
@@ -47,6 +46,7 @@ from glmcheck.checks.continuation import CONTINUE_TOP_K, Step, compare, is_wide
 from glmcheck.checks.rows import cross_check_note, overall_of, require_finite
 from glmcheck.checks.runner import SwapOptions, forward_under
 from glmcheck.data.prompts import Prompt
+from glmcheck.startup import compile_ahead
 
 DEFAULT_TIE_GAP = 0.1  # nats: a flip across a smaller top-1/top-2 gap is a near tie
 

@@ -23,22 +23,22 @@ from pathlib import Path
 
 import torch
 
+from glmcheck.backends.names import band_names
 from glmcheck.backends.registry import get_backend, register_backend, unregister_backend
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, band_names, ideal_kind
+from glmcheck.checks.band import DEFAULT_BAND, Gate, band_from_rows, ideal_kind
+from glmcheck.checks.metrics import TEMPER_STEP
 from glmcheck.checks.rows import (
     ComparisonRow,
     compare,
     cross_check_note,
-    fault_row,
     judge_row,
-    not_called_row,
     overall,
     require_finite,
+    unmeasured_row,
 )
 from glmcheck.checks.runner import BackendRun, SwapOptions, forward_each, forward_under
 
 LAYER0_STATS = ("rel_l2", "token_max_rel_l2", "scale_bias", "temperature_bias")
-TEMPER_STEP = 1e-3  # relative softmax-scale step of the finite difference (fp32: ~1e-4 relative error in it)
 TEMPERED_SUFFIX = "@tempered"
 
 
@@ -113,14 +113,12 @@ def run_layer0(model: torch.nn.Module, input_ids: torch.Tensor, backends: list[s
     num_layers = model.config.num_hidden_layers
     base = by_name.get(baseline) if baseline else None
     for name in others:
-        if name in faults:
-            rows.append(fault_row(faults[name], exact, "latent", tokens=tokens))
+        unmeasured = unmeasured_row(name, faults, by_name.get(name), exact, "latent", num_layers, options.tp,
+                                    tokens=tokens)
+        if unmeasured is not None:
+            rows.append(unmeasured)
             continue
         run = by_name[name]
-        expected, seen = run.missing_calls(num_layers, options.tp)
-        if expected:
-            rows.append(not_called_row(name, exact, "latent", expected, seen, tokens=tokens))
-            continue
         row = _compare_runs(f"{name} vs {exact}", run, ref, exact, tokens, temperature=direction)
         if base is not None and run is not base and run.absorbed == base.absorbed:
             row.extra[f"rel_l2_vs_{baseline}"] = _compare_runs("", run, base, baseline, tokens, False).rel_l2

@@ -18,8 +18,8 @@ from dataclasses import replace
 import torch
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks import compile_ahead
-from glmcheck.checks.band import DEFAULT_BAND, FAIL, band_from_rows, band_names, ideal_kind, pairwise_median
+from glmcheck.backends.names import band_names
+from glmcheck.checks.band import DEFAULT_BAND, FAIL, band_from_rows, ideal_kind, pairwise_median
 from glmcheck.checks.diagnosis_positions import beyond_summary, layer0_probe, probe_text, summary_text
 from glmcheck.checks.layer0 import CheckResult
 from glmcheck.checks.position_gate import PositionBand, PositionGate
@@ -34,6 +34,7 @@ from glmcheck.checks.rows import (
     require_finite,
 )
 from glmcheck.checks.runner import SwapOptions, forward_under
+from glmcheck.startup import compile_ahead
 
 
 def _logits_row(label: str, name: str, reference: str, actual: torch.Tensor, expected: torch.Tensor,

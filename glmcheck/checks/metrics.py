@@ -20,6 +20,9 @@ from glmcheck.process.phases import CLOCK
 BASIC = ("cosine", "rel_l2", "max_abs")
 PER_TOKEN = ("token_max_rel_l2", "scale_bias", "scale_bias_se")
 DIRECTION = ("temperature_bias", "temperature_bias_se")
+# The temperature direction's finite difference: the exact output at softmax scale x (1 + TEMPER_STEP), less the exact
+# output, over TEMPER_STEP (fp32: ~1e-4 relative error in it; `glmcheck.checks.layer0`).
+TEMPER_STEP = 1e-3
 
 
 class FiniteCache:

@@ -34,7 +34,7 @@ from glmcheck.backends.registry import backend_source, get_backend
 from glmcheck.checks.band import BIAS_SIGMAS, FAIL, Gate, band_from_rows
 from glmcheck.checks.diagnosis_calls import KernelFn, LayerCall, band_outputs, judge_outputs, sample_rows
 from glmcheck.checks.diagnosis_structure import ErrorField
-from glmcheck.checks.layer0 import TEMPER_STEP
+from glmcheck.checks.metrics import TEMPER_STEP
 from glmcheck.checks.repro_script import script_text
 
 REPRO_BAND = 8  # ideal kernels beside a cut call: a larger band than the checks', as a cut call is small
@@ -58,7 +58,7 @@ def judge(call: LayerCall, kernel: KernelFn, gate: Gate, kv_cache_dtype: str | N
           with_field: bool = False) -> Trial:
     """`kernel` on `call` beside REPRO_BAND ideal kernels (module docstring)."""
     exact = call.exact()
-    direction = (call.exact(sm_scale=call.sm_scale * (1 + TEMPER_STEP)) - exact) / TEMPER_STEP
+    direction = call.temperature_direction(exact)
     try:
         output = call.run(kernel)
     except Exception as err:  # noqa: BLE001 - a kernel that raises on a cut: that cut does not show the FAIL

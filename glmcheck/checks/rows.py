@@ -6,6 +6,7 @@ Informational rows carry verdict "-".
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -109,6 +110,19 @@ def fault_row(fault: KernelFault, against: str, compared_on: str, **kw) -> Compa
                          math.nan, FAIL, note=fault.reason, measured=False, **kw)
 
 
+def unmeasured_row(name: str, faults: dict[str, KernelFault], run, against: str, compared_on: str, layers: int,
+                   tp: int, **kw) -> ComparisonRow | None:
+    """The FAIL row of backend `name` when it left nothing to compare: it raised or broke the output contract
+    (`faults[name]`, `fault_row`), or its forward `run` (a `BackendRun`) made fewer kernel calls than `layers` layers
+    at `tp` call for (`not_called_row`). None when `run` can be compared."""
+    if name in faults:
+        return fault_row(faults[name], against, compared_on, **kw)
+    expected, seen = run.missing_calls(layers, tp)
+    if expected:
+        return not_called_row(name, against, compared_on, expected, seen, **kw)
+    return None
+
+
 def overall(rows: list[ComparisonRow]) -> str:
     """FAIL if any row failed or none was judged (a check that expected rows and got none), else
     INCONCLUSIVE if any row's band could not judge it, else PASS."""
@@ -121,6 +135,20 @@ def overall_of(verdicts: list[str]) -> str:
     if not judged or FAIL in judged:
         return FAIL
     return INCONCLUSIVE if INCONCLUSIVE in judged else PASS
+
+
+FALSE_ALARM_BAR = 0.05  # layer0's false alarms allowed, as a share of its legitimate runs
+
+
+def layer0_bar(tallies: Sequence[dict]) -> tuple[bool, int, int, int]:
+    """(met, false alarms, legitimate runs, faults not caught) of layer0's bar over the verdict-rates run's tallies
+    (`glmcheck.selftest.rates.Tally` as dicts, a record's rows): false alarms <= FALSE_ALARM_BAR of the legitimate runs and every fault caught (a miss or an
+    INCONCLUSIVE run is not caught); met when layer0 did not run."""
+    layer0 = [t for t in tallies if t["check"] == "layer0"]
+    alarms = sum(int(t["fails"]) for t in layer0 if t["legitimate"])
+    runs = sum(int(t["runs"]) for t in layer0 if t["legitimate"])
+    missed = sum(int(t["runs"]) - int(t["fails"]) for t in layer0 if not t["legitimate"])
+    return not layer0 or (missed == 0 and alarms <= FALSE_ALARM_BAR * runs), alarms, runs, missed
 
 
 def first_nonfinite_parameter(model: torch.nn.Module) -> str | None:

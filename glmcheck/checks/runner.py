@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 import torch
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks import compile_ahead
 from glmcheck.checks.capture import Captured, capture
 from glmcheck.model import use_backend
 from glmcheck.model.clock import AttentionClock
 from glmcheck.model.engine_calls import EngineCalls
 from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.phases import CLOCK
+from glmcheck.startup import compile_ahead
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def forward_under(model: torch.nn.Module, input_ids: torch.Tensor, backend: str,
                   last_logits: int = 1, time_attention: bool = False, record_calls: bool = False) -> BackendRun:
     """Run `model(input_ids)` with `backend` swapped in; capture what was asked (on the model's device);
     `time_attention` also times each layer's attention calls (`BackendRun.attention_ms`); `record_calls` keeps the
-    backend's calls (`BackendRun.kernel_calls`, for `glmcheck.checks.compile_ahead`)."""
+    backend's calls (`BackendRun.kernel_calls`, for `glmcheck.startup.compile_ahead`)."""
     clock = AttentionClock() if time_attention else None
     start = time.perf_counter()
     with use_backend(model, backend, tp=options.tp, kv_cache_dtype=options.kv_cache_dtype,

@@ -1,10 +1,9 @@
-"""`glmcheck backends`: every backend found, where it came from and whether it runs here."""
+"""`glmcheck backends`: every backend found, where it came from and whether it runs here
+(`glmcheck.evaluate.backends_here`)."""
 
 from __future__ import annotations
 
 import argparse
-
-from glmcheck.records.tables import markdown_table
 
 
 def add_parser(sub) -> None:
@@ -25,24 +24,8 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.backends.errors import BackendError
-    from glmcheck.backends.registry import backend_source, resolve_backend
-    from glmcheck.backends.validation import HF_NAMES, all_backend_names, validate_backend
-    from glmcheck.model.load import resolve_device
+    from glmcheck.evaluate import backends_here
 
-    precheck(ns)
-    device = resolve_device(ns.device)
-    specs = [s.strip() for s in (ns.backends or "").split(",") if s.strip()]
-    for spec in specs:  # a spec that does not load is a usage error, like in the checks
-        resolve_backend(spec)
-    rows = []
-    for name in all_backend_names():
-        source = "transformers (no swap)" if name in HF_NAMES else None
-        try:
-            warnings = validate_backend(name, device=device, heads_per_rank=ns.heads)
-            verdict = "yes" + (f" ({'; '.join(warnings)})" if warnings else "")
-        except BackendError as err:
-            verdict = f"no: {err}"
-        rows.append([name, source or backend_source(name), verdict])
-    print(markdown_table(["backend", "from", f"runs here ({device}, {ns.heads} heads per rank)"], rows))
-    return 0
+    report = backends_here(ns.backends, device=ns.device, heads=ns.heads)
+    print(report.render())
+    return report.exit_code

@@ -1,10 +1,9 @@
 """`glmcheck bench`: correctness-gated kernel timings (`glmcheck.evaluate.bench_kernels`) or, with --model,
-whole-prefill latency (`glmcheck.evaluate.bench_prefill`)."""
+whole-prefill latency (`glmcheck.evaluate.bench_model`); its record written as every check's (`commands.common`)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
 from glmcheck.evaluate.arguments import check_experts, check_layers, check_out_dir
@@ -77,23 +76,19 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
-    from glmcheck.records.store import default_run_dir
+    from glmcheck.commands.common import run_report
 
     precheck(ns)
     if ns.model:
-        from glmcheck.evaluate.bench_prefill import bench_model
+        from glmcheck.evaluate import bench_model
 
-        report = bench_model(ns.model, layers=ns.layers, experts=ns.experts, tp=ns.tp, tokens=ns.tokens,
-                             backends=ns.backends, indices=ns.indices, kv_cache_dtype=ns.kv_cache_dtype,
-                             quiet=ns.quiet, warn=lambda line: print(f"warning: {line}"))
-    else:
-        from glmcheck.evaluate.bench_kernels import bench_kernels
+        return run_report(ns, "bench-model", lambda record_dir: bench_model(
+            ns.model, layers=ns.layers, experts=ns.experts, tp=ns.tp, tokens=ns.tokens, backends=ns.backends,
+            indices=ns.indices, kv_cache_dtype=ns.kv_cache_dtype, quiet=ns.quiet,
+            warn=lambda line: print(f"warning: {line}")))
+    from glmcheck.evaluate import bench_kernels
 
-        report = bench_kernels(points=ns.points, indices=ns.indices, trace_layer=ns.trace_layer,
-                               index_mode=ns.index_mode, timing=ns.timing, quick=ns.quick, pair_rounds=ns.pair_rounds,
-                               paired=ns.paired, fp64=ns.fp64, ceilings=ns.ceilings,
-                               kv_cache_dtype=ns.kv_cache_dtype, quiet=ns.quiet)
-    print("\n".join([*report.facts["preface"], report.render()]))
-    directory = report.write(Path(ns.out) if ns.out else default_run_dir(report.command), overwrite=ns.overwrite)
-    print(f"record: {Path(directory).resolve()}")
-    return report.exit_code
+    return run_report(ns, "bench", lambda record_dir: bench_kernels(
+        points=ns.points, indices=ns.indices, trace_layer=ns.trace_layer, index_mode=ns.index_mode, timing=ns.timing,
+        quick=ns.quick, pair_rounds=ns.pair_rounds, paired=ns.paired, fp64=ns.fp64, ceilings=ns.ceilings,
+        kv_cache_dtype=ns.kv_cache_dtype, quiet=ns.quiet))

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
                    help="with --endpoint: top-k asked of each server (default 5, at least 2)")
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck,
-                   precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # precompile.PROMPTS
+                   precompile_tokens=lambda ns: None if ns.endpoint else "prompts")  # glmcheck.cli.PROMPTS
 
 
 def precheck(ns: argparse.Namespace) -> None:

@@ -32,7 +32,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
-    """The prompt length on a GPU, for `glmcheck.checks.precompile`: --tokens, which a --text prompt is repeated up to
+    """The prompt length on a GPU, for `glmcheck.startup.precompile`: --tokens, which a --text prompt is repeated up to
     (a text longer than that, or one without --tokens, has its length only once tokenised)."""
     if ns.text is not None:
         return [ns.tokens] if ns.tokens is not None else None

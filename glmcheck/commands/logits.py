@@ -67,7 +67,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
-    """The prompt lengths on a GPU, for `glmcheck.checks.precompile` (none against servers)."""
+    """The prompt lengths on a GPU, for `glmcheck.startup.precompile` (none against servers)."""
     return None if ns.endpoint else _lengths(ns.tokens, "") if ns.tokens is not None else list(GPU_LOGITS_LENGTHS)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from glmcheck.backends import forms
 from glmcheck.checks.band import DEFAULT_BAND, SWEEP_BAND
 from glmcheck.commands.output_format import add_format_option
 from glmcheck.evaluate.arguments import check_out_dir
@@ -54,6 +55,7 @@ def add_model_options(parser: argparse.ArgumentParser, command: str = "") -> Non
     parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
                         help="emulate an FP8 KV cache feeding the absorbed backends")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
+    add_form_options(parser)
     add_engine_options(parser)
     gated = command in GATED or not command
     parser.add_argument("--gate-ratio", type=float, default=2.0, metavar="R",
@@ -91,6 +93,17 @@ def add_weight_options(parser: argparse.ArgumentParser) -> None:
                              "by the identity, the check's forwards end to end; reports peak memory (allocator and "
                              "device) and time per forward against `glmcheck plan`. The numbers mean nothing: no "
                              "verdict, exit 4")
+
+
+def add_form_options(parser: argparse.ArgumentParser) -> None:
+    """--band-impl/--reference-impl: the band's and the fp32 reference's forms (`glmcheck.backends.forms`), recorded
+    with the run; the environment's GLMCHECK_BAND_IMPL / GLMCHECK_REFERENCE_IMPL are their defaults."""
+    parser.add_argument("--band-impl", default=None, choices=forms.BAND_IMPLS,
+                        help="the band's ideal kernels: torch (block loop) or triton (one pass per token); auto: triton "
+                             "on a GPU, torch on the CPU (default $GLMCHECK_BAND_IMPL, else auto)")
+    parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS,
+                        help="the fp32 exact reference: torch (gather, softmax) or triton (tensor cores) (default "
+                             "$GLMCHECK_REFERENCE_IMPL, else torch)")
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:

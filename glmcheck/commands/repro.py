@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 
 def rerun_arguments(summary: dict, row: str, out: Path) -> list[str]:
-    """The record's command line with only `row`'s backend (its --backends spec when it named one), --repro `out`
-    and --out `out`/record. ValueError naming what the record lacks."""
+    """The record's command line with only `row`'s backend (its --backends spec when it named one), the band's and the
+    reference's forms it ran, --repro `out` and --out `out`/record. ValueError naming what the record lacks."""
     command = summary.get("command")
     if command not in REPRO_COMMANDS:
         raise ValueError(f"RECORD is a {command} record; a repro is made from a {' or '.join(REPRO_COMMANDS)} record")
@@ -55,6 +55,10 @@ def rerun_arguments(summary: dict, row: str, out: Path) -> list[str]:
             continue
         if arg != "--overwrite":
             kept.append(arg)
+    options = summary.get("options", {})
+    for flag, key in (("--band-impl", "band_impl"), ("--reference-impl", "reference_impl")):
+        if options.get(key) and not any(arg == flag or arg.startswith(flag + "=") for arg in kept):
+            kept += [flag, str(options[key])]  # the forms the record ran, also where the environment chose them
     return [command, *kept, "--backends", specs.get(row, row), "--repro", str(out), "--out", str(out / "record"),
             "--quiet"]
 

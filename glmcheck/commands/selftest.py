@@ -1,5 +1,5 @@
 """`glmcheck selftest`: the accuracy suite on the real kernels, and (--mutants) on planted faults
-(`glmcheck.evaluate.selftest_suite`); with --model / --checkpoint the verdict rates, with --power the power curves
+(`glmcheck.evaluate.selftest_kernels`); with --model / --checkpoint the verdict rates, with --power the power curves
 (`glmcheck.evaluate.selftest_rates`)."""
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def handle(ns: argparse.Namespace) -> int:
+    from glmcheck.evaluate.selftest_kernels import selftest_suite
     from glmcheck.evaluate.selftest_rates import power_curves, verdict_rates
-    from glmcheck.evaluate.selftest_suite import selftest_suite
 
     precheck(ns)
     if ns.model is None and ns.checkpoint is None:

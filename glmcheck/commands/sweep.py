@@ -41,7 +41,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 
 def precompile_tokens(ns: argparse.Namespace) -> list[int] | None:
-    """The longest length on a GPU (the one forward per row), for `glmcheck.checks.precompile`; none against
+    """The longest length on a GPU (the one forward per row), for `glmcheck.startup.precompile`; none against
     servers."""
     return None if ns.endpoint else [int(ns.tokens.split("..")[-1]) if ns.tokens is not None else GPU_SWEEP_RANGE[1]]
 

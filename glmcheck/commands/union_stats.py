@@ -1,5 +1,5 @@
 """`glmcheck union-stats`: valid rows per token and union-of-2/4 ratios of index sets
-(`glmcheck.evaluate.union_stats`)."""
+(`glmcheck.evaluate.index_unions`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 from glmcheck.bench.names import INDEX_MODES
 from glmcheck.evaluate.arguments import check_out_dir
-from glmcheck.evaluate.union_stats import DEFAULT_MODE, DEFAULT_TOPK, check_union_options
+from glmcheck.evaluate.index_unions import DEFAULT_MODE, DEFAULT_TOPK, check_union_options
 
 
 def add_parser(sub) -> None:
@@ -38,7 +38,7 @@ def precheck(ns: argparse.Namespace) -> None:
 
 def handle(ns: argparse.Namespace) -> int:
     from glmcheck.commands.common import run_report
-    from glmcheck.evaluate.union_stats import union_stats
+    from glmcheck.evaluate.index_unions import union_stats
 
     precheck(ns)
     return run_report(ns, "union-stats", lambda _: union_stats(indices=ns.indices, mode=ns.mode, topk=ns.topk,

@@ -1,7 +1,8 @@
 """Natural-text prompts from the held-out split of the trained models' corpus.
 
 `glmcheck/data/resources/corpus/heldout.jsonl.gz` (package data) holds the documents no trained model
-saw in training (Python standard-library sources and pydoc topics, `glmcheck.training.corpus`). A model check
+saw in training (Python standard-library sources and pydoc topics chosen by `glmcheck.training.corpus`, in the
+format of `glmcheck.data.documents`). A model check
 on a checkpoint (a trained model or a real GLM one) reads its prompts from there, encoded by the checkpoint's
 own tokenizer: a trained model's distributions on seeded random ids say little. The
 stream is every held-out document as `<bos> text <eos>`, in order; a prompt of N tokens is the
@@ -16,14 +17,14 @@ from pathlib import Path
 
 import torch
 
+from glmcheck.data.documents import load_documents
+
 HELDOUT_FILE = Path(str(files("glmcheck") / "data" / "resources" / "corpus" / "heldout.jsonl.gz"))  # package data
 
 
 @lru_cache(maxsize=2)
 def heldout_documents(path: str | None = None):
-    """The held-out documents (`glmcheck.training.corpus.Document`), cached."""
-    from glmcheck.training.corpus import load_documents
-
+    """The held-out documents (`glmcheck.data.documents.Document`), cached."""
     file = Path(path) if path else HELDOUT_FILE
     if not file.is_file():
         raise FileNotFoundError(f"the held-out corpus {str(file)!r} does not exist (it ships in the glmcheck "

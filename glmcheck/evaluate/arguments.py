@@ -201,7 +201,7 @@ def check_band(value: int, option: str | None = None, held_out: int = 0) -> None
     """`value` is an int in [1, BAND_FAMILY_SIZE - held_out]: the band's variants are the flash-style
     kernels of `glmcheck.backends.band_kernels` (16, each once), of which `held_out` are kept out of
     the band (the rates run holds out 2); a larger band would fail only after the model is built."""
-    from glmcheck.checks.band import BAND_FAMILY_SIZE
+    from glmcheck.backends.names import BAND_FAMILY_SIZE
 
     option = option or flag("band")
     check_count(value, option)

@@ -30,10 +30,12 @@ def bench_model(model: str, *, layers: int | None = None, experts: int | None = 
     indexer's own top-k, default) or calibrated (replaced for timing); `kv_cache_dtype="fp8_e4m3"` runs every row
     over the FP8 pool. `warn(line)` hears each backend warning as it arises (they are also the Report's warnings).
     ValueError (one line naming the flag) without CUDA or for a bad option. Verdict PASS when every row passed
-    its gate, else FAIL; `facts["preface"]` holds the lines printed above the table."""
+    its gate, else FAIL; the table printed holds the model, its indices and the layer schedule above the timings."""
     import torch
     from tqdm import tqdm
 
+    from glmcheck.backends.choice import default_backends
+    from glmcheck.backends.forms import active
     from glmcheck.backends.validation import validate_backends
     from glmcheck.bench.model import bench_prefill, default_rows, parse_rows, weighting_schedule
     from glmcheck.bench.tables import render_model_table
@@ -41,8 +43,7 @@ def bench_model(model: str, *, layers: int | None = None, experts: int | None = 
     from glmcheck.checks.runner import SwapOptions
     from glmcheck.data.indices import calibrated_selector
     from glmcheck.data.model_prompts import model_prompt, prompt_source
-    from glmcheck.evaluate.backend_choice import default_backends
-    from glmcheck.evaluate.bench_kernels import require_gpu
+    from glmcheck.evaluate.kernel_bench import require_gpu
     from glmcheck.evaluate.report import Report
     from glmcheck.kernels import legal_groups
     from glmcheck.model.load import ModelSpec, config_of, load_model
@@ -82,8 +83,9 @@ def bench_model(model: str, *, layers: int | None = None, experts: int | None = 
                 f"{ran.count('shared')} shared), weighted over the model's {len(schedule)} "
                 f"({schedule.count('full')} full, {schedule.count('shared')} shared indexer layers)")]
     rows_out = [dataclasses.asdict(t) for t in timings]
-    return Report("bench-model", PASS if all(t.passed for t in timings) else FAIL, rows_out, {"preface": preface},
+    return Report("bench-model", PASS if all(t.passed for t in timings) else FAIL, rows_out, {},
                   spec.describe(), {"tp": tp, "tokens": lengths, "backends": backends, "indices": indices,
-                                    "kv_cache_dtype": kv_cache_dtype}, warnings=warnings,
+                                    "kv_cache_dtype": kv_cache_dtype, **active().record(device.type)},
+                  warnings=warnings,
                   extra={"model": spec.describe(), "tp": tp, "indices": indices, "kv_cache_dtype": kv_cache_dtype,
-                         "table": table})
+                         "table": "\n".join([*preface, table])})

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from glmcheck.backends.errors import KernelFault
-from glmcheck.checks import compile_ahead
-from glmcheck.checks.band import SWEEP_BAND, band_names
+from glmcheck.backends.names import band_names
+from glmcheck.checks.band import SWEEP_BAND
 from glmcheck.checks.position_sweep import run_position_sweep, sweep_outcome
 from glmcheck.checks.positions import position_statistics
 from glmcheck.checks.rows import require_finite
@@ -23,8 +23,9 @@ from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.model_checks import _build, _report, layer_command
 from glmcheck.evaluate.options import GPU_SWEEP_RANGE, CheckOptions
 from glmcheck.evaluate.report import Report
-from glmcheck.evaluate.setup import ResumeStore, Setup
+from glmcheck.evaluate.setup import ResumeStore, Setup, in_forms
 from glmcheck.process.wording import flag
+from glmcheck.startup import compile_ahead
 
 DIAGNOSIS_KEYS = ("diagnosis", "beyond_first", "beyond_runs", "beyond_period", "layer0")  # a FAIL row's, in its onset
 MAX_LOGPROBS = 20  # what vLLM serves by default (--max-logprobs); in process any k would do
@@ -38,6 +39,7 @@ def check_logprobs(k: int) -> None:
                          f"got {k}")
 
 
+@in_forms
 def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_octave: int = 1, logprobs: int = 5,
           record_dir: Path | Callable[[], Path] | None = None, overwrite: bool = False) -> Report:
     """Sweep `tokens` = (first, last) (`geometric_lengths`; default 1024..32768 on a GPU, 32..256 on the CPU)

@@ -37,7 +37,7 @@ from glmcheck.evaluate.arguments import (
 from glmcheck.evaluate.bars import forward_bar
 from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS, CheckOptions
 from glmcheck.evaluate.report import Report
-from glmcheck.evaluate.setup import ResumeStore, Setup
+from glmcheck.evaluate.setup import ResumeStore, Setup, in_forms
 from glmcheck.model.load import load_model
 from glmcheck.process.phases import CLOCK
 from glmcheck.process.wording import flag
@@ -72,6 +72,7 @@ def _build(setup: Setup, *, layer0_only: bool = False):
         return model
 
 
+@in_forms
 def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None = None,
            repro: str | Path | None = None) -> Report:
     """The layer-0 attention output of every backend against the exact reference, beside the band
@@ -103,6 +104,7 @@ def layer0(options: CheckOptions, *, tokens: int | None = None, text: str | None
                    {**result.facts, "prompt_source": prompt_source(setup.spec)}, tensors=result.tensors)
 
 
+@in_forms
 def drift(options: CheckOptions, *, tokens: int | None = None, repro: str | Path | None = None) -> Report:
     """Every layer's hidden state per backend against the exact reference, beside the per-layer band
     (`glmcheck.checks.drift`); `tokens` and `repro` (of each FAIL backend's first failing layer call) as in
@@ -121,6 +123,7 @@ def drift(options: CheckOptions, *, tokens: int | None = None, repro: str | Path
                    {**result.facts, "prompt_source": prompt_source(setup.spec)})
 
 
+@in_forms
 def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir: RecordDir = None,
            overwrite: bool = False) -> Report:
     """Next-token distributions at every position, over the full vocabulary, per backend and prompt length
@@ -178,6 +181,7 @@ def _add_commands(rows: list[ComparisonRow], options: CheckOptions, setup: Setup
             row.extra["diagnosis"] += f" (shown by: {command})"
 
 
+@in_forms
 def firsttoken(options: CheckOptions, *, prompts: str | None = None, limit: int | None = None,
                continue_tokens: int = 0, tie_gap: float | None = None, max_dlogprob: float | None = None,
                record_dir: RecordDir = None, overwrite: bool = False) -> Report:

@@ -10,13 +10,14 @@ import argparse
 import re
 from dataclasses import dataclass, fields
 
+from glmcheck.backends.forms import BAND_IMPLS, REFERENCE_IMPLS, Forms, band_default, reference_default
+from glmcheck.backends.names import EXACT
 from glmcheck.checks.band import check_gate_ratio
 from glmcheck.evaluate.arguments import check_band, check_count, check_experts, check_layers, check_number, check_seed
 from glmcheck.model.engine_shape import check_engine_options
 from glmcheck.model.trained import DEFAULT_MODEL
 from glmcheck.process.wording import flag
 
-EXACT = {"fp32": "reference", "fp64": "reference:fp64"}  # --exact -> the exact reference's backend name
 WEIGHTS = ("auto", "bf16", "fp8")  # --weights
 # The checks' prompt lengths on a GPU when none is given (the precompile child predicts the same ones)
 GPU_TOKENS = 4096  # layer0, drift (128 on the CPU)
@@ -29,7 +30,8 @@ class CheckOptions:
     """Which model, which backends, which reference and gate (docs/checks.md, "Options": each field is the
     flag of the same name). `backends` None is every backend available here; `baseline` None is the
     default baseline (FlashMLA where it runs), "none" no baseline; `kv_cache_dtype` None or "bf16" is
-    the bf16 KV cache, "fp8_e4m3" an emulated FP8 one."""
+    the bf16 KV cache, "fp8_e4m3" an emulated FP8 one; `band_impl` / `reference_impl` None are the environment's
+    forms (GLMCHECK_BAND_IMPL, GLMCHECK_REFERENCE_IMPL), filled in on construction."""
 
     model: str = DEFAULT_MODEL
     checkpoint: str | None = None
@@ -55,6 +57,8 @@ class CheckOptions:
     chunk: int | None = None
     pool_rows: int | None = None
     requests: int | None = None
+    band_impl: str | None = None  # the band's form (`glmcheck.backends.forms`): None takes GLMCHECK_BAND_IMPL, or auto
+    reference_impl: str | None = None  # the fp32 reference's form: None takes GLMCHECK_REFERENCE_IMPL, or torch
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CheckOptions:
@@ -62,7 +66,15 @@ class CheckOptions:
         return cls(**{f.name: getattr(ns, f.name) for f in fields(cls) if hasattr(ns, f.name)})
 
     def __post_init__(self):
+        if self.band_impl is None:  # the environment's form (ValueError naming the variable for one that is none)
+            self.band_impl = band_default()
+        if self.reference_impl is None:
+            self.reference_impl = reference_default()
         self.check()
+
+    def forms(self) -> Forms:
+        """The band's and the fp32 reference's forms a check on these options runs (`glmcheck.backends.forms`)."""
+        return Forms(self.band_impl, self.reference_impl)
 
     def backend_list(self) -> list[str] | None:
         """`backends` as a list of names (a comma-separated string is split), None for the default set."""
@@ -104,6 +116,8 @@ class CheckOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{flag(name)} must be True or False, got {getattr(self, name)!r}")
         _check_choice(self.weights, "weights", WEIGHTS)
+        _check_choice(self.band_impl, "band_impl", BAND_IMPLS)
+        _check_choice(self.reference_impl, "reference_impl", REFERENCE_IMPLS)
         check_engine_options(self.calls, self.chunk, self.pool_rows, self.requests)
         if self.rehearse_rank is not None:
             check_count(self.rehearse_rank, flag("rehearse_rank"), minimum=0)

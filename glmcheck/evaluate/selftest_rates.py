@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from glmcheck.backends import forms
+
 if TYPE_CHECKING:
     from glmcheck.evaluate.report import Report
 
@@ -61,6 +63,7 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
 
     import glmcheck.kernels  # noqa: F401  (the interpreter on a machine without CUDA)
     from glmcheck.checks.band import FAIL, PASS
+    from glmcheck.checks.rows import layer0_bar
     from glmcheck.evaluate.arguments import check_forwards
     from glmcheck.evaluate.report import Report
     from glmcheck.model.engine_shape import engine_shape
@@ -68,7 +71,6 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
         CHECKS,
         FIRSTTOKEN_PROMPTS,
         FIRSTTOKEN_TOKENS,
-        layer0_bar,
         legitimate_backends,
         measure_rates,
         planted_faults,
@@ -97,7 +99,8 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     return Report("selftest-rates", PASS if ok else FAIL, [dataclasses.asdict(t) for t in tallies],
                   {"layer0_false_alarms": alarms, "layer0_legitimate_runs": runs, "layer0_missed": missed},
                   spec.describe(), {"seeds": seeds, "tokens": tokens, "checks": names, "band": band,
-                                    "kv_cache_dtype": fp8, **({"calls": "serving"} if engine else {})},
+                                    "kv_cache_dtype": fp8, **({"calls": "serving"} if engine else {}),
+                                    **forms.active().record(device.type)},
                   extra={"table": text})
 
 
@@ -120,5 +123,6 @@ def power_curves(model: str | None = None, checkpoint: str | None = None, *, see
     head = (f"power curves on {checkpoint or model}, {tokens} tokens, seeds 0..{seeds - 1}, band of {band}; "
             f"faults wrap {base}")
     return Report("selftest-power", PASS, [dataclasses.asdict(p) for p in points], {"base": base}, spec.describe(),
-                  {"seeds": seeds, "tokens": tokens, "checks": names, "band": band},
+                  {"seeds": seeds, "tokens": tokens, "checks": names, "band": band,
+                   **forms.active().record(device.type)},
                   extra={"table": "\n".join([head, power_table(points)])})

@@ -4,16 +4,20 @@ model is built; and the finished items of a resumable run (`ResumeStore`)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from glmcheck.backends.choice import choose_backends
+from glmcheck.backends.forms import using
+from glmcheck.backends.names import band_names
 from glmcheck.backends.registry import backend_identity
-from glmcheck.checks.band import DEFAULT_BAND, Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, Gate
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.arguments import check_band, check_count
-from glmcheck.evaluate.backend_choice import choose_backends
 from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
 from glmcheck.model.engine_calls import EngineCalls
 from glmcheck.model.engine_pool import needed_rows
@@ -25,6 +29,23 @@ from glmcheck.process.wording import flag
 from glmcheck.records.environment import code_identity, config_hash
 from glmcheck.records.layout import clear_record
 from glmcheck.records.progress import ItemStore
+
+if TYPE_CHECKING:
+    from glmcheck.evaluate.report import Report
+
+
+def in_forms(check: Callable[..., Report]) -> Callable[..., Report]:
+    """`check(options, ...)` run with the band's and the fp32 reference's forms its `CheckOptions` name
+    (`glmcheck.backends.forms.using`): every forward, compile ahead and diagnosis of the check runs them."""
+
+    @functools.wraps(check)
+    def run(options: CheckOptions, *args, **kwargs) -> Report:
+        if not isinstance(options, CheckOptions):
+            raise TypeError(f"options must be a CheckOptions, got {type(options).__name__}")
+        with using(options.forms()):
+            return check(options, *args, **kwargs)
+
+    return run
 
 
 class Setup:
@@ -71,6 +92,8 @@ class Setup:
                                    engine=EngineCalls(shape) if shape is not None else None)
         self.gate = Gate(ratio=options.gate_ratio, cap=options.max_rel_l2)
         self.tp = tp
+        self.forms = options.forms()
+        CLOCK.note("forms", f"band {self.forms.band_on(self.device.type)}, fp32 reference {self.forms.reference}")
         self.is_main = self.dist is None or self.dist.is_main
         self.quiet = options.quiet or not self.is_main
         # Forwards of one prompt: the exact reference twice, the band, every other backend once.
@@ -113,7 +136,8 @@ class Setup:
                 "weights": self.weights_requested, "rehearse_rank": self.rehearse[0] if self.rehearse else None,
                 "backends": self.backends, "exact": self.exact, "baseline": self.baseline, "band": self.band_size,
                 "kv_cache_dtype": self.options.kv_cache_dtype, "dense_threshold": self.options.dense_threshold,
-                "deterministic": self.options.deterministic, "gate_ratio": self.gate.ratio,
+                "deterministic": self.options.deterministic, **self.forms.record(self.device.type),
+                "gate_ratio": self.gate.ratio,
                 "max_rel_l2": self.gate.cap, "device": str(self.device),
                 **({"calls": self.options.engine.shape.describe()} if self.options.engine else {})}
 

@@ -9,8 +9,7 @@ confirm_with_torch()
 
 from glmcheck.kernels.plan import SparseMLAPlan, plan_sparse_mla  # noqa: E402
 from glmcheck.kernels.prefill import sparse_mla_prefill  # noqa: E402
-from glmcheck.kernels.tiles import Tile  # noqa: E402
 from glmcheck.kernels.union import UnionSets, legal_groups, union_dedup, union_is_legal  # noqa: E402
 
 __all__ = ["sparse_mla_prefill", "plan_sparse_mla", "SparseMLAPlan",
-           "union_dedup", "UnionSets", "union_is_legal", "legal_groups", "Tile"]
+           "union_dedup", "UnionSets", "union_is_legal", "legal_groups"]

@@ -1,5 +1,5 @@
 """Device helpers shared by the kernels: bf16 rounding, one online-softmax step, a token's loop bound, and the
-compacting append, slot loading and sorted-list search of the union builds."""
+compacting append and sorted-list search of the union builds."""
 
 from __future__ import annotations
 
@@ -77,22 +77,6 @@ def append_rows(out_rows, out_bits, emitted, keep, row, bits, limit):
     tl.store(out_rows + position, row, mask=fits)
     tl.store(out_bits + position, bits.to(tl.uint8), mask=fits)
     return emitted + tl.sum(flag, axis=0)
-
-
-@triton.jit
-def load_group_slots(idx_ptr, length_ptr, group, pos, width, topk, num_kv_rows, stride_it, stride_is,
-                     G: tl.constexpr, HAS_LENGTH: tl.constexpr):
-    """Rows at flat positions `pos` (member-major: pos = member * topk + slot, pos < width = G*topk) of `group`,
-    their member index in the group and validity (in bounds, in [0, num_kv_rows), below topk_length if HAS_LENGTH)."""
-    member = pos // topk
-    slot = pos % topk
-    token = group * G + member
-    in_group = pos < width
-    row = tl.load(idx_ptr + token * stride_it + slot * stride_is, mask=in_group, other=-1)
-    valid = in_group & (row >= 0) & (row < num_kv_rows)
-    if HAS_LENGTH:
-        valid = valid & (slot < tl.load(length_ptr + token, mask=in_group, other=0))
-    return row, member, valid
 
 
 @triton.jit

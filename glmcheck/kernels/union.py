@@ -1,4 +1,5 @@
-"""Launchers of the union fast path: the union builds (`union_dedup`) and the Triton union tile.
+"""Launchers of the union fast path: the union builds (`union_dedup`; `union_dedup_forced` forces one) and the
+Triton union tile.
 
 G adjacent tokens share one deduplicated gather. Legal when the query tile G*H is 16, 32 or 64 rows (tl.dot needs
 16; 64 is one Hopper warpgroup MMA tile, the largest whose fp32 accumulator [64, 512] fits): 8 heads G = 2, 4, 8;
@@ -73,20 +74,28 @@ def legal_groups(num_heads: int) -> list[int]:
 
 
 def union_dedup(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
-                num_kv_rows: int | None = None, check_inputs: bool = False, method: str = "auto") -> UnionSets:
+                num_kv_rows: int | None = None, check_inputs: bool = False) -> UnionSets:
     """Union of the selections of each group of G adjacent tokens (tail tokens T mod G dropped).
 
     indices [T, topk] (or [T, 1, topk]) int32; empty slots are negative values, values >= num_kv_rows when given,
     and slots at or past topk_length[t]. A token never selects a row twice (`check_inputs=True` verifies it with a
-    host sync). `method` (all give the same rows and bits): "search" (per-token sorts, binary searches; any S),
-    "marks" (no sort, one launch: each token ORs its bit into a byte table of num_kv_rows rows, one scan compacts
-    it; groups whose tokens select exactly their prefix are written directly; needs num_kv_rows), "merge" (one sort
-    of the group's keys row*G + token, copies are neighbours; int16 keys while
-    num_kv_rows*G <= 32767; needs a power-of-two G and num_kv_rows*G <= 2**31 - 1), "tree" (G = 4, 8: merge at
-    G = 2, then pairwise merges by binary-search ranks), "anchor" (G = 2: only the first token sorted, the second's
-    rows searched in it); "auto" takes marks where num_kv_rows <= MARKS_AUTO_MAX_ROWS, else anchor, tree or search
-    (`choose_build`; docs/performance.md, "Union builds").
+    host sync). The build is chosen for the shape (`choose_build`: the marks build where num_kv_rows <=
+    MARKS_AUTO_MAX_ROWS, else anchor, tree or search; docs/performance.md, "Union builds"); every build gives the same
+    rows and bits (`union_dedup_forced` chooses one).
     """
+    return union_dedup_forced(indices, G, topk_length, num_kv_rows=num_kv_rows, check_inputs=check_inputs)
+
+
+def union_dedup_forced(indices: torch.Tensor, G: int, topk_length: torch.Tensor | None = None, *,
+                       num_kv_rows: int | None = None, check_inputs: bool = False,
+                       method: str = "auto") -> UnionSets:
+    """`union_dedup` with its build forced, the testing entry point (the self-test's suite, the build bench):
+    `method` "search" (per-token sorts, binary searches; any S), "marks" (no sort, one launch: each token ORs its bit
+    into a byte table of num_kv_rows rows, one scan compacts it; groups whose tokens select exactly their prefix are
+    written directly; needs num_kv_rows), "merge" (one sort of the group's keys row*G + token, copies are
+    neighbours; int16 keys while num_kv_rows*G <= 32767; needs a power-of-two G and num_kv_rows*G <= 2**31 - 1),
+    "tree" (G = 4, 8: merge at G = 2, then pairwise merges by binary-search ranks), "anchor" (G = 2: only the first
+    token sorted, the second's rows searched in it) or "auto" (`union_dedup`'s choice). Same rows and bits."""
     if isinstance(G, bool) or not isinstance(G, int) or not 2 <= G <= MAX_GROUP:
         raise ValueError(f"G must be an int in [2, {MAX_GROUP}], got {G!r}")
     if method not in BUILD_METHODS:

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from glmcheck.backends.registry import is_band_name
+from glmcheck.backends.names import is_band_name
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.model.engine_pool import EnginePool, needed_rows
 from glmcheck.model.engine_shape import DEFAULT_REQUESTS, EngineShape
-from glmcheck.model.kernel_call import KernelCall
+from glmcheck.model.kernel_call import KernelCall, check_output
 
 TORCH_BACKENDS = ("reference", "reference:fp64", "reference:bf16", "torch_bf16")  # never in Triton's interpreter
 
@@ -106,8 +106,6 @@ class LayerCall:
 def run_engine_layer(session, call: LayerCall) -> torch.Tensor:
     """The layer's output [T, H, d_v] from engine-shaped calls (module docstring), one-shot compared per rank.
     `session` is the `glmcheck.model.swap.SwapSession` (its backend call, counters, clock and recorded calls)."""
-    from glmcheck.model.swap import check_output
-
     engine: EngineCalls = session.engine
     if session.pool is None:
         session.pool = engine.pool(call.rows, call.codes, call.indices.shape[1])

@@ -50,7 +50,7 @@ from glmcheck.model.clock import AttentionClock
 from glmcheck.model.engine_calls import EngineCalls, LayerCall, run_engine_layer
 from glmcheck.model.engine_pool import EnginePool
 from glmcheck.model.indexer_chunks import absorbed_mask, install_chunked_indexer
-from glmcheck.model.kernel_call import KernelCall
+from glmcheck.model.kernel_call import KernelCall, check_output
 from glmcheck.process.interrupts import raised_by_code, signals_told_apart
 
 ABSORBED_IMPL = "glmcheck_absorbed"  # absorbed attention, chunked indexer, causal stand-in mask
@@ -183,22 +183,6 @@ class SwapSession:
                 if isinstance(err, torch.OutOfMemoryError) or not raised_by_code(err, told_apart):
                     raise
                 raise KernelFault(self.name, f"raised {type(err).__name__}: {first_line(err)}") from err
-
-
-def check_output(name: str, out: object, q: torch.Tensor, d_v: int, fp32_output: bool) -> None:
-    """KernelFault unless `out` keeps the kernel contract for `q` [T, H, d_qk]: a tensor [T, H, d_v] on q's device,
-    bf16 (fp32 or fp64 for a backend of `fp32_output`: an exact reference)."""
-    if not isinstance(out, torch.Tensor):
-        raise KernelFault(name, f"returned a {type(out).__name__}, expected a tensor [T, H, d_v]")
-    expected = [q.shape[0], q.shape[1], d_v]
-    if list(out.shape) != expected:
-        raise KernelFault(name, f"returned shape {list(out.shape)}, expected {expected} (the kernel contract)")
-    dtypes = (torch.float32, torch.float64) if fp32_output else (torch.bfloat16,)
-    if out.dtype not in dtypes:
-        raise KernelFault(name, f"returned {str(out.dtype).removeprefix('torch.')}, expected "
-                                f"{' or '.join(str(d).removeprefix('torch.') for d in dtypes)} (the kernel contract)")
-    if out.device != q.device:
-        raise KernelFault(name, f"returned a tensor on {out.device}, expected q's device {q.device}")
 
 
 _SESSIONS: dict[int, SwapSession] = {}  # id(attention module) -> active session

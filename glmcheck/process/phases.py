@@ -5,9 +5,10 @@ first phase: the command's imports of torch, transformers and triton, and its ar
 model's config, backends, memory plan), `build` (the model and its weights), `forwards` (every forward under a
 backend, device synchronised), `compile` (Triton compiling or loading its kernels from its cache, inside the
 forwards; timed through Triton's JIT hooks while profiling), `compile ahead` (the variants compiled in threads
-before the forwards, `glmcheck.checks.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `diagnose` and `repro` (a FAIL row's
+before the forwards, `glmcheck.startup.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `diagnose` and `repro` (a FAIL row's
 diagnosis and `--repro`, less the forwards and metrics they run), `write` (the record and its tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
-prints them with `other` (the rest) and the total.
+prints them with `other` (the rest) and the total, and under them what the run chose that moves its time (`note`:
+the band's and the fp32 reference's forms).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class PhaseClock:
         self.seconds: dict[str, float] = defaultdict(float)
         self.compiled: Counter = Counter()  # kernel name -> variants compiled or loaded from Triton's cache
         self.rows: dict[str, float] = defaultdict(float)  # backend -> wall seconds of its forwards (compiles in)
+        self.notes: dict[str, str] = {}  # what the run chose that moves its time (the kernels' forms), under the table
         self.began: float | None = None
         self.profiling = False
         self._open: list[str] = []  # phases in progress (nested ones add to their own name only)
@@ -48,6 +50,7 @@ class PhaseClock:
         self.seconds.clear()
         self.compiled.clear()
         self.rows.clear()
+        self.notes.clear()
         self.began = time.perf_counter()
         startup = _seconds_since_process_start()
         if startup is not None:
@@ -82,6 +85,10 @@ class PhaseClock:
         """True outside `compile ahead`: a compile now is one a forward waits for."""
         return "compile ahead" not in self._open
 
+    def note(self, name: str, text: str) -> None:
+        """A line `name: text` under the table (the last one given for `name`)."""
+        self.notes[name] = text
+
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] += seconds
 
@@ -112,6 +119,7 @@ class PhaseClock:
             more = len(self.compiled) - 6
             lines.append(f"compile: {sum(self.compiled.values())} kernel variants ({kinds}"
                          f"{f', {more} more kernels' if more > 0 else ''})")
+        lines += [f"{name}: {text}" for name, text in self.notes.items()]
         return "\n".join(lines)
 
 

@@ -11,40 +11,15 @@ import hashlib
 import json
 import platform
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import glmcheck
+from glmcheck.process.git import git_output
 
-_GIT_TIMEOUT_S = 5.0
 _HASH_CHARS = 16
-
-
-def _checkout_dir() -> Path:
-    """The directory holding the `glmcheck` package (the repository root for a source checkout)."""
-    return Path(glmcheck.__file__).resolve().parent.parent
-
-
-def git_output(*args: str, cwd: Path | None = None) -> str | None:
-    """stdout of `git <args>` run in `cwd` (default: the checkout glmcheck lives in), stripped; None on any
-    failure. git's messages are discarded."""
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=_checkout_dir() if cwd is None else cwd,
-            capture_output=True,
-            text=True,
-            timeout=_GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip()
 
 
 def git_sha() -> str | None:

@@ -3,9 +3,9 @@
 `ItemStore(directory, fingerprint)` keeps one JSON file per finished item under
 `directory/items/`, each written atomically. The fingerprint (command, model, options, items
 requested) is stored beside them with the first item (a run that fails before any item finishes
-leaves nothing); reopening the directory with a different fingerprint raises
-ValueError instead of mixing two runs. Rerunning with the same `--out` loads the finished
-items and computes only the rest.
+leaves nothing); reopening the directory with a different fingerprint raises ValueError naming the
+settings that differ (`options.band_impl`) instead of mixing two runs. Rerunning with the same `--out`
+loads the finished items and computes only the rest.
 """
 
 from __future__ import annotations
@@ -17,6 +17,23 @@ from typing import Any
 
 from glmcheck.records.layout import FINGERPRINT_FILE, ITEMS_DIR
 from glmcheck.records.store import write_json_atomic
+
+SHOWN = 6  # differing settings a refusal names (then "and N more")
+
+
+def changed_settings(previous: dict, current: dict, prefix: str = "") -> list[str]:
+    """The settings two fingerprints differ in, sorted, each named by its path (`options.band_impl`): a setting
+    that is a dict on both sides is compared field by field."""
+    changed = []
+    for key in sorted(set(previous) | set(current)):
+        before, after = previous.get(key), current.get(key)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            changed += changed_settings(before, after, f"{prefix}{key}.")
+        else:
+            changed.append(f"{prefix}{key}")
+    return changed
 
 
 def _safe_name(key: str) -> str:
@@ -45,9 +62,9 @@ class ItemStore:
             except json.JSONDecodeError:
                 raise ValueError(f"{stored} is not valid JSON; remove it or use another --out") from None
             if previous != self.fingerprint:
-                changed = sorted(k for k in set(previous) | set(self.fingerprint)
-                                 if previous.get(k) != self.fingerprint.get(k))
-                raise ValueError(f"--out {Path(directory)} holds a run with other settings ({', '.join(changed)}); "
+                changed = changed_settings(previous, self.fingerprint)
+                shown = ", ".join(changed[:SHOWN]) + (f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else "")
+                raise ValueError(f"--out {Path(directory)} holds a run with other settings ({shown}); "
                                  f"use another --out, the same settings to resume, or --overwrite to replace it")
 
     def load(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ called on the recorded statistics: layer0 and drift `Gate.verdict` beside the ba
 in-process sweep the all-position gate's margin (`glmcheck.checks.position_gate`: a row FAILS exactly when its margin
 exceeds 1) beside what the band rows say of the band; the sweep against servers its distance against the limit;
 firsttoken `summarize` over the recorded outcomes; tasks the paired verdict's rules (`glmcheck.tasks.mcnemar`). The
-commands that print a table (selftest, bench, ...) have their verdict recomputed from their rows' outcomes.
+commands that print a table (selftest, bench, kernel-check, plan, ...) have their verdict recomputed from their rows'
+outcomes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from glmcheck.checks.band import FAIL, INCONCLUSIVE, INFO, PASS, REHEARSAL, Band, Gate
-from glmcheck.checks.rows import GATED_STATS, overall_of
+from glmcheck.checks.rows import GATED_STATS, layer0_bar, overall_of
 from glmcheck.records.rejudge_rows import (
     RecordMismatch,
     check_same_rows,
@@ -156,13 +157,43 @@ def _all_passed(summary: dict, rows: list[dict]) -> str:
     return PASS if all(bool(row.get("passed")) for row in rows) else FAIL
 
 
-def _selftest_rates(summary: dict, rows: list[dict]) -> str:
-    from glmcheck.selftest.rates import layer0_bar
+def _kernel_check(summary: dict, rows: list[dict]) -> str:
+    """kernel-check: each row by its rule with the record's gates (a gated row: rel-L2 and cosine; a rerun: bitwise,
+    nothing apart; an informative row: not judged); PASS when no row FAILS."""
+    facts = summary["facts"]
+    verdicts = []
+    for i, row in enumerate(rows):
+        rule = row["rule"]
+        if rule == "gate":
+            ok = number(row["rel_l2"]) <= number(facts["rel_l2_gate"]) and \
+                number(row["cosine"]) >= number(facts["cosine_gate"])
+        elif rule == "bitwise":
+            ok = number(row["max_abs"]) == 0
+        else:
+            verdicts.append(expect(row, i, INFO, " (an informative row is not judged)"))
+            continue
+        verdicts.append(expect(row, i, PASS if ok else FAIL))
+    return FAIL if FAIL in verdicts else PASS
 
+
+def _plan(summary: dict, rows: list[dict]) -> str:
+    """plan: each path fits when its total per rank is within the record's headroom of the GPU; PASS when the
+    absorbed path (the first row) fits."""
+    headroom = number(summary["facts"]["headroom"])
+    for i, row in enumerate(rows):
+        fits = number(row["total_gib_per_rank"]) <= headroom * number(row["gpu_gib"])
+        if bool(row["fits"]) != fits:
+            raise RecordMismatch(f"rows.parquet: row {i} ({row['path']}) has fits {row['fits']!r}; its totals and the "
+                                 f"record's headroom give {fits!r}")
+    return PASS if rows and rows[0]["path"] == "absorbed" and bool(rows[0]["fits"]) else FAIL
+
+
+def _selftest_rates(summary: dict, rows: list[dict]) -> str:
     return PASS if layer0_bar(rows)[0] else FAIL
 
 
 RULES = {"layer0": _layer0, "drift": _drift, "logits": _logits, "firsttoken": firsttoken_verdict,
          "sweep": sweep_verdict, "tasks": _tasks, "selftest": _all_passed, "bench-model": _all_passed,
          "selftest-rates": _selftest_rates, "union-stats": _always_pass, "bench": _always_pass,
-         "capture-indices": _always_pass, "selftest-power": _always_pass}
+         "capture-indices": _always_pass, "selftest-power": _always_pass, "kernel-check": _kernel_check,
+         "plan": _plan, "backends": _always_pass}

@@ -366,7 +366,7 @@ RENDERERS = {"layer0": _render_layer0, "logits": _render_logits, "firsttoken": _
 
 # Reports that carry their printed table.
 TABLE_COMMANDS = ("union-stats", "bench", "bench-model", "capture-indices", "selftest", "selftest-rates",
-                  "selftest-power")
+                  "selftest-power", "kernel-check", "plan", "backends")
 
 
 FORMATS = ("text", "md", "wide", "json")  # --format: a terminal's 120 columns, markdown document, every column, JSON

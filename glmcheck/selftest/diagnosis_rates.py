@@ -29,7 +29,7 @@ from glmcheck.checks.band import FAIL, Gate
 from glmcheck.checks.diagnosis import diagnose
 from glmcheck.checks.diagnosis_calls import LayerCall, band_outputs, judge_outputs, record_calls
 from glmcheck.checks.diagnosis_text import MAX_LINES
-from glmcheck.checks.layer0 import TEMPER_STEP, run_layer0
+from glmcheck.checks.layer0 import run_layer0
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.kernels.union import legal_groups
 from glmcheck.selftest.faults import FAULTS, STRUCTURAL_FAULTS, late_fault
@@ -209,7 +209,7 @@ def _repro(tally: Tally, call: LayerCall, name: str, base: str, device: str) -> 
 def _silent(tallies: dict[str, Tally], legit: list[str], call: LayerCall, tensors: dict) -> None:
     """Each legitimate row diagnosed as if it had failed: silent when it gets no finding."""
     exact = call.exact()
-    direction = (call.exact(sm_scale=call.sm_scale * (1 + TEMPER_STEP)) - exact) / TEMPER_STEP
+    direction = call.temperature_direction(exact)
     band = band_outputs(call)
     for name in legit:
         output = tensors[f"latent/{name}"].to(call.q.device, torch.bfloat16)

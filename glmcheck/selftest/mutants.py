@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-REAL_PACKAGE = "glmcheck.kernels"
 PACKAGE_PREFIX = "glmcheck_mutant_"
 WRAP_ELEMENTS = 2**16  # emulated int32 wrap of the int32-overflow mutant (see INT32_WRAP)
 
@@ -138,8 +137,9 @@ def find_mutant(name: str) -> Mutant:
 
 def real_kernels_dir() -> Path:
     """Directory of the real `glmcheck.kernels` package."""
-    real = importlib.import_module(REAL_PACKAGE)
-    return Path(real.__file__).parent
+    import glmcheck.kernels
+
+    return Path(glmcheck.kernels.__file__).parent
 
 
 def apply_mutation(source: str, mutant: Mutant) -> str:
@@ -196,7 +196,7 @@ def _forget(package: str, root: str) -> None:
 def mutated_kernels(mutant: Mutant, source_dir: Path | None = None) -> Iterator[ModuleType]:
     """Import a mutated copy of the kernels package; removed again on exit.
 
-    Yields the copy's package module (it has `sparse_mla_prefill` and `union_dedup`).
+    Yields the copy's package module (it has `sparse_mla_prefill` and `union.union_dedup_forced`).
     """
     package = f"{PACKAGE_PREFIX}{mutant.name}_{next(_counter)}"
     with tempfile.TemporaryDirectory(prefix="glmcheck-mutant-") as tmp:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from glmcheck.backends.names import band_names
 from glmcheck.backends.registry import backend_names, register_backend
-from glmcheck.checks.band import DEFAULT_BAND, FAIL, INCONCLUSIVE, PASS, Gate, band_names
+from glmcheck.checks.band import DEFAULT_BAND, FAIL, INCONCLUSIVE, PASS, Gate
 from glmcheck.checks.drift import run_drift
 from glmcheck.checks.firsttoken import run_firsttoken
 from glmcheck.checks.layer0 import run_layer0
@@ -45,20 +46,6 @@ CHECKS = ("layer0", "logits", "drift", "firsttoken")
 DEFAULT_CHECKS = ("layer0", "logits", "drift")
 FIRSTTOKEN_PROMPTS = 4  # prompts a seed in the firsttoken check
 FIRSTTOKEN_TOKENS = 64  # tokens of each (or the rates' --tokens when shorter)
-
-
-FALSE_ALARM_BAR = 0.05  # layer0's false alarms allowed, as a share of its legitimate runs
-
-
-def layer0_bar(tallies: Sequence[dict]) -> tuple[bool, int, int, int]:
-    """(met, false alarms, legitimate runs, faults not caught) of layer0's bar over tallies (`Tally` as dicts, a
-    record's rows): false alarms <= FALSE_ALARM_BAR of the legitimate runs and every fault caught (a miss or an
-    INCONCLUSIVE run is not caught); met when layer0 did not run."""
-    layer0 = [t for t in tallies if t["check"] == "layer0"]
-    alarms = sum(int(t["fails"]) for t in layer0 if t["legitimate"])
-    runs = sum(int(t["runs"]) for t in layer0 if t["legitimate"])
-    missed = sum(int(t["runs"]) - int(t["fails"]) for t in layer0 if not t["legitimate"])
-    return not layer0 or (missed == 0 and alarms <= FALSE_ALARM_BAR * runs), alarms, runs, missed
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The accuracy suite of the mutation self-test: small CPU-sized kernel checks.
 
-Each check takes an implementation (anything with `sparse_mla_prefill` and `union_dedup`, e.g.
+Each check takes an implementation (anything with `sparse_mla_prefill` and `union.union_dedup_forced`, e.g.
 the real `glmcheck.kernels` or a mutated copy) and a seed, draws fresh inputs (on the CPU in
 Triton's interpreter, on CUDA otherwise), runs the kernel into a NaN-poisoned output and
 returns an Outcome. Accuracy gates are those of the kernel
@@ -32,7 +32,7 @@ D_QK = D_V + D_TAIL
 LARGE_KV_ROWS = 1024  # LARGE_KV_ROWS * D_QK >= 2**16: the emulated int32 wrap reads wrong rows
 UNION_TOKENS, UNION_TOPK, UNION_WARMUP = 35, 32, 64  # 35 mod 2 = 1, 35 mod 4 = 3 tail tokens
 
-Impl = Any  # module-like: .sparse_mla_prefill(...) and .union_dedup(...)
+Impl = Any  # module-like: .sparse_mla_prefill(...) and .union.union_dedup_forced(...)
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,8 @@ def check_union_dedup(impl: Impl, seed: int) -> Outcome:
             expected = python_union(case_indices.cpu(), group, case_rows,
                                     None if case_lengths is None else case_lengths.cpu())
             for method in builds + (("anchor",) if group == 2 and len(builds) > 1 else ()):
-                sets = impl.union_dedup(case_indices, group, case_lengths, num_kv_rows=case_rows, method=method)
+                sets = impl.union.union_dedup_forced(case_indices, group, case_lengths, num_kv_rows=case_rows,
+                                                     method=method)
                 bad, total = bad + union_mismatches(sets, expected), total + len(expected)
                 if bad:
                     return exact_outcome("union_dedup", bad, total,

@@ -21,7 +21,7 @@ import json
 import logging
 from pathlib import Path
 
-from glmcheck.records.environment import git_output
+from glmcheck.process.git import git_output
 from glmcheck.sources.transport import one_line, says_non_finite
 
 

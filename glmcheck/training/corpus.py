@@ -7,36 +7,23 @@ site-packages and files that do not parse as UTF-8 are left out. A document is o
 module file; documents are sorted by name, so a corpus is a pure function of the Python build.
 
 Split: a document is held out when the first byte of sha256(name) is below `HELDOUT_BYTE`
-(about 3 % of documents), so the split never depends on the order or on which other files exist.
+(`glmcheck.data.documents`: about 3 % of documents), so the split never depends on the order or on which other files
+exist.
 A corpus's identity is the sha256 over (name, text) of its documents in order (`corpus_hash`),
 recorded with the Python version it came from: another Python release gives another corpus.
-Saved as gzip JSON lines ({"name": ..., "text": ...}), one document a line.
+Saved as gzip JSON lines ({"name": ..., "text": ...}), one document a line (`glmcheck.data.documents`).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import platform
 import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
-HELDOUT_BYTE = 8  # sha256(name)[0] < 8: ~3.1 % of documents held out
+from glmcheck.data.documents import Document
+
 EXCLUDED_PARTS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
-
-
-@dataclass(frozen=True)
-class Document:
-    """One training document: `name` (e.g. "lib/json/decoder.py", "topic/assert") and its text."""
-
-    name: str
-    text: str
-
-    @property
-    def heldout(self) -> bool:
-        return hashlib.sha256(self.name.encode()).digest()[0] < HELDOUT_BYTE
 
 
 def stdlib_documents(stdlib: str | Path | None = None) -> list[Document]:
@@ -88,35 +75,3 @@ def describe(docs: list[Document]) -> dict:
             "characters": sum(len(d.text) for d in docs),
             "heldout_characters": sum(len(d.text) for d in heldout),
             "sha256": corpus_hash(docs), "heldout_names": [d.name for d in heldout]}
-
-
-def save_documents(docs: list[Document], path: str | Path) -> None:
-    """Write `docs` as gzip JSON lines (atomically: temporary name, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as handle:
-        for doc in docs:
-            handle.write(json.dumps({"name": doc.name, "text": doc.text}) + "\n")
-    tmp.replace(path)
-
-
-def load_documents(path: str | Path) -> list[Document]:
-    """Documents from a gzip JSON-lines file written by `save_documents`; ValueError if malformed."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
-    docs = []
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                record = json.loads(line)
-                if not isinstance(record, dict) or not isinstance(record.get("name"), str) \
-                        or not isinstance(record.get("text"), str):
-                    raise ValueError(f"line {number} is not {{'name': str, 'text': str}}")
-                docs.append(Document(record["name"], record["text"]))
-    except (OSError, EOFError, json.JSONDecodeError, ValueError) as err:
-        raise ValueError(f"corpus file {str(path)!r} is malformed: {err}") from None
-    if not docs:
-        raise ValueError(f"corpus file {str(path)!r} holds no documents")
-    return docs

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from glmcheck.data.documents import load_documents, save_documents
 from glmcheck.training import corpus as corpus_lib
 from glmcheck.training.export import check_loss, check_windows, plot_losses, save_checkpoint, write_record
 from glmcheck.training.geometry import trained_geometry
@@ -49,7 +50,7 @@ def train_model(name: str, out: str | Path, *, corpus: str | Path | None = None,
         recipe = dataclasses.replace(recipe, **overrides)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     out = Path(out)
-    docs = corpus_lib.load_documents(corpus) if corpus else corpus_lib.stdlib_documents()
+    docs = load_documents(corpus) if corpus else corpus_lib.stdlib_documents()
     train_docs, heldout_docs = corpus_lib.split(docs)
     corpus_info = corpus_lib.describe(docs)
     if corpus:
@@ -64,7 +65,7 @@ def train_model(name: str, out: str | Path, *, corpus: str | Path | None = None,
     resumed = resume and trainer.load()
     state = trainer.run()
     checkpoint = save_checkpoint(trainer.model, tokenizer, out / "checkpoint")
-    corpus_lib.save_documents(heldout_docs, out / HELDOUT_FILE)
+    save_documents(heldout_docs, out / HELDOUT_FILE)
     windows = check_windows(tokenizer, heldout_docs, recipe.check_len, recipe.check_windows)
     check = {"len": recipe.check_len, "windows": int(windows.shape[0]), "dtype": "float32",
              "loss": check_loss(checkpoint, windows, device)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from glmcheck.training.corpus import Document
+from glmcheck.data.documents import Document
 from glmcheck.training.tokenizer import BOS_ID, EOS_ID
 
 

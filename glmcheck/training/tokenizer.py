@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from glmcheck.training.corpus import Document
+from glmcheck.data.documents import Document
 
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>")
 BOS_ID, EOS_ID, PAD_ID = 0, 1, 2

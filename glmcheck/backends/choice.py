@@ -9,8 +9,8 @@ import torch
 
 from glmcheck.backends import flashmla_available
 from glmcheck.backends.flashmla import flashmla_supports
+from glmcheck.backends.names import band_names
 from glmcheck.backends.validation import resolve_backend_names, validate_backends
-from glmcheck.checks.band import band_names
 from glmcheck.kernels.union import legal_groups
 
 

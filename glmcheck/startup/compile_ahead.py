@@ -12,7 +12,7 @@ forwards that follow find their variants compiled. A backend that raises here is
 raises it where the check reports it.
 
 A cold run's command line may have started a child compiling the variants its options predict
-(`glmcheck.checks.precompile`): compile ahead first waits for it, then finds them cached.
+(`glmcheck.startup.precompile`): compile ahead first waits for it, then finds them cached.
 
 Which backends: glmcheck's own Triton ones (the kernel under test's paths, the band's variants), not plug-ins (their
 thread safety is not ours to assume) and not the exact reference. Where: a CUDA device without Triton's interpreter.
@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from glmcheck.backends.registry import backend_source, get_backend, is_band_name
-from glmcheck.kernels.runtime import interpreter_active
+from glmcheck.backends.names import is_band_name
+from glmcheck.backends.registry import backend_source, get_backend
 from glmcheck.backends.validation import HF_NAMES
-from glmcheck.checks import precompile
+from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.model.kernel_call import KernelCall
 from glmcheck.process.phases import CLOCK
+from glmcheck.startup import child
 
 ENV = "GLMCHECK_COMPILE_AHEAD"
 MAX_THREADS = 16
@@ -88,7 +89,7 @@ def compile_ahead(calls: list[KernelCall], names: Iterable[str], *, deterministi
     if threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
     with CLOCK.phase("compile ahead"):
-        precompile.wait()  # the command line's child compiled the predicted variants: they are then cached
+        child.wait()  # the command line's child compiled the predicted variants: they are then cached
         if threads == 1:
             for name in todo:
                 run_each(name, calls, deterministic=deterministic, kv_cache_dtype=kv_cache_dtype)

@@ -76,11 +76,13 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
     `trace_layer`, each gated against the fp32 (`fp64`: fp64) reference first; `pair_rounds` alternating rounds of
     each path with topk_length against it without and of the `paired` backends "A,B"; `ceilings` measures the
     GPU's ceilings first. ValueError (one line naming the flag) without CUDA or for a bad option. A measurement:
-    verdict PASS; one row per (point, backend). `facts["preface"]` holds the lines printed above the table."""
+    verdict PASS; one row per (point, backend); the table printed holds the GPU's ceilings (`ceilings`), where FlashMLA
+    and TileLang came from and the timing mode above the timings."""
     import torch
     from tqdm import tqdm
 
     from glmcheck.backends import flashmla_available
+    from glmcheck.backends.forms import active
     from glmcheck.backends.tilelang_sparse import find_tilelang, tilelang_available
     from glmcheck.bench.kernel import default_specs, length_pairs, parse_points, run_point
     from glmcheck.bench.tables import render_accuracy, render_table
@@ -113,5 +115,5 @@ def bench_kernels(*, points: str = DEFAULT_POINTS, indices: str | None = None, t
     rows = [dataclasses.asdict(r) | {"point": r.point.label} for r in results]
     options = {"index_mode": index_mode, "timing": timing, "points": points, "pair_rounds": pair_rounds,
                "paired": paired, "reference": reference, "kv_cache_dtype": kv_cache_dtype, "indices": indices}
-    return Report("bench", PASS, rows, {"preface": preface}, {}, {**options, "quick": quick},
-                  extra={**options, "table": table})
+    return Report("bench", PASS, rows, {}, {}, {**options, "quick": quick, **active().record("cuda")},
+                  extra={**options, "table": "\n".join([*preface, table])})

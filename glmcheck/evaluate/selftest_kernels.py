@@ -36,7 +36,7 @@ def fmt_measured(value: float, threshold: float, crashed: bool = False) -> str:
 
 
 def baseline_table(report) -> str:
-    """Markdown table of the baseline checks of a `glmcheck.selftest.runner.SelftestReport`."""
+    """Markdown table of the baseline checks of a `glmcheck.selftest.mutation_runs.SelftestReport`."""
     from glmcheck.records.tables import markdown_table
 
     rows = [(o.name, fmt_measured(o.measured, o.threshold, o.crashed), f"{o.threshold:g}" if o.threshold else "exact",
@@ -82,11 +82,11 @@ def selftest_suite(*, mutants: bool = False, only: str | None = None, seed: int 
     import glmcheck.kernels  # noqa: F401  (the interpreter on a machine without CUDA)
     from glmcheck.checks.band import FAIL, PASS
     from glmcheck.evaluate.report import Report
-    from glmcheck.selftest import runner
+    from glmcheck.selftest import mutation_runs
     from glmcheck.selftest.mutants import CATALOGUE, find_mutant
 
     chosen = [find_mutant(only)] if only else list(CATALOGUE) if mutants else []
-    report = runner.run_selftest(chosen, seed=seed, exhaustive=exhaustive, progress=progress)
+    report = mutation_runs.run_selftest(chosen, seed=seed, exhaustive=exhaustive, progress=progress)
     rows = [{"part": "baseline", "name": o.name, "passed": o.passed, "measured": o.measured, "threshold": o.threshold,
              "margin": o.margin, "detail": o.detail} for o in report.baseline]
     rows += [{"part": "mutant", "name": r.mutant.name, "passed": r.detected, "caught_by": r.caught_by,
