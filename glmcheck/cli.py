@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from glmcheck import __version__
 from glmcheck.process.interrupts import Terminated, raise_sigint, raise_terminated

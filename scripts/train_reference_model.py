@@ -63,8 +63,8 @@ def run(ns: argparse.Namespace) -> int:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}") from None
         if len(steps) != 2:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}")
-    from glmcheck.training.geometry import trained_geometry
     from glmcheck.training.export import PLOT_FILE
+    from glmcheck.training.geometry import trained_geometry
     from glmcheck.training.recipe import HELDOUT_FILE, train_model
 
     geometry = trained_geometry(ns.name)

@@ -86,7 +86,7 @@ def test_the_layout_names_every_module_and_nothing_else():
         assert modules <= named, f"docs/layout.md, {package or 'glmcheck'}: not named: {sorted(modules - named)}"
         sources = "\n".join(p.read_text(encoding="utf-8") for p in folder.glob("*.py"))
         for name in named - modules:  # a name that is no module must be something the package defines
-            assert re.search(rf"^\s*(def|class)\s+{name}\b|^{name}\s*[:=]", sources, re.M), \
+            assert re.search(rf"^\s*(def|class)\s+{name}\b|^{name}\s*[:=]", sources, re.MULTILINE), \
                 f"docs/layout.md, {package or 'glmcheck'}: `{name}` is neither a module nor defined there"
 
 

@@ -35,7 +35,7 @@ def verdicts(result) -> dict[str, str]:
 
 def test_flip_within_floor_noise_is_a_near_tie():
     result = table([outcome("p0", "kernel", 0.15, 0.0, agree=False), outcome("p1", "kernel", 0.5, 0.05)])
-    assert verdicts(result) == {CONTROL: INFO, **{name: INFO for name in FLOORS}, "kernel": PASS}
+    assert verdicts(result) == {CONTROL: INFO, **dict.fromkeys(FLOORS, INFO), "kernel": PASS}
     assert result.facts["tie_gap"] == 0.2 and result.disagreements[0]["near_tie"]
 
 

@@ -249,7 +249,7 @@ def test_plan_holds_glm52_at_tp8_in_fp8_with_room_for_8192_tokens(capsys):
     assert "| 92.0 GiB " in absorbed and "| yes " in absorbed, absorbed
     fp8 = plan_memory(make_config("glm-5.2"), 8, 8192, weights="fp8")
     assert fp8.fits and fp8.max_layers == 78 and fp8.max_tokens > 16384
-    assert 90 < fp8.weights_gib_per_rank < 95 and 80 < fp8.codes_gib and fp8.scales_gib < 0.1
+    assert 90 < fp8.weights_gib_per_rank < 95 and fp8.codes_gib > 80 and fp8.scales_gib < 0.1
     assert 1 < fp8.transient_gib < 4 and fp8.dense_gib < 6
     assert cli.main(["plan", "--model", "glm-5.2", "--tp", "8", "--tokens", "8192"]) == 1
     absorbed = capsys.readouterr().out.splitlines()[2]

@@ -268,7 +268,7 @@ def test_plan_is_linear_in_t_on_the_absorbed_path_and_fits_glm52_at_65536():
     # measured on an H200 (one process, --tp 8 emulated, triton_sparse_mla): 56.1 GiB of activations at 65536
     # and 84.1 GiB at 98304; the plan must not be below them
     assert 56.1 * GIB <= activation_bytes(config, 1, 65536) <= 1.4 * 56.1 * GIB
-    assert 84.1 * GIB <= activation_bytes(config, 1, 98304)
+    assert activation_bytes(config, 1, 98304) >= 84.1 * GIB
 
 
 def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):

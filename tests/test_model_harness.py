@@ -207,12 +207,10 @@ def test_bad_choices_raise(tiny):
     with pytest.raises(ValueError, match="tp must be a positive int dividing the 8 attention heads"):
         with use_backend(tiny, "reference", tp=3):
             pass
-    with pytest.raises(ValueError, match="unknown backend 'nope'"):
-        with use_backend(tiny, "nope"):
-            pass
-    with pytest.raises(ValueError, match="kv_cache_dtype"):
-        with use_backend(tiny, "reference", kv_cache_dtype="int4"):
-            pass
+    with pytest.raises(ValueError, match="unknown backend 'nope'"), use_backend(tiny, "nope"):
+        pass
+    with pytest.raises(ValueError, match="kv_cache_dtype"), use_backend(tiny, "reference", kv_cache_dtype="int4"):
+        pass
     assert not _SESSIONS
 
 

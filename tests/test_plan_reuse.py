@@ -42,9 +42,9 @@ def test_reused_plans_give_the_rebuilt_forward_bit_for_bit(tiny, prompt, backend
     reused = _forward(tiny, prompt, backend)
     rebuilt = _forward(tiny, prompt, backend, reuse_plans=False)
     full = [layer for layer, kind in enumerate(tiny.config.indexer_types) if kind == "full"]
-    assert dict(reused.plan_builds) == {layer: 2 for layer in full}  # one per full layer and rank slice
-    assert dict(rebuilt.plan_builds) == {layer: 2 for layer in range(tiny.config.num_hidden_layers)}
-    assert dict(reused.calls) == dict(rebuilt.calls) == {layer: 2 for layer in range(3)}
+    assert dict(reused.plan_builds) == dict.fromkeys(full, 2)  # one per full layer and rank slice
+    assert dict(rebuilt.plan_builds) == dict.fromkeys(range(tiny.config.num_hidden_layers), 2)
+    assert dict(reused.calls) == dict(rebuilt.calls) == dict.fromkeys(range(3), 2)
     assert torch.equal(reused.captured.logits, rebuilt.captured.logits)
     for layer in range(3):
         assert torch.equal(reused.captured.latent[layer], rebuilt.captured.latent[layer])

@@ -48,9 +48,9 @@ def _run(installed, *args: str) -> subprocess.CompletedProcess:
 def test_the_versions_that_run_here_are_inside_the_declared_ranges():
     """The ranges in pyproject.toml are the tested versions: CI's (and the GPU machine's) torch, triton and
     transformers must lie inside them, so a range that drifts from what is tested fails here."""
+    import tomllib
     from importlib.metadata import version
 
-    import tomllib
     from packaging.requirements import Requirement
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

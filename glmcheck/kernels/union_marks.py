@@ -62,7 +62,7 @@ def union_marks_kernel(
     tl.debug_barrier()
 
     turns = (num_groups - pid + programs - 1) // programs
-    for turn in range(0, turns):
+    for turn in range(turns):
         group = pid.to(tl.int64) + turn * programs
         first_token = group * G
         out_rows = rows_ptr + group * stride_rg

@@ -96,7 +96,7 @@ def weight_map(path: str | os.PathLike) -> dict[str, str]:
         return mapping
     if (root / SINGLE_FILE).is_file():
         with _open(root / SINGLE_FILE) as handle:
-            return {name: SINGLE_FILE for name in handle.keys()}
+            return dict.fromkeys(handle.keys(), SINGLE_FILE)
     raise FileNotFoundError(f"checkpoint {str(root)!r} has neither {INDEX_FILE} nor {SINGLE_FILE}")
 
 

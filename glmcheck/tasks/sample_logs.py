@@ -135,7 +135,7 @@ def read_samples(path: str | os.PathLike, *, metric: str | None = None) -> TaskS
                 except ValueError as err:
                     raise ValueError(f"{where} line {number}: not JSON ({one_line(err, 100)})") from None
                 if not isinstance(sample, dict):
-                    raise ValueError(  # noqa: TRY004 - bad data in a file, not a bad argument
+                    raise ValueError(  # bad data in a file, not a bad argument
                         f"{where} line {number}: expected a JSON object (an lm-eval sample)")
                 samples.append(sample)
     except (OSError, UnicodeDecodeError) as err:
