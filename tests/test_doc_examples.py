@@ -36,5 +36,5 @@ def test_every_python_block_runs_as_written(page, number, block, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, check=False)
     assert done.returncode == 0, f"{page}, python block {number}:\n{block}\n{done.stderr[-3000:]}"

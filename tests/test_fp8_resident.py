@@ -188,11 +188,11 @@ def broken_fp8(tmp_path_factory):
 
 KV0, KV2 = "model.layers.0.self_attn.kv_b_proj.weight", "model.layers.2.self_attn.kv_b_proj.weight"
 BAD_FP8 = [  # (checkpoint, command, the one line's words); each under --weights fp8 and bf16
-    ("nan-scale0", "layer0", f"tensor {KV0}_scale_inv in model-00002-of-00004.safetensors holds 4 NaN/Inf block "
-                             f"scales of 4"),
+    ("nan-scale0", "layer0", (f"tensor {KV0}_scale_inv in model-00002-of-00004.safetensors holds 4 NaN/Inf block "
+                              f"scales of 4")),
     ("nan-scale2", "logits", f"tensor {KV2}_scale_inv in model-0000"),
-    ("codes-bf16", "layer0", f"tensor {KV0} in model-00002-of-00004.safetensors is BF16 beside its {KV0}_scale_inv; "
-                             f"block-FP8 codes must be F8_E4M3 (e4m3fn)"),
+    ("codes-bf16", "layer0", (f"tensor {KV0} in model-00002-of-00004.safetensors is BF16 beside its {KV0}_scale_inv; "
+                              f"block-FP8 codes must be F8_E4M3 (e4m3fn)")),
     ("scale-shape", "layer0", f"tensor {KV2}_scale_inv is [2, 1]"),
     ("scale-missing", "logits", f"lacks tensor {KV0}_scale_inv"),
 ]

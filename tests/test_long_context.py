@@ -286,7 +286,7 @@ def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):
     check_fits(config, limit, gpu, backends=["hf_sdpa"])
     with pytest.raises(ValueError, match=f"--tokens {limit + 1}: backend hf_sdpa"):
         check_fits(config, limit + 1, gpu, backends=["hf_sdpa"])
-    with pytest.raises(ValueError, match="--tokens 40000: backend hf_eager .* fits up to"):
+    with pytest.raises(ValueError, match=r"--tokens 40000: backend hf_eager .* fits up to"):
         check_fits(config, 40000, gpu, backends=["hf_eager"])
     with pytest.raises(ValueError, match="--tokens 262144: a prefill of 4 layers needs about"):
         check_fits(config, 262144, gpu)

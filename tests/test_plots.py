@@ -66,8 +66,8 @@ def test_report_plots_names_the_record_it_skips(records, capsys):
     assert cli.main(["report", str(records), "--plots"]) == 0
     captured = capsys.readouterr()
     skipped = [line for line in captured.err.splitlines() if line.startswith("skipped")]
-    assert skipped == [f"skipped {records / 'logits'}: no plot for a logits record (plots: layer0, drift, "
-                       f"firsttoken, union-stats, sweep, tasks)"]
+    assert skipped == [(f"skipped {records / 'logits'}: no plot for a logits record (plots: layer0, drift, "
+                        f"firsttoken, union-stats, sweep, tasks)")]
     assert "plot-layer0.png" in captured.out and "plot-firsttoken.png" in captured.out
 
 

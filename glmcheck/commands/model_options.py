@@ -99,8 +99,8 @@ def add_form_options(parser: argparse.ArgumentParser) -> None:
     """--band-impl/--reference-impl: the band's and the fp32 reference's forms (`glmcheck.backends.forms`), recorded
     with the run; the environment's GLMCHECK_BAND_IMPL / GLMCHECK_REFERENCE_IMPL are their defaults."""
     parser.add_argument("--band-impl", default=None, choices=forms.BAND_IMPLS,
-                        help="the band's ideal kernels: torch (block loop) or triton (one pass per token); auto: triton "
-                             "on a GPU, torch on the CPU (default $GLMCHECK_BAND_IMPL, else auto)")
+                        help="the band's ideal kernels: torch (block loop) or triton (one pass per token); auto: "
+                             "triton on a GPU, torch on the CPU (default $GLMCHECK_BAND_IMPL, else auto)")
     parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS,
                         help="the fp32 exact reference: torch (gather, softmax) or triton (tensor cores) (default "
                              "$GLMCHECK_REFERENCE_IMPL, else torch)")

@@ -8,9 +8,9 @@ with no valid slot aside), each selected its causal prefix in a sequence startin
 L..max(high) and token i owns the rows up to its own high, written directly, nothing scattered (the prefix guard:
 every token t < topk of a causal prefill, every sequence of a batch in one pool). Otherwise the tokens OR their
 bit into marks[row] one token after the other (a CTA barrier between tokens: one token's rows are distinct, so no
-two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits and clears them, so the row is all zero
-again for the program's next group (zeroed once at the start of the kernel). O(G * topk + span) per group, no
-host sync; the table lives only inside the call that allocated it.
+two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits
+and clears them, so the row is all zero again for the program's next group (zeroed once at the start of the kernel).
+O(G * topk + span) per group, no host sync; the table lives only inside the call that allocated it.
 """
 
 from __future__ import annotations

@@ -109,10 +109,7 @@ def _stage_file(final: Path, write: Callable[[Path], None]) -> Path:
 
 def _discard(paths: list[Path]) -> None:
     for path in paths:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
 
 
 def _write_atomic(final: Path, write: Callable[[IO[bytes]], None]) -> Path:

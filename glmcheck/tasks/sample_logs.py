@@ -85,7 +85,7 @@ def write_sample_logs(directory: str | os.PathLike, results: dict, chosen: dict[
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"output_dir {str(directory)!r} cannot be created: {one_line(err, 200)}") from None
-    date = datetime.now().isoformat().replace(":", "-")
+    date = datetime.now().isoformat().replace(":", "-")  # noqa: DTZ005  (local time, as lm-eval names its files)
     summary = {k: v for k, v in results.items() if k != "samples"}
     summary["task_hashes"] = {task: task_hash(samples) for task, samples in results["samples"].items()}
     summary["glmcheck"] = {"tasks": chosen}
