@@ -4,7 +4,6 @@ there and bounds the dense hf_* paths."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import inspect
 import itertools
@@ -293,10 +292,10 @@ def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):
 
 
 def test_plan_command_prints_every_path(capsys):
-    from glmcheck.commands.plan import handle
+    from glmcheck import cli
 
-    ns = argparse.Namespace(model="glm-5.2", layers=4, experts=16, tp=8, tokens=65536, gpu_gib=141.0)
-    assert handle(ns) == 0
+    assert cli.main(["plan", "--model", "glm-5.2", "--layers", "4", "--experts", "16", "--tp", "8", "--tokens", "65536",
+                     "--gpu-gib", "141"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| glm-5.2")]
     assert len(rows) == 3 and "absorbed" in rows[0] and "| yes " in rows[0]
     assert "hf_sdpa" in rows[1] and "| no " in rows[1] and "hf_eager" in rows[2]

@@ -66,9 +66,16 @@ def test_report_plots_names_the_record_it_skips(records, capsys):
     assert cli.main(["report", str(records), "--plots"]) == 0
     captured = capsys.readouterr()
     skipped = [line for line in captured.err.splitlines() if line.startswith("skipped")]
-    assert skipped == [(f"skipped {records / 'logits'}: no plot for a logits record (plots: layer0, drift, "
-                        f"firsttoken, union-stats, sweep, tasks)")]
+    assert skipped == [], skipped  # every record here has a plot: logits draws KL per position (issue 73)
     assert "plot-layer0.png" in captured.out and "plot-firsttoken.png" in captured.out
+    assert "plot-logits.png" in captured.out
+    (records / "layer0" / "rows.parquet").rename(records / "rows.parquet.hidden")  # a record that no longer reads
+    try:
+        assert cli.main(["report", str(records), "--plots"]) == 0
+        skipped = [line for line in capsys.readouterr().err.splitlines() if line.startswith("skipped")]
+        assert len(skipped) == 1 and skipped[0].startswith(f"skipped {records / 'layer0'}: refused:"), skipped
+    finally:
+        (records / "rows.parquet.hidden").rename(records / "layer0" / "rows.parquet")
 
 
 def test_drift_tells_backends_apart_and_names_their_verdicts(records):

@@ -19,17 +19,15 @@ ENDPOINT_ONLY = ("band_endpoint", "concurrency", "timeout", "retries")
 def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("running servers (instead of an in-process model)")
     group.add_argument("--endpoint", action="append", default=None, metavar="NAME=URL",
-                       help="a server, repeatable: the first the reference, the others candidates "
-                            "(http(s)://host:port; sglang+http://... for SGLang's /generate; #MODEL picks a model)")
+                       help="a server, repeatable, the reference first (http(s)://host:port, sglang+http://...)")
     group.add_argument("--band-endpoint", action="append", default=None, metavar="NAME=URL",
-                       help="another instance of the reference (or the engine's default kernel), repeatable: a band "
-                            "sample; 3 or more let the band judge")
+                       help="a band sample: the reference again, repeatable (3+ let the band judge)")
     group.add_argument("--concurrency", type=int, default=None, metavar="N",
                        help="requests in flight at once (default 4)")
     group.add_argument("--timeout", type=float, default=None, metavar="S",
                        help="seconds to wait for an answer (default 120)")
     group.add_argument("--retries", type=int, default=None, metavar="N",
-                       help="retries of a refused connection or a 429/502/503/504 (default 3)")
+                       help="retries of a refused connection or a 429/50x (default 3)")
 
 
 def add_logprobs_option(parser: argparse.ArgumentParser) -> None:

@@ -31,96 +31,77 @@ def add_model_options(parser: argparse.ArgumentParser, command: str = "") -> Non
     them) but not listed in its --help."""
     hidden = argparse.SUPPRESS
     parser.add_argument("--model", default=DEFAULT_MODEL, choices=model_names(), metavar="MODEL",
-                        help=f"trained model or dummy preset (default {DEFAULT_MODEL}; `glmcheck --help` lists them)")
+                        help=f"trained model or preset (default {DEFAULT_MODEL}; `glmcheck --help` lists them)")
     parser.add_argument("--checkpoint", default=None, metavar="DIR",
                         help="local Hugging Face checkpoint directory (bf16 or FP8)")
     parser.add_argument("--layers", type=int, default=None, metavar="N", help="override the number of layers")
     parser.add_argument("--experts", type=int, default=None, metavar="N", help="override the number of routed experts")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="weights and prompt seed")
     parser.add_argument("--init", default="sharp", choices=["hf", "sharp"], help="dummy weight scale (default sharp)")
-    parser.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
+    parser.add_argument("--device", default=None, metavar="DEV", help="cpu or cuda[:N] (default: cuda when present)")
     parser.add_argument("--tp", type=int, default=1, metavar="N",
-                        help="tensor-parallel degree emulated (divides the heads)")
+                        help="tensor-parallel degree (divides the heads)")
     parser.add_argument("--backends", default=None, metavar="A,B",
-                        help="comma-separated backends (default: every backend available here)")
+                        help="the backends (default: every one that runs here)")
     parser.add_argument("--exact", default="fp32", choices=["fp32", "fp64"],
-                        help="the exact reference every row is judged against (default fp32)")
-    parser.add_argument("--baseline", default=None,
-                        help="kernel whose distance every row also shows (default flashmla_sparse where it runs; "
-                             "none: none)")
+                        help="the exact reference (default fp32)")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="also compared with (default FlashMLA where it runs)")
     default_band = SWEEP_BAND if command == "sweep" else DEFAULT_BAND
     parser.add_argument("--band", type=int, default=None, metavar="N",
-                        help=f"legitimate variants in the noise band (default {default_band}; "
-                             f"{BAND_COST.get(command, 'each costs one forward')})")
-    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
-                        help="emulate an FP8 KV cache feeding the absorbed backends")
+                        help=f"ideal variants in the noise band (default {default_band})")
+    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"], metavar="DTYPE",
+                        help="bf16 or fp8_e4m3 (DSA's FP8 pool)")
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
     add_form_options(parser)
     add_engine_options(parser)
     gated = command in GATED or not command
     parser.add_argument("--gate-ratio", type=float, default=2.0, metavar="R",
-                        help="PASS when each judged statistic <= ratio x the band's max" if gated else hidden)
+                        help="PASS when each statistic <= R x the band's max" if gated else hidden)
     parser.add_argument("--max-rel-l2", type=float, default=None, metavar="X",
-                        help="absolute rel-L2 cap: a row above it FAILS even within the band (only stricter)"
+                        help="a rel-L2 above it FAILS (only stricter)"
                         if command in ("layer0", "drift", "") else hidden)
     parser.add_argument("--out", default=None, metavar="DIR",
-                        help="record directory (default runs/<command>-<timestamp>; another run's record is refused "
-                             "unless --overwrite)")
+                        help="record directory (default runs/<command>-<timestamp>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the record in --out")
     parser.add_argument("--save-tensors", action="store_true", help="also write tensors.safetensors")
     parser.add_argument("--quiet", action="store_true",
-                        help="no progress bars or warnings (the record keeps the warnings)")
+                        help="no progress bars or warnings (the record keeps them)")
     add_weight_options(parser)
+    parser.epilog = " ".join(x for x in (parser.epilog, MORE_OPTIONS) if x)
     add_format_option(parser)
     parser.add_argument("--profile", action="store_true",
-                        help="where the wall time went, on stderr at the end (GLMCHECK_PROFILE=1: any command)")
+                        help="where the wall time went (stderr)")
 
 
-WEIGHTS_HELP = ("how block-FP8 weights are held: fp8 keeps each FP8 linear's e4m3 codes and 128 x 128 block scales "
-                "resident and dequantises one matrix (or one expert stack) at a time just before use, bit for bit "
-                "the bf16 values (every record equals bf16's); bf16 dequantises an FP8 checkpoint at load. auto "
-                "(default): an FP8 checkpoint stays fp8 where its bf16 weights and the activations of the longest "
-                "prompt would not fit this device (a torchrun rank or rehearsal: its shard; `glmcheck plan` counts "
-                "both), bf16 otherwise; presets and bf16 checkpoints bf16. fp8 on a preset quantises its dummy "
-                "weights in 128 x 128 blocks; on a bf16 checkpoint it is refused")
+MORE_OPTIONS = ("Also (docs/checks.md, \"Options\"): --band-impl and --reference-impl, the band's and the exact "
+                "reference's forms; --chunk, --pool-rows and --requests with --calls serving.")
 
 
 def add_weight_options(parser: argparse.ArgumentParser) -> None:
     """--weights and --rehearse-rank (docs/models.md, "FP8 weights resident"; docs/multigpu.md, "Rank rehearsal")."""
-    parser.add_argument("--weights", default="auto", choices=["auto", "bf16", "fp8"], help=WEIGHTS_HELP)
+    parser.add_argument("--weights", default="auto", choices=["auto", "bf16", "fp8"],
+                        help="FP8 checkpoint weights resident (fp8) or dequantised at load (bf16); auto: fp8 where "
+                             "bf16 won't fit")
     parser.add_argument("--rehearse-rank", type=int, default=None, metavar="R",
-                        help="rehearse rank R of --tp alone on this device: its shard only, the all-reduces replaced "
-                             "by the identity, the check's forwards end to end; reports peak memory (allocator and "
-                             "device) and time per forward against `glmcheck plan`. The numbers mean nothing: no "
-                             "verdict, exit 4")
+                        help="rank R of --tp alone: memory and time, no verdict")
 
 
 def add_form_options(parser: argparse.ArgumentParser) -> None:
     """--band-impl/--reference-impl: the band's and the fp32 reference's forms (`glmcheck.backends.forms`), recorded
-    with the run; the environment's GLMCHECK_BAND_IMPL / GLMCHECK_REFERENCE_IMPL are their defaults."""
-    parser.add_argument("--band-impl", default=None, choices=forms.BAND_IMPLS,
-                        help="the band's ideal kernels: torch (block loop) or triton (one pass per token); auto: "
-                             "triton on a GPU, torch on the CPU (default $GLMCHECK_BAND_IMPL, else auto)")
-    parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS,
-                        help="the fp32 exact reference: torch (gather, softmax) or triton (tensor cores) (default "
-                             "$GLMCHECK_REFERENCE_IMPL, else torch)")
+    with the run; the environment's GLMCHECK_BAND_IMPL / GLMCHECK_REFERENCE_IMPL are their defaults. Named in the
+    --help's epilog (MORE_OPTIONS), not listed one by one."""
+    parser.add_argument("--band-impl", default=None, choices=forms.BAND_IMPLS, help=argparse.SUPPRESS)
+    parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS, help=argparse.SUPPRESS)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """--calls/--chunk/--pool-rows/--requests: how each backend is called (docs/checks.md, "Engine-shaped calls")."""
+    """--calls/--chunk/--pool-rows/--requests: how each backend is called (docs/checks.md, "Engine-shaped calls");
+    the last three are named in the --help's epilog (MORE_OPTIONS)."""
     parser.add_argument("--calls", default="prefill", choices=shape.CALLS,
-                        help="prefill: one call a layer over the whole prompt (default); serving: as an engine's "
-                             "extend calls it: chunks over a paged pool, packed requests, topk_length")
-    parser.add_argument("--chunk", type=int, default=None,
-                        help=f"with --calls serving: tokens a chunk (default {shape.CPU_CHUNK} on the CPU, "
-                             f"{shape.GPU_CHUNK} on a GPU)")
-    parser.add_argument("--pool-rows", type=int, default=None,
-                        help=f"with --calls serving: rows of the paged KV pool, a multiple of {shape.PAGE} (default "
-                             f"{shape.CPU_POOL_ROWS} on the CPU; on a GPU past 2^31 elements, at least "
-                             f"{shape.GPU_POOL_ROWS})")
-    parser.add_argument("--requests", type=int, default=None,
-                        help=f"with --calls serving: requests packed a call, the prompt and others (default "
-                             f"{shape.DEFAULT_REQUESTS})")
+                        help="prefill (default) or serving: an engine's chunked extend over a paged pool")
+    for name in ("--chunk", "--pool-rows", "--requests"):
+        parser.add_argument(name, type=int, default=None, help=argparse.SUPPRESS)
 
 
 def check_model_usage(ns: argparse.Namespace, *, resumable: bool = False) -> None:

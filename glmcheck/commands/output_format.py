@@ -9,6 +9,5 @@ FORMATS = ("text", "md", "wide", "json")  # glmcheck.records.render.FORMATS (tes
 
 def add_format_option(parser: argparse.ArgumentParser) -> None:
     """--format text|md|wide|json."""
-    parser.add_argument("--format", default="text", choices=FORMATS,
-                        help="text: 120 columns (default); md: a markdown document; wide: every column; json: "
-                             "rows, verdict and facts")
+    parser.add_argument("--format", default="text", choices=FORMATS, metavar="FORM",
+                        help="text (120 columns, default), md, wide (every column) or json")
