@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from glmcheck import __version__
 from glmcheck.process.interrupts import Terminated, raise_sigint, raise_terminated
@@ -230,13 +230,13 @@ def _torchrun(ns: argparse.Namespace):
     if not hasattr(ns, "tp"):
         raise ValueError(f"{ns.command} does not run under torchrun (only the model commands with --tp do)")
     ctx = distributed.init_from_env(ns.tp, getattr(ns, "device", None))
-    quiet = None if ctx.is_main else open(os.devnull, "w")
     try:
-        with contextlib.redirect_stdout(quiet) if quiet else contextlib.nullcontext():
+        if ctx.is_main:
             yield
+        else:
+            with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+                yield
     finally:
-        if quiet:
-            quiet.close()
         distributed.shutdown()
 
 

@@ -37,7 +37,7 @@ def measure(model: str, tokens: int, seeds: list[int]) -> list[dict]:
     backends = ["reference", "reference"] + [f"band:{k}" for k in range(16)] + ["triton_sparse_mla", *FAULTS]
     fixed, records = None, []
     for seed in seeds:
-        dummy = model in ("tiny",) or model.startswith("glm-")
+        dummy = model == "tiny" or model.startswith("glm-")
         spec = ModelSpec(preset=model, seed=seed if dummy else 0)
         net = load_model(spec, "cpu") if dummy or fixed is None else fixed
         fixed = net

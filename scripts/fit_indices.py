@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import time
 
+import torch
 from scipy.optimize import minimize
 
 from glmcheck.data.indices import (
@@ -27,10 +28,10 @@ from glmcheck.data.indices import (
 FIT_POINTS = ("bs1 x 4096", "bs1 x 8192")
 
 
-def measure(target: CaptureTarget, make) -> dict:
-    """union_statistics of the tensor `make(seq_lens)` generates for one capture."""
+def measure(target: CaptureTarget, indices: torch.Tensor) -> dict:
+    """union_statistics of `indices`, generated for one capture's sequence lengths."""
     lens = list(target.seq_lens)
-    return union_statistics(make(lens), (2, 4), seq_lens=lens, num_kv_rows=sum(lens))
+    return union_statistics(indices, (2, 4), seq_lens=lens, num_kv_rows=sum(lens))
 
 
 def loss(x: list[float], seed: int) -> float:
@@ -38,7 +39,7 @@ def loss(x: list[float], seed: int) -> float:
     params = DriftParams(noise=max(float(x[0]), 0.0), noise_growth=float(x[1]))
     err = 0.0
     for target in (t for t in CAPTURED_TARGETS if t.name in FIT_POINTS):
-        got = measure(target, lambda lens: calibrated_indices(lens, seed=seed, params=params))
+        got = measure(target, calibrated_indices(list(target.seq_lens), seed=seed, params=params))
         err += sum((got["union_ratio"][g] - want) ** 2 for g, want in target.union_ratio.items())
     print(f"  noise={x[0]:.4f} growth={x[1]:.4f} loss={err:.2e}", flush=True)
     return err
@@ -66,7 +67,7 @@ def print_table(title: str, make_for_seed, seeds: list[int]) -> None:
             t0 = time.perf_counter()
             idx = make_for_seed(seed)(list(target.seq_lens))
             gen_s = time.perf_counter() - t0
-            got = measure(target, lambda lens: idx)
+            got = measure(target, idx)
             u = got["union_ratio"]
             print(f"| {target.name} | {seed} | {target.valid_rows_per_token} | "
                   f"{round(got['valid_rows_per_token'])} | {target.union_ratio[2]:.2f} | {u[2]:.3f} | "

@@ -15,11 +15,11 @@ import torch
 
 os.environ.setdefault("GLMCHECK_BAND_IMPL", "torch")
 
-from glmcheck.backends.band_kernels import fp8_band_variant  # noqa: E402
-from glmcheck.backends.reference import band_variant, sparse_mla_reference  # noqa: E402
-from glmcheck.checks import metrics  # noqa: E402
-from glmcheck.data.inputs import random_distinct_indices  # noqa: E402
-from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool  # noqa: E402
+from glmcheck.backends.band_kernels import fp8_band_variant
+from glmcheck.backends.reference import band_variant, sparse_mla_reference
+from glmcheck.checks import metrics
+from glmcheck.data.inputs import random_distinct_indices
+from glmcheck.kernels.fp8 import dequantize_kv_pool, quantize_kv_pool
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ points, G = 2, 4, 8, on calibrated and random-walk (drift10, drift2) indices. Pr
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -56,8 +57,7 @@ def main() -> None:
                 expected = canonical(union_dedup_forced(indices, G, num_kv_rows=kv_rows, method="merge"))
                 methods = ["marks", old_auto] + (["merge"] if G == 2 else [])
                 for method in methods:
-                    def call(m=method, g=G):
-                        return union_dedup_forced(indices, g, num_kv_rows=kv_rows, method=m)
+                    call = functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows, method=method)
                     got = canonical(call())
                     ok = torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
                     eager = triton.testing.do_bench(call, warmup=25, rep=ns.rep_ms) if ok else float("nan")

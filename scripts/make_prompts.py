@@ -1,4 +1,4 @@
-"""Regenerate the generated prompt sets: glmcheck/data/resources/prompts/random50.jsonl and glmcheck/data/resources/prompts/heldout50.jsonl.
+"""Regenerate the generated prompt sets in glmcheck/data/resources/prompts/: random50.jsonl and heldout50.jsonl.
 
 Usage: python scripts/make_prompts.py [--set random50|heldout50] [--out FILE]
 random50: 50 records {"id": "random-NN", "prompt": ..., "category": "random-words"} from

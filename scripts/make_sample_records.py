@@ -4,8 +4,9 @@ sample_records/, found with `glmcheck.records.samples.sample_records_dir`, so a 
 Usage: python scripts/make_sample_records.py [--out glmcheck/data/resources/sample_records]
 Runs, on the CPU with the default trained model (ref-cpu) and today's backends: layer0 (128 tokens), drift (128
 tokens), firsttoken (natural50, all 50 prompts, 2-token continuations), logits (64,128) and union-stats (calibrated
-and uniform synthetic indices). Each is the plain CLI command; the records are what those commands write (less a resumable run's
-finished items). tests/test_sample_records.py fails when today's commands write records of another format.
+and uniform synthetic indices). Each is the plain CLI command; the records are what those commands write (less a
+resumable run's finished items). tests/test_sample_records.py fails when today's commands write records of another
+format.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def main() -> int:
     root = Path(parser.parse_args().out)
     shutil.rmtree(root, ignore_errors=True)
     for name, args in RUNS.items():
-        code = cli.main(args + ["--out", str(root / name)] + (["--quiet"] if args[0] not in ("union-stats",) else []))
+        code = cli.main(args + ["--out", str(root / name)] + (["--quiet"] if args[0] != "union-stats" else []))
         if code not in (0, 1):
             print(f"{name}: exit {code}", file=sys.stderr)
             return code

@@ -97,7 +97,8 @@ def sweep_table(seeds: dict, gate: PositionGate, band_size: int, edges: list[int
     per_bin = [tally(seeds, gate, band_size, start, stop) for start, stop in bins]
     names = list(per_bin[0])
     lines = ["the sweep as a whole (a row is out at a length when its bin FAILS)",
-             "| row | kind | sweeps with a bin out / seeds | 95 % interval | onsets (length: seeds) |", "|---|---|---|---|---|"]
+             "| row | kind | sweeps with a bin out / seeds | 95 % interval | onsets (length: seeds) |",
+             "|---|---|---|---|---|"]
     order = sorted(seeds)
     for name in names:
         outs = [[per_bin[b][name][i] == "FAIL" for b in range(len(bins))] for i in range(len(order))]

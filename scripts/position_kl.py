@@ -41,8 +41,10 @@ def main() -> None:
     parser.add_argument("--band", type=int, default=8)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--compact", action="store_true", help="keep kl and same_top only (no dlogprob)")
-    parser.add_argument("--faults", default="all", help="all, none, or fault names (fault:...; `late`), comma-separated")
-    parser.add_argument("--late-start", type=int, default=None, help="the late fault's first position (3/4 of --tokens)")
+    parser.add_argument("--faults", default="all",
+                        help="all, none, or fault names (fault:...; `late`), comma-separated")
+    parser.add_argument("--late-start", type=int, default=None,
+                        help="the late fault's first position (3/4 of --tokens)")
     parser.add_argument("--extra", default="", help="more legitimate rows (backend names), comma-separated")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -84,8 +86,8 @@ def main() -> None:
         os.replace(args.out + ".part", args.out)
         means = {n: float(v["kl"].mean()) for n, v in seed_rows.items()}
         band = " ".join(f"{means['band:' + str(k)]:.2e}" for k in range(min(4, args.band)))
-        print(f"seed {seed}: {time.time() - started:.1f} s; mean KL band {band} triton {means['triton_sparse_mla']:.2e}",
-              flush=True)
+        print(f"seed {seed}: {time.time() - started:.1f} s; mean KL band {band} "
+              f"triton {means['triton_sparse_mla']:.2e}", flush=True)
 
 
 if __name__ == "__main__":

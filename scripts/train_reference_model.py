@@ -1,4 +1,4 @@
-"""Train a model of the trained set, ref-cpu or ref-gpu (a GLM-MoE-DSA checkpoint that has learned language) from scratch.
+"""Train a model of the trained set from scratch: ref-cpu or ref-gpu (a GLM-MoE-DSA checkpoint that learned language).
 
 Usage:
   python scripts/train_reference_model.py ref-cpu --out runs/train-ref-cpu [--corpus FILE] [--fixture]
@@ -7,10 +7,11 @@ Usage:
 
 The corpus is this Python's standard library and pydoc topics (`glmcheck.training.corpus`), or a
 corpus file saved by `--save-corpus` (so another machine trains on the same text). An interrupted
-run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint (its loss plot to evidence/training/) to glmcheck/data/resources/trained_models/<name>
-(and, for ref-gpu, its block-FP8 copy to glmcheck/data/resources/trained_models/<name>-fp8) and the held-out documents to
-glmcheck/data/resources/corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured
-results: docs/models.md, "Trained models".
+run resumes from `<out>/train-state.pt`. `--fixture` copies the checkpoint (its loss plot to evidence/training/) to
+glmcheck/data/resources/trained_models/<name> (and, for ref-gpu, its block-FP8 copy to
+glmcheck/data/resources/trained_models/<name>-fp8) and the held-out documents to
+glmcheck/data/resources/corpus/heldout.jsonl.gz. The recipe, the record it writes and the measured results:
+docs/models.md, "Trained models".
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=None, help="sequences per forward (memory)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     parser.add_argument("--no-resume", action="store_true", help="start over even if a state file exists")
-    parser.add_argument("--fixture", action="store_true", help="copy the result into glmcheck/data/resources/trained_models/ (the package data)")
+    parser.add_argument("--fixture", action="store_true",
+                        help="copy the result into glmcheck/data/resources/trained_models/ (the package data)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     ns = parser.parse_args(argv)
     try:
@@ -63,8 +65,8 @@ def run(ns: argparse.Namespace) -> int:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}") from None
         if len(steps) != 2:
             raise ValueError(f"--steps must be DENSE,SPARSE (two ints), got {ns.steps!r}")
-    from glmcheck.training.geometry import trained_geometry
     from glmcheck.training.export import PLOT_FILE
+    from glmcheck.training.geometry import trained_geometry
     from glmcheck.training.recipe import HELDOUT_FILE, train_model
 
     geometry = trained_geometry(ns.name)
@@ -89,10 +91,10 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def summary(record: dict) -> str:
-    lines = [f"{record['reference_model']}: {record['parameters'] / 1e6:.2f} M parameters on {record['device']}, "
-             f"{record['tokens_seen'] / 1e6:.1f} M tokens in {record['train_wall_s']:.0f} s",
-             f"held-out loss {record['final_heldout_loss']:.4f}; check loss {record['check']['loss']:.4f} "
-             f"({record['check']['windows']} x {record['check']['len']} tokens)"]
+    lines = [(f"{record['reference_model']}: {record['parameters'] / 1e6:.2f} M parameters on {record['device']}, "
+              f"{record['tokens_seen'] / 1e6:.1f} M tokens in {record['train_wall_s']:.0f} s"),
+             (f"held-out loss {record['final_heldout_loss']:.4f}; check loss {record['check']['loss']:.4f} "
+              f"({record['check']['windows']} x {record['check']['len']} tokens)")]
     for stage, rows in record["recall"].items():
         for row in rows:
             lines.append(f"recall after {stage:6s} layer {row['layer']}: indexer {row['indexer']:.3f}, "

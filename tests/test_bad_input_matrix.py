@@ -36,9 +36,9 @@ def test_non_contiguous_inputs_are_supported(inp):
 def test_duplicates_detected_only_when_asked(inp):
     indices = inp.indices.clone()
     indices[4, 3] = indices[4, 7]
-    with pytest.raises(ValueError, match="indices row 4 names KV row .* twice"):
+    with pytest.raises(ValueError, match=r"indices row 4 names KV row .* twice"):
         sparse_mla_prefill(inp.q, inp.kv, indices, inp.sm_scale, 64, check_inputs=True)
-    with pytest.raises(ValueError, match="indices row 4 names KV row .* twice"):
+    with pytest.raises(ValueError, match=r"indices row 4 names KV row .* twice"):
         union_dedup(indices, 2, check_inputs=True)
     sparse_mla_prefill(inp.q, inp.kv, indices, inp.sm_scale, 64)  # the documented contract: not checked
     empty_dupes = inp.indices.clone()
@@ -64,7 +64,8 @@ def test_metrics_never_pass_nan():
     a = torch.ones(4)
     b = torch.tensor([1.0, math.nan, 1.0, 1.0])
     assert math.isnan(metrics.cosine(a, b)) and math.isnan(metrics.rel_l2(b, a)) and math.isnan(metrics.max_abs(a, b))
-    assert metrics.cosine(torch.zeros(3), torch.zeros(3)) == 1.0 and metrics.rel_l2(torch.zeros(3), torch.zeros(3)) == 0.0
+    zeros = torch.zeros(3)
+    assert metrics.cosine(zeros, zeros) == 1.0 and metrics.rel_l2(zeros, zeros) == 0.0
     assert metrics.rel_l2(torch.ones(3), torch.zeros(3)) == math.inf
     with pytest.raises(ValueError, match="same shape"):
         metrics.cosine(torch.ones(3), torch.ones(4))
@@ -76,7 +77,7 @@ def test_union_dedup_bad_inputs(device):
     idx = torch.zeros((4, 4), dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match="indices must have shape"):
         union_dedup(idx[0], 2)
-    with pytest.raises(TypeError, match="topk_length must be torch.int32"):
+    with pytest.raises(TypeError, match=r"topk_length must be torch\.int32"):
         union_dedup(idx, 2, torch.zeros(4, dtype=torch.int64, device=device))
     with pytest.raises(ValueError, match=r"topk_length must have shape \[4\]"):
         union_dedup(idx, 2, torch.zeros(3, dtype=torch.int32, device=device))
@@ -89,7 +90,7 @@ def test_union_dedup_bad_inputs(device):
 @pytest.mark.parametrize("name", ["reference", "reference:fp64", "torch_bf16", "triton_sparse_mla"])
 def test_backends_validate_like_the_kernel(inp, name):
     backend = get_backend(name)
-    with pytest.raises(TypeError, match="q must be torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"q must be torch\.bfloat16"):
         backend(inp.q.float(), inp.kv, inp.indices, inp.sm_scale, 64)
     with pytest.raises(ValueError, match="indices must have 12 rows"):
         backend(inp.q, inp.kv, inp.indices[:3], inp.sm_scale, 64)
@@ -258,7 +259,8 @@ SIZE_CASES = [  # sizes that cannot be allocated or would run for hours: refused
     (["union-stats", "--synthetic", "--topk", "1000000000"], "--topk 1000000000: at most 8192, the longest synthetic"),
     (["union-stats", "--topk", "8193"], "--topk 8193: at most 8192"),
     (["kernel-check", "--kv-rows", "100000000000"], "--kv-rows 100000000000 --topk"),
-    (["kernel-check", "--kv-rows", "100000000000", "--device", "cpu"], "GiB (inputs, references, outputs), more than the"),
+    (["kernel-check", "--kv-rows", "100000000000", "--device", "cpu"],
+     "GiB (inputs, references, outputs), more than the"),
     (["kernel-check", "--tokens", "1000000", "--device", "cpu"], "would take about 29.5 hours on the CPU"),
     (["kernel-check", "--tokens", "64", "--heads", "128", "--kv-rows", "4096", "--topk", "2048", "--d-v", "512",
       "--d-tail", "64", "--device", "cpu"], "the CPU limit is 10 minutes"),
@@ -351,7 +353,7 @@ def test_report_plots_refuse_a_record_they_cannot_write(bad_files, monkeypatch, 
     assert cli.main(["union-stats", "--out", str(bad_files / "stats")]) == 0
     real = options.tempfile.mkstemp
 
-    def refuse(*args, dir=None, **kwargs):
+    def refuse(*args, dir=None, **kwargs):  # noqa: A002  (mkstemp's own keyword)
         if Path(dir) == bad_files / "stats":
             raise PermissionError(13, "Permission denied")
         return real(*args, dir=dir, **kwargs)

@@ -187,7 +187,7 @@ def test_resume_refuses_an_edited_prompt_and_changed_backend_code(tmp_path, caps
 
 
 def _refused_on_edits(args, tmp_path, kernel, capsys):
-    code, printed, err = run_cli(args, capsys)
+    code, _, err = run_cli(args, capsys)
     assert code in (0, 1, 3), err  # a band of 2 cannot judge (INCONCLUSIVE, exit 3): the run only has to run
     _prompts_file(tmp_path / "p.jsonl", "The capital of Italy is")
     code, _, err = run_cli(args, capsys)

@@ -52,7 +52,7 @@ def test_each_variant_is_itself_not_a_neighbour(device, monkeypatch):
     torch_forms, triton_forms = {}, {}
     for k in chosen:
         torch_forms[k], triton_forms[k] = _both(
-            monkeypatch, lambda: band_variant(k)(q, kv, indices, 0.125, 64, topk_length=length))
+            monkeypatch, lambda k=k: band_variant(k)(q, kv, indices, 0.125, 64, topk_length=length))
     for k in chosen:
         same = metrics.rel_l2(triton_forms[k], torch_forms[k])
         nearest = min(metrics.rel_l2(torch_forms[j], torch_forms[k]) for j in chosen if j != k)
@@ -113,5 +113,5 @@ def test_which_form_runs(monkeypatch):
 def test_the_triton_form_is_what_runs(device, monkeypatch, triton_band):
     """The Triton form does not fall back to the torch block loop."""
     monkeypatch.setattr(band_kernels, "_flash_state", None)
-    q, kv, indices, d_v, length = awkward(device, False)
+    q, kv, indices, d_v, _ = awkward(device, False)
     assert band_variant(0)(q, kv, indices, 0.3, d_v).shape == (37, 4, d_v)

@@ -111,7 +111,8 @@ def test_geomean_is_reported_per_head_count():
     from glmcheck.bench.kernel import BenchResult
 
     def point_results(point, ours, flash_len, flash):
-        return [BenchResult(point, "per-token", ours, 1e-3, ""), BenchResult(point, "flashmla+len", flash_len, 1e-3, ""),
+        return [BenchResult(point, "per-token", ours, 1e-3, ""),
+                BenchResult(point, "flashmla+len", flash_len, 1e-3, ""),
                 BenchResult(point, "flashmla", flash, 1e-3, "")]
 
     results = (point_results(BenchPoint(1, 2048, 8), 1.0, 2.0, 3.0)       # 2x over the faster peer

@@ -80,7 +80,8 @@ def test_refusals_follow_the_modules_asserts(monkeypatch, heads, d_qk, d_v, topk
 def test_head_counts_a_probe_left_out_are_refused(monkeypatch):
     monkeypatch.setenv(ENV_HEADS, "16,32")
     assert tilelang_refusal(16, 576, 512, 2048) is None
-    assert tilelang_refusal(8, 576, 512, 2048) == "8 heads not in $GLMCHECK_TILELANG_HEADS=16,32 (its probe did not pass)"
+    assert tilelang_refusal(8, 576, 512, 2048) == ("8 heads not in $GLMCHECK_TILELANG_HEADS=16,32 "
+                                                   "(its probe did not pass)")
 
 
 def test_called_as_sglang_calls_it(standin):

@@ -123,16 +123,16 @@ def test_bad_checkpoints(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_checkpoint_model(tmp_path / "absent")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="has no config.json"):
+    with pytest.raises(FileNotFoundError, match=r"has no config\.json"):
         load_layer0_model(tmp_path / "empty")
     missing = _copy(tmp_path, BF16)
     next(missing.glob("model-00002-*.safetensors")).unlink()
     with pytest.raises(FileNotFoundError, match="missing weight files"):
         load_checkpoint_model(missing)
     corrupt = _copy(tmp_path / "corrupt", BF16)
-    shard = sorted(corrupt.glob("model-*.safetensors"))[0]
+    shard = min(corrupt.glob("model-*.safetensors"))
     shard.write_bytes(shard.read_bytes()[:100])
-    with pytest.raises(CheckpointError, match="not a readable safetensors file|could not be loaded"):
+    with pytest.raises(CheckpointError, match=r"not a readable safetensors file|could not be loaded"):
         load_layer0_model(corrupt)
     with pytest.raises(CheckpointError):
         load_checkpoint_model(corrupt)
@@ -157,21 +157,22 @@ def _loaders():
 
 LOADERS = ["whole", "layer0", "shard", "shard-layer0"]
 BAD_TENSORS = [  # (fixture, tensor, change, the message after "checkpoint '<path>': ")
-    (BF16, KV_B0, "halve", rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
-                           rf"implies \[512, 64\]$"),
-    (BF16, KV_B2, "halve", rf"tensor {KV_B2} is \[256, 64\] in model-00004-of-00004.safetensors, but config.json "
-                           rf"implies \[512, 64\]$"),
-    (BF16, KV_B0, "drop", rf"lacks tensor {KV_B0} \(config.json implies \[512, 64\]; "
-                          rf"model.safetensors.index.json does not list it\)$"),
-    (BF16, EXPERT2, "drop-file", rf"lacks tensor {EXPERT2} \(config.json implies \[256, 64\]; "
-                                 rf"model.safetensors.index.json maps it to model-0000\d-of-00004.safetensors, which "
-                                 rf"does not hold it\)$"),
-    (FP8, KV_B0, "halve", rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
-                          rf"implies \[512, 64\]$"),
-    (FP8, KV_B2 + "_scale_inv", "halve", rf"tensor {KV_B2}_scale_inv is \[2, 1\] in model-0000\d-of-00004.safetensors, "
-                                         rf"but a \[512, 64\] FP8 weight in 128x128 blocks needs \[4, 1\]$"),
-    (FP8, KV_B0 + "_scale_inv", "drop", rf"lacks tensor {KV_B0}_scale_inv \(a \[512, 64\] FP8 weight in 128x128 "
-                                        rf"blocks needs \[4, 1\]; {KV_B0} is F8_E4M3\)$"),
+    (BF16, KV_B0, "halve", (rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
+                            rf"implies \[512, 64\]$")),
+    (BF16, KV_B2, "halve", (rf"tensor {KV_B2} is \[256, 64\] in model-00004-of-00004.safetensors, but config.json "
+                            rf"implies \[512, 64\]$")),
+    (BF16, KV_B0, "drop", (rf"lacks tensor {KV_B0} \(config.json implies \[512, 64\]; "
+                           rf"model.safetensors.index.json does not list it\)$")),
+    (BF16, EXPERT2, "drop-file", (rf"lacks tensor {EXPERT2} \(config.json implies \[256, 64\]; "
+                                  rf"model.safetensors.index.json maps it to model-0000\d-of-00004.safetensors, which "
+                                  rf"does not hold it\)$")),
+    (FP8, KV_B0, "halve", (rf"tensor {KV_B0} is \[256, 64\] in model-00002-of-00004.safetensors, but config.json "
+                           rf"implies \[512, 64\]$")),
+    (FP8, KV_B2 + "_scale_inv", "halve", (rf"tensor {KV_B2}_scale_inv is \[2, 1\] in "
+                                          rf"model-0000\d-of-00004.safetensors, but a \[512, 64\] FP8 weight in "
+                                          rf"128x128 blocks needs \[4, 1\]$")),
+    (FP8, KV_B0 + "_scale_inv", "drop", (rf"lacks tensor {KV_B0}_scale_inv \(a \[512, 64\] FP8 weight in 128x128 "
+                                         rf"blocks needs \[4, 1\]; {KV_B0} is F8_E4M3\)$")),
 ]
 
 
@@ -261,7 +262,7 @@ def test_file_shapes_are_the_stored_layout():
 
 def test_transformers_loading_info_is_a_second_line_of_defence():
     """Behind check_tensors: what transformers reports missing or mismatched is still an error."""
-    with pytest.raises(CheckpointError, match="missing keys \\(1\\): model.layers.0.self_attn.kv_b_proj.weight"):
+    with pytest.raises(CheckpointError, match=r"missing keys \(1\): model\.layers\.0\.self_attn\.kv_b_proj\.weight"):
         checkpoint.check_loading_info("ckpt", {"missing_keys": {KV_B0}, "mismatched_keys": [], "unexpected_keys": []})
     with pytest.raises(CheckpointError, match="mismatched keys"):
         checkpoint.check_loading_info("ckpt", {"missing_keys": [], "mismatched_keys": [(KV_B0, (1,), (2,))]})
@@ -294,5 +295,5 @@ def test_shard_loader_names_a_missing_expert_tensor(tmp_path):
     index = json.loads(index_path.read_text())
     del index["weight_map"]["model.layers.1.mlp.experts.1.up_proj.weight"]
     index_path.write_text(json.dumps(index))
-    with pytest.raises(CheckpointError, match="lacks tensor model.layers.1.mlp.experts.1.up_proj.weight"):
+    with pytest.raises(CheckpointError, match=r"lacks tensor model\.layers\.1\.mlp\.experts\.1\.up_proj\.weight"):
         load_checkpoint_shard(broken, rank=1, world=2)

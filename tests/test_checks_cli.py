@@ -127,10 +127,10 @@ def test_layer0_cli_fails_planted_fault_with_exit_1(tmp_path, capsys):
 def _notes_point_to_cells(printed: str) -> None:
     """issue 73: every numbered note `[n] ...` under a table is pointed to by a cell of the table above it; the
     gate is an unnumbered line."""
-    assert not re.search(r"^\[\d+\] gate:", printed, re.M) and re.search(r"^gate: ", printed, re.M)
+    assert not re.search(r"^\[\d+\] gate:", printed, re.MULTILINE) and re.search(r"^gate: ", printed, re.MULTILINE)
     for block in printed.split("\n\n"):
         cells = "\n".join(line for line in block.splitlines() if line.startswith("|"))
-        for number in re.findall(r"^\[(\d+)\] ", block, re.M):
+        for number in re.findall(r"^\[(\d+)\] ", block, re.MULTILINE):
             assert f"[{number}]" in cells, (number, block)
 
 

@@ -67,6 +67,6 @@ def test_the_readme_main_command_runs_in_a_fresh_process(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-m", "glmcheck", "layer0", "--model", "tiny", "--tokens", "24",
                              "--backends", "triton_sparse_mla", "--quiet", "--out", str(tmp_path / "run")],
-                            capture_output=True, text=True, env=env, cwd=tmp_path)
+                            capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "verdict: PASS" in result.stdout

@@ -169,7 +169,8 @@ def test_on_the_gpu_the_forwards_compile_nothing_after_it(tmp_path):
     out = {}
     for ahead in ("0", "1"):
         env = {**os.environ, compile_ahead.ENV: ahead, "TRITON_CACHE_DIR": str(tmp_path / f"cache{ahead}")}
-        done = subprocess.run([sys.executable, "-c", _GPU_RUN], check=False, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-c", _GPU_RUN], check=False, env=env, capture_output=True, text=True,
+                              timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         out[ahead] = json.loads(done.stdout)
     assert out["0"]["rows"] == out["1"]["rows"], "the same rows, bit for bit"

@@ -129,8 +129,8 @@ def test_logits_and_sweep_fail_rows_name_positions_and_layer0():
     report = logits(CheckOptions(backends=f"ls={FAULTS}:last_slot_dropped", quiet=True), tokens=[64])
     row = next(r for r in report.rows if r["backend"] == "ls")
     assert "positions beyond the band, the first at" in row["diagnosis"] and row["layer0"] == "FAIL"
-    assert "glmcheck layer0 --model ref-cpu --backends ls=tests/support/diagnosis_faults.py:last_slot_dropped " \
-           "--tokens 64 --seed 64" in row["diagnosis"]
+    assert ("glmcheck layer0 --model ref-cpu --backends ls=tests/support/diagnosis_faults.py:last_slot_dropped "
+            "--tokens 64 --seed 64") in row["diagnosis"]
     report = sweep(CheckOptions(backends=f"ls={FAULTS}:last_slot_dropped", quiet=True), tokens=(32, 64))
     onset = report.extra["onsets"]["ls"]
     assert onset["layer0"] == "FAIL" and onset["beyond_first"] is not None and "--tokens 64 --seed 0" in \

@@ -1,7 +1,7 @@
 """The documentation holds to the tree (issues 58, 72): the README is a front page of at most 200 lines that keeps the
-markers `.ci/run` reads, every page a page links to exists, docs/layout.md names every package and module of
-glmcheck/ and no name that is not there; every `docs/X.md, "Heading"` that code or a page cites is a heading of X, every
-path a page cites exists, docs/ holds the topic pages only, and every run folder under evidence/ is indexed and cited."""
+markers `.ci/run` reads, every page a page links to exists, docs/layout.md names every package and module of glmcheck/
+and no name that is not there; every `docs/X.md, "Heading"` that code or a page cites is a heading of X, every path a
+page cites exists, docs/ holds the topic pages only, and every run folder under evidence/ is indexed and cited."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def test_the_readme_is_a_front_page_with_both_commands():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_LIMIT, len(text.splitlines())
     assert command_after("<!-- main-command -->", text) == "pip install -e . && glmcheck layer0"
-    assert command_after("<!-- test-command -->", text) == 'pip install -e ".[test]" && python -m pytest -n 2 --dist loadfile'
+    assert (command_after("<!-- test-command -->", text)
+            == 'pip install -e ".[test]" && python -m pytest -n 2 --dist loadfile')
 
 
 def broken_links(page: Path) -> list[str]:
@@ -86,7 +87,7 @@ def test_the_layout_names_every_module_and_nothing_else():
         assert modules <= named, f"docs/layout.md, {package or 'glmcheck'}: not named: {sorted(modules - named)}"
         sources = "\n".join(p.read_text(encoding="utf-8") for p in folder.glob("*.py"))
         for name in named - modules:  # a name that is no module must be something the package defines
-            assert re.search(rf"^\s*(def|class)\s+{name}\b|^{name}\s*[:=]", sources, re.M), \
+            assert re.search(rf"^\s*(def|class)\s+{name}\b|^{name}\s*[:=]", sources, re.MULTILINE), \
                 f"docs/layout.md, {package or 'glmcheck'}: `{name}` is neither a module nor defined there"
 
 
@@ -155,8 +156,8 @@ def test_every_cited_heading_exists():
 def test_a_heading_citation_that_resolves_nowhere_is_found(tmp_path):
     page, other = "docs/reliability.md", "performance.md"
     source = tmp_path / "source.py"
-    source.write_text(f'# see {page}, "Gate" and "No such heading"; also {page},\n# "Power curves" and [{other}]({other}), '
-                      f'"Time to verdict", "Gone too"; {page}, "Gatekeeper"\n')
+    source.write_text(f'# see {page}, "Gate" and "No such heading"; also {page},\n'
+                      f'# "Power curves" and [{other}]({other}), "Time to verdict", "Gone too"; {page}, "Gatekeeper"\n')
     assert unresolved_headings([source]) == [f'{source}: docs/reliability.md, "No such heading"',
                                              f'{source}: docs/performance.md, "Gone too"',
                                              f'{source}: docs/reliability.md, "Gatekeeper"']

@@ -44,6 +44,11 @@ def _band(servers) -> list[str]:
     return [servers.spec(name) for name in BAND]
 
 
+def _band_args(specs: list[str]) -> list[str]:
+    """--band-endpoint SPEC for each spec, as the command line takes them."""
+    return [arg for spec in specs for arg in ("--band-endpoint", spec)]
+
+
 def _forwards(servers, name: str) -> int:
     return httpx.get(f"{servers.urls[name]}/glmcheck/info", timeout=30).json()["forwards"]
 
@@ -64,12 +69,13 @@ def test_firsttoken_against_servers_gives_the_in_process_verdicts(servers, tmp_p
     for mine, theirs in pairs:
         assert (mine["verdict"], mine["agree"], mine["wide_flips"]) == \
             (theirs["verdict"], theirs["agree"], theirs["wide_flips"]), (mine, theirs)
-    kernel = [(m, t) for m, t in pairs if m["backend"] == "kernel"][0]
+    kernel = next((m, t) for m, t in pairs if m["backend"] == "kernel")
     assert kernel[0]["verdict"] == "PASS" and kernel[0]["mean_dlogprob"] == pytest.approx(kernel[1]["mean_dlogprob"],
                                                                                            rel=1e-9, abs=1e-12)
     assert [m["verdict"] for m, _ in pairs if m["backend"] == "fault"] == ["FAIL"]
     servers_seen = remote.model["endpoints"]["servers"]
-    assert servers_seen["kernel"]["glmcheck"]["backend"] == "triton_sparse_mla" and servers_seen["ref"]["model"] == "ref-cpu"
+    assert servers_seen["kernel"]["glmcheck"]["backend"] == "triton_sparse_mla"
+    assert servers_seen["ref"]["model"] == "ref-cpu"
 
 
 def _drawn(err: str, desc: str) -> list[tuple[int, int]]:
@@ -98,7 +104,7 @@ def test_a_band_of_reruns_cannot_judge(servers):
                                   prompts="natural50", limit=2, quiet=True)
     assert report.verdict == "INCONCLUSIVE"
     assert "bit for bit" in report.facts["rerun"]
-    kernel = [r for r in report.extra["summary_rows"] if r["backend"] == "kernel"][0]
+    kernel = next(r for r in report.extra["summary_rows"] if r["backend"] == "kernel")
     assert kernel["verdict"] == "INCONCLUSIVE" and "--band-endpoint" in kernel["note"]
 
 
@@ -112,10 +118,10 @@ def test_a_band_of_reference_instances_is_of_zero_width_and_cannot_judge(servers
     INCONCLUSIVE (exit 3) as in the sweep, never FAILed against 0."""
     code, err = _cli(["firsttoken", "--limit", "3", "--quiet", "--out", str(tmp_path / "z"), "--endpoint",
                       servers.spec("ref"), "--endpoint", servers.spec("b0", "legit"),
-                      *sum((["--band-endpoint", servers.spec("ref", f"r{i}")] for i in (1, 2, 3)), [])], capsys)
+                      *_band_args([servers.spec("ref", f"r{i}") for i in (1, 2, 3)])], capsys)
     assert code == 3, err
-    row = [r for r in json.loads((tmp_path / "z" / "summary.json").read_text())["summary_rows"]
-           if r["backend"] == "legit"][0]
+    row = next(r for r in json.loads((tmp_path / "z" / "summary.json").read_text())["summary_rows"]
+               if r["backend"] == "legit")
     assert row["verdict"] == "INCONCLUSIVE" and "zero width" in row["note"] and row["mean_dlogprob"] > 0, row
 
 
@@ -139,7 +145,7 @@ def nan_server():
 
 
 def test_a_candidate_server_with_nan_logits_fails_and_the_record_is_written(servers, nan_server, tmp_path, capsys):
-    band = sum((["--band-endpoint", b] for b in _band(servers)), [])
+    band = _band_args(_band(servers))
     code, err = _cli(["firsttoken", "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
                       "--endpoint", nan_server.spec("faulty"), *band, "--limit", "2", "--quiet",
                       "--out", str(tmp_path / "n")], capsys)
@@ -157,7 +163,7 @@ def test_a_reference_or_band_server_with_nan_logits_is_bad_input(servers, nan_se
     for args in (["--endpoint", nan_server.spec("faulty"), "--endpoint", servers.spec("kernel")],
                  ["--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"), "--band-endpoint",
                   nan_server.spec("faulty")]):
-        code, err = _cli(["firsttoken", *args, *sum((["--band-endpoint", b] for b in _band(servers)), []),
+        code, err = _cli(["firsttoken", *args, *_band_args(_band(servers)),
                           "--limit", "1", "--quiet", "--out", str(tmp_path / "b")], capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "non-finite" in err and "bad input" in err, err
         assert not (tmp_path / "b" / "summary.json").exists()
@@ -169,7 +175,7 @@ def test_a_server_killed_mid_run_then_resumed(servers, tmp_path, capsys):
     out = tmp_path / "k"
     dying = Servers()
     args = ["firsttoken", "--prompts", "natural50", "--limit", "4", "--quiet", "--retries", "1", "--out", str(out),
-            "--endpoint", servers.spec("ref"), *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+            "--endpoint", servers.spec("ref"), *_band_args(_band(servers))]
     try:
         dying.start({"faulty": FAULTY}, env={"GLMCHECK_TEST_FAULT": "die@7"})
         code, err = _cli([*args, "--endpoint", dying.spec("faulty")], capsys)
@@ -196,7 +202,7 @@ def test_a_resumed_run_shows_the_tokens_an_uninterrupted_one_shows(servers, tmp_
     out = tmp_path / "t"
     args = ["firsttoken", "--prompts", "natural50", "--limit", "3", "--quiet", "--out", str(out),
             "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("fault"),
-            *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+            *_band_args(_band(servers))]
     _cli(args, capsys)
     whole = json.loads((out / "summary.json").read_text())
     assert whole["disagreements"], "the fault flips some first tokens"
@@ -213,9 +219,10 @@ def test_sigint_mid_run_then_a_rerun_resumes(servers, tmp_path, capsys):
     out = tmp_path / "s"
     args = ["firsttoken", "--prompts", "natural50", "--limit", "5", "--quiet", "--out", str(out),
             "--endpoint", servers.spec("ref"), "--endpoint", servers.spec("kernel"),
-            *sum((["--band-endpoint", b] for b in _band(servers)), [])]
+            *_band_args(_band(servers))]
     process = subprocess.Popen([sys.executable, "-m", "glmcheck", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)  # noqa: PLW1509  (restores SIGINT; no threads yet)
     deadline = time.monotonic() + 240
     while not _items(out) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

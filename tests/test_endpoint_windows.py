@@ -220,7 +220,7 @@ def test_live_server_dies_mid_run(pauses):
     try:
         with pytest.raises(EndpointError, match=r"^endpoint v \(http://127\.0\.0\.1:\d+\): POST /v1/completions: "
                                                 r"server unreachable \(ConnectError: .*\) after 4 attempts$"):
-            for key, completion in complete_many(ep, {f"p{i}": "z" for i in range(8)}, 1, 1, concurrency=1):
+            for key, _ in complete_many(ep, {f"p{i}": "z" for i in range(8)}, 1, 1, concurrency=1):
                 done.append(key)
                 if len(done) == 2:
                     server.stop()

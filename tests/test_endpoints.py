@@ -152,7 +152,9 @@ def test_unordered_and_nan_logprobs_rank():
 
 def test_unreachable_retried_with_backoff_then_gives_up(pauses):
     calls = []
-    refused = lambda request: httpx.ConnectError("[Errno 111] Connection refused", request=request)
+    def refused(request: httpx.Request) -> httpx.ConnectError:
+        return httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
     err = raises_one_line(r"^endpoint a \(http://mock.test\): POST /v1/completions: server unreachable "
                           r"\(ConnectError: \[Errno 111\] Connection refused\) after 4 attempts$",
                           complete, OPENAI, "x", 1, 1, transport=mock({"/v1/completions": refused}, calls))
@@ -177,8 +179,11 @@ def test_connection_lost_is_retried(pauses):
     calls = []
     answers = [lambda r: httpx.RemoteProtocolError("Server disconnected without sending a response", request=r),
                lambda r: answer_for(json.loads(r.content))]
-    got = complete(OPENAI, "x", 1, 1, transport=mock({"/v1/completions": lambda r: answers[len(calls) - 1](r)},
-                                                      calls))
+
+    def answer(request: httpx.Request):  # the first call's answer, then the second's (mock appends to calls first)
+        return answers[len(calls) - 1](request)
+
+    got = complete(OPENAI, "x", 1, 1, transport=mock({"/v1/completions": answer}, calls))
     assert got.tokens == ("t1.0.0",) and pauses == [0.5]
     raises_one_line(r"connection lost \(ReadError: reset\) after 4 attempts$", complete, OPENAI, "x", 1, 1,
                     transport=mock({"/v1/completions": lambda r: httpx.ReadError("reset", request=r)}))

@@ -63,5 +63,6 @@ def test_the_command_line_ends_with_its_code(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "glmcheck", "report", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    good = subprocess.run([sys.executable, "-m", "glmcheck", "--help"], capture_output=True, text=True, timeout=120, check=False)
+    good = subprocess.run([sys.executable, "-m", "glmcheck", "--help"], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert good.returncode == 0 and "layer0" in good.stdout

@@ -35,7 +35,7 @@ def verdicts(result) -> dict[str, str]:
 
 def test_flip_within_floor_noise_is_a_near_tie():
     result = table([outcome("p0", "kernel", 0.15, 0.0, agree=False), outcome("p1", "kernel", 0.5, 0.05)])
-    assert verdicts(result) == {CONTROL: INFO, **{name: INFO for name in FLOORS}, "kernel": PASS}
+    assert verdicts(result) == {CONTROL: INFO, **dict.fromkeys(FLOORS, INFO), "kernel": PASS}
     assert result.facts["tie_gap"] == 0.2 and result.disagreements[0]["near_tie"]
 
 
@@ -150,8 +150,10 @@ def test_a_servers_continuation_is_compared_by_token_text():
     def answer(tokens, tops):
         return Completion("s", "m", "".join(tokens), tuple(tokens), tuple(t[0][1] for t in tops), tuple(tops), 3)
 
-    ref = answer([" a", " b"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" b", -0.3), (" c", -0.35), (" d", -3.0))])
-    near = answer([" a", " c"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" c", -0.3), (" b", -0.33), (" d", -3.0))])
+    ref = answer([" a", " b"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)),
+                                ((" b", -0.3), (" c", -0.35), (" d", -3.0))])
+    near = answer([" a", " c"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)),
+                                 ((" c", -0.3), (" b", -0.33), (" d", -3.0))])
     far = answer([" a", " z"], [((" a", -0.1), (" x", -2.5), (" y", -3.0)), ((" z", -0.2), (" q", -0.4), (" r", -3.0))])
     table = TokenTable()
     found = _outcome("p0", "kernel", near, ref, table, True)

@@ -161,9 +161,9 @@ def test_bad_arguments_name_themselves(device, monkeypatch):
             dequantize_kv_pool_fused(pool, 4, d_rope=rope)
     with pytest.raises(ValueError, match="hold no latent"):
         dequantize_kv_pool_fused(pool, 4, d_rope=63)
-    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+    with pytest.raises(TypeError, match=r"out must be a torch\.Tensor"):
         dequantize_kv_pool_fused(pool, 4, out=[0])
-    with pytest.raises(TypeError, match="out must be torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"out must be torch\.bfloat16"):
         dequantize_kv_pool_fused(pool, 4, out=torch.empty(4, 576, device=device))
     with pytest.raises(ValueError, match=r"out must have shape \[4, 576\]"):
         dequantize_kv_pool_fused(pool, 4, out=torch.empty(5, 576, dtype=torch.bfloat16, device=device))

@@ -98,7 +98,7 @@ def test_dequantising_gives_code_times_scale_and_the_rope_bits(pow2, d_qk, d_rop
 
 
 def test_bad_arguments_name_themselves():
-    with pytest.raises(TypeError, match="kv must be torch.bfloat16"):
+    with pytest.raises(TypeError, match=r"kv must be torch\.bfloat16"):
         quantize_kv_pool(torch.zeros(4, 576))
     with pytest.raises(ValueError, match="d_rope must be"):
         quantize_kv_pool(torch.zeros(4, 576, dtype=torch.bfloat16), d_rope=576)

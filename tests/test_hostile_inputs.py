@@ -75,7 +75,8 @@ def test_ctrl_c_while_a_plugin_runs_still_stops_the_run(tmp_path):
                       f"    open({str(marker)!r}, 'w').close()\n    time.sleep(120)\n")
     process = subprocess.Popen([sys.executable, "-m", "glmcheck", "layer0", *QUICK, "--backends", f"slow={plugin}:slow",
                                 "--out", str(tmp_path / "r")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               preexec_fn=default_sigint, env={**os.environ, "TRITON_INTERPRET": "1"})
+                               env={**os.environ, "TRITON_INTERPRET": "1"},
+                               preexec_fn=default_sigint)  # noqa: PLW1509  (restores SIGINT; no threads yet)
     deadline = time.monotonic() + 120
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

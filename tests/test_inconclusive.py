@@ -164,8 +164,8 @@ def test_rates_count_inconclusive_apart():
     assert legit.wrong == 1 and fault.wrong == 1, "INCONCLUSIVE is neither a false alarm nor a miss"
     table = rates_table([legit, fault])
     assert "| inconclusive |" in table.splitlines()[0] and "| 2/10 " in table
-    assert "detection rate 7/10 = 70.0%; inconclusive (the band could not judge; neither) 2/10 legitimate, " \
-        "2/10 faults" in table
+    assert ("detection rate 7/10 = 70.0%; inconclusive (the band could not judge; neither) 2/10 legitimate, "
+            "2/10 faults") in table
 
 
 @pytest.mark.parametrize("values, apart, kind", [

@@ -87,8 +87,8 @@ def test_checks_read_no_command_line_and_import_by_name_only():
         imported += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
         assert "argparse" not in imported, path.name
         calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
-        by_string = [f for f in calls if isinstance(f, ast.Attribute) and f.attr == "import_module"
-                     or isinstance(f, ast.Name) and f.id == "__import__"]
+        by_string = [f for f in calls if (isinstance(f, ast.Attribute) and f.attr == "import_module")
+                     or (isinstance(f, ast.Name) and f.id == "__import__")]
         assert not by_string, path.name
 
 

@@ -267,7 +267,7 @@ def test_plan_is_linear_in_t_on_the_absorbed_path_and_fits_glm52_at_65536():
     # measured on an H200 (one process, --tp 8 emulated, triton_sparse_mla): 56.1 GiB of activations at 65536
     # and 84.1 GiB at 98304; the plan must not be below them
     assert 56.1 * GIB <= activation_bytes(config, 1, 65536) <= 1.4 * 56.1 * GIB
-    assert 84.1 * GIB <= activation_bytes(config, 1, 98304)
+    assert activation_bytes(config, 1, 98304) >= 84.1 * GIB
 
 
 def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):
@@ -285,7 +285,7 @@ def test_check_fits_refuses_dense_backends_past_their_limit(monkeypatch):
     check_fits(config, limit, gpu, backends=["hf_sdpa"])
     with pytest.raises(ValueError, match=f"--tokens {limit + 1}: backend hf_sdpa"):
         check_fits(config, limit + 1, gpu, backends=["hf_sdpa"])
-    with pytest.raises(ValueError, match="--tokens 40000: backend hf_eager .* fits up to"):
+    with pytest.raises(ValueError, match=r"--tokens 40000: backend hf_eager .* fits up to"):
         check_fits(config, 40000, gpu, backends=["hf_eager"])
     with pytest.raises(ValueError, match="--tokens 262144: a prefill of 4 layers needs about"):
         check_fits(config, 262144, gpu)

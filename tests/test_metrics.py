@@ -20,7 +20,8 @@ def _same(new: float, old: float) -> bool:
 
 def _old(actual, expected, direction):
     values = {"cosine": before.cosine(actual, expected), "rel_l2": before.rel_l2(actual, expected),
-              "max_abs": before.max_abs(actual, expected), "token_max_rel_l2": before.token_max_rel_l2(actual, expected)}
+              "max_abs": before.max_abs(actual, expected),
+              "token_max_rel_l2": before.token_max_rel_l2(actual, expected)}
     values["scale_bias"], values["scale_bias_se"] = before.scale_bias(actual, expected)
     values["temperature_bias"], values["temperature_bias_se"] = before.direction_bias(actual, expected, direction)
     return values

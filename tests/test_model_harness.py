@@ -43,7 +43,8 @@ def test_presets_geometry():
     glm52 = make_config("glm-5.2")
     assert glm52.indexer_types.count("full") == 21 and glm52.indexer_types.count("shared") == 57
     assert glm52.rope_parameters["rope_theta"] == 8e6 and glm52.max_position_embeddings == 1048576
-    assert (glm52.hidden_size, glm52.num_attention_heads, glm52.kv_lora_rank, glm52.qk_rope_head_dim) == (6144, 64, 512, 64)
+    assert (glm52.hidden_size, glm52.num_attention_heads, glm52.kv_lora_rank,
+            glm52.qk_rope_head_dim) == (6144, 64, 512, 64)
     assert make_config("glm-5").indexer_types.count("shared") == 0
     tiny = make_config("tiny")
     assert tiny.num_attention_heads == 8 and tiny.indexer_types.count("shared") == 1
@@ -81,6 +82,15 @@ def test_dummy_weights_bit_identical_across_builds_and_processes():
     assert parameter_seed(0, "a") != parameter_seed(0, "b") and parameter_seed(0, "a") == parameter_seed(0, "a")
 
 
+def _first_call_spy(real, seen: dict):
+    """`real`, recording the q, kv and scale of its first call in `seen`."""
+    def spy(q, kv, idx, scale, d_v, *, topk_length=None):
+        if "q" not in seen:
+            seen["q"], seen["kv"], seen["scale"] = q, kv, scale
+        return real(q, kv, idx, scale, d_v, topk_length=topk_length)
+    return spy
+
+
 def test_sharp_init_spreads_attention_logits():
     """sharp scales q_b/kv_b so absorbed logits have a realistic spread (hf is near uniform)."""
     stds = {}
@@ -89,18 +99,11 @@ def test_sharp_init_spreads_attention_logits():
         prompt = torch.randint(0, 512, (1, 48), generator=torch.Generator().manual_seed(1))
         seen = {}
         with use_backend(model, "reference") as session, torch.no_grad():
-            real = session.backend.fn
-
-            def spy(q, kv, idx, scale, d_v, *, topk_length=None):
-                if "q" not in seen:
-                    seen["q"], seen["kv"], seen["scale"] = q, kv, scale
-                return real(q, kv, idx, scale, d_v, topk_length=topk_length)
-
-            session.backend.fn = spy
+            session.backend.fn = _first_call_spy(session.backend.fn, seen)
             model(prompt)
         logits = torch.einsum("thd,sd->ths", seen["q"].float(), seen["kv"].float()) * seen["scale"]
         stds[init] = logits.std().item()
-    assert stds["hf"] < 0.5 < 1.5 < stds["sharp"], stds
+    assert stds["hf"] < 0.5 and stds["sharp"] > 1.5, stds
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +158,9 @@ def test_indices_are_shared_and_in_kernel_convention(tiny, prompt):
 def test_hooks_and_swap_removed_after_exception(tiny, prompt):
     before = tiny.config._attn_implementation
     attn = attention_modules(tiny)
-    with pytest.raises(RuntimeError, match="boom"):
-        with use_backend(tiny, "triton_sparse_mla", tp=2) as session, capture(tiny, session, value_layers=[0]):
-            raise RuntimeError("boom")
+    with (pytest.raises(RuntimeError, match="boom"), use_backend(tiny, "triton_sparse_mla", tp=2) as session,
+          capture(tiny, session, value_layers=[0])):
+        raise RuntimeError("boom")
     assert tiny.config._attn_implementation == before
     assert not _SESSIONS
     for module in attn:
@@ -204,23 +207,21 @@ def test_kernel_index_mapping():
 
 
 def test_bad_choices_raise(tiny):
-    with pytest.raises(ValueError, match="tp must be a positive int dividing the 8 attention heads"):
-        with use_backend(tiny, "reference", tp=3):
-            pass
-    with pytest.raises(ValueError, match="unknown backend 'nope'"):
-        with use_backend(tiny, "nope"):
-            pass
-    with pytest.raises(ValueError, match="kv_cache_dtype"):
-        with use_backend(tiny, "reference", kv_cache_dtype="int4"):
-            pass
+    with (pytest.raises(ValueError, match="tp must be a positive int dividing the 8 attention heads"),
+          use_backend(tiny, "reference", tp=3)):
+        pass
+    with pytest.raises(ValueError, match="unknown backend 'nope'"), use_backend(tiny, "nope"):
+        pass
+    with pytest.raises(ValueError, match="kv_cache_dtype"), use_backend(tiny, "reference", kv_cache_dtype="int4"):
+        pass
     assert not _SESSIONS
 
 
 def test_backend_validation():
     cpu = torch.device("cpu")
     assert any("interpreter" in w for w in validate_backend("triton_sparse_mla", device=cpu, heads_per_rank=8))
-    with pytest.raises(BackendError, match="legal union backends here: triton_sparse_mla:union2, "
-                                           "triton_sparse_mla:union4$"):
+    with pytest.raises(BackendError, match=r"legal union backends here: triton_sparse_mla:union2, "
+                                           r"triton_sparse_mla:union4$"):
         validate_backend("triton_sparse_mla:union8", device=cpu, heads_per_rank=16)
     with pytest.raises(BackendError, match="none"):
         validate_backend("triton_sparse_mla:union2", device=cpu, heads_per_rank=1)
@@ -228,7 +229,7 @@ def test_backend_validation():
     assert any("deterministic" in w for w in warnings)
     with pytest.raises(BackendError, match="SM90"):
         validate_backend("flashmla_sparse", device=cpu, heads_per_rank=8)
-    with pytest.raises(BackendError, match="512 \\+ 64 rope latent .* this model's is 64 \\+ 16"):
+    with pytest.raises(BackendError, match=r"512 \+ 64 rope latent .* this model's is 64 \+ 16"):
         validate_backend("flashmla_sparse", device=cpu, heads_per_rank=8, latent_dims=(64, 16))
     with pytest.raises(BackendError, match="unknown backend"):
         validate_backend("triton", device=cpu, heads_per_rank=8)

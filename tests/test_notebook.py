@@ -54,5 +54,6 @@ def test_report_plots_writes_pngs(tmp_path):
     shutil.copytree(SAMPLE, tmp_path / "sample")
     written = write_plots(tmp_path / "sample")
     kinds = {p.name for p in written}
-    assert {"plot-layer0.png", "plot-drift.png", "plot-firsttoken.png", "plot-union-stats.png", "plot-logits.png"} <= kinds
+    assert kinds >= {"plot-layer0.png", "plot-drift.png", "plot-firsttoken.png", "plot-union-stats.png",
+                     "plot-logits.png"}
     assert all(p.stat().st_size > 5000 for p in written)

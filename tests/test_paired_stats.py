@@ -301,7 +301,7 @@ def test_mismatched_ids_are_a_value_error_naming_them():
         paired_table(ref, cand)
     with pytest.raises(ValueError, match="only in control: 'x'"):
         paired_verdict(ref, dict(ref), control=cand)
-    many = {i: True for i in range(100)}
+    many = dict.fromkeys(range(100), True)
     with pytest.raises(ValueError, match=r"100 ids differ \(100 only in reference: 0, 1, 10, 11, 12, \.\.\.\)"):
         paired_table(many, {})
 

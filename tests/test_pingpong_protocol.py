@@ -36,7 +36,7 @@ def test_pingpong_protocol_catches_a_planted_early_release(options):
 def test_pingpong_protocol_catches_the_next_s0_left_half_read_before_its_refill():
     """The next pair's S0 left half issued without waiting for 0L's refill reads the buffer while
     the gather writes it, or finds the previous pair's rows."""
-    with pytest.raises(ProtocolViolation, match="while a gather is writing it|expected"):
+    with pytest.raises(ProtocolViolation, match=r"while a gather is writing it|expected"):
         for seed in range(SCHEDULES):
             run_schedule(PipelineOptions(next_left_unwaited=True), BLOCKS, seed)
 
@@ -66,7 +66,7 @@ def test_pingpong_protocol_catches_o_staged_where_the_peer_still_reads():
     """The write-out stages each O half in the stage piece its warpgroup reads last, after the row-sum exchange
     (the peer's sums follow its last MMA). Staged before the exchange into 1L, which the even warpgroup's last
     O += P1 V1 reads, it races."""
-    with pytest.raises(ProtocolViolation, match="consumer 1 stages O|writes main1 L while it is still read"):
+    with pytest.raises(ProtocolViolation, match=r"consumer 1 stages O|writes main1 L while it is still read"):
         for seed in range(SCHEDULES):
             run_schedule(PipelineOptions(odd_stages_out_into="main1 L", stage_out_before_sums=True), BLOCKS, seed)
 

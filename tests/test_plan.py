@@ -30,7 +30,7 @@ def test_plan_gives_the_same_bits_and_is_reused(device, heads, union, with_lengt
     q, kv, indices, lengths = _inputs(13, heads, 40, heads + union, device, with_length)
     direct = sparse_mla_prefill(q, kv, indices, 0.125, D_V, topk_length=lengths, union=union)
     plan = plan_sparse_mla(indices, num_kv_rows=kv.shape[0], num_heads=heads, topk_length=lengths, union=union)
-    assert isinstance(plan, SparseMLAPlan) and plan.group == (union if union else 0)
+    assert isinstance(plan, SparseMLAPlan) and plan.group == (union or 0)
     out = torch.full_like(direct, float("nan"))
     sparse_mla_prefill(q, kv, indices, 0.125, D_V, topk_length=lengths, plan=plan, out=out)
     assert torch.equal(out, direct), "a ready plan must not change a bit"

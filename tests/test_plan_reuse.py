@@ -42,9 +42,9 @@ def test_reused_plans_give_the_rebuilt_forward_bit_for_bit(tiny, prompt, backend
     reused = _forward(tiny, prompt, backend)
     rebuilt = _forward(tiny, prompt, backend, reuse_plans=False)
     full = [layer for layer, kind in enumerate(tiny.config.indexer_types) if kind == "full"]
-    assert dict(reused.plan_builds) == {layer: 2 for layer in full}  # one per full layer and rank slice
-    assert dict(rebuilt.plan_builds) == {layer: 2 for layer in range(tiny.config.num_hidden_layers)}
-    assert dict(reused.calls) == dict(rebuilt.calls) == {layer: 2 for layer in range(3)}
+    assert dict(reused.plan_builds) == dict.fromkeys(full, 2)  # one per full layer and rank slice
+    assert dict(rebuilt.plan_builds) == dict.fromkeys(range(tiny.config.num_hidden_layers), 2)
+    assert dict(reused.calls) == dict(rebuilt.calls) == dict.fromkeys(range(3), 2)
     assert torch.equal(reused.captured.logits, rebuilt.captured.logits)
     for layer in range(3):
         assert torch.equal(reused.captured.latent[layer], rebuilt.captured.latent[layer])
@@ -113,9 +113,9 @@ def test_a_selector_replaces_every_indexers_topk(tiny, prompt):
                            torch.arange(topk)[None, :], -1).to(torch.int32)
     for layer in range(3):
         assert torch.equal(got.indices[layer], expected)
-    with pytest.raises(ValueError, match="selector and dense_threshold"):
-        with use_backend(tiny, "reference", selector=selector, dense_threshold=4):
-            pass
+    with (pytest.raises(ValueError, match="selector and dense_threshold"),
+          use_backend(tiny, "reference", selector=selector, dense_threshold=4)):
+        pass
 
 
 def test_a_selector_of_the_wrong_shape_is_named(tiny, prompt):
@@ -124,9 +124,9 @@ def test_a_selector_of_the_wrong_shape_is_named(tiny, prompt):
     def bad(layer, batch, seq, topk, device):
         return torch.zeros(batch, seq, topk + 1, dtype=torch.int32, device=device)
 
-    with pytest.raises(ValueError, match="index selector must return"):
-        with use_backend(tiny, "reference", selector=bad), torch.inference_mode():
-            tiny(prompt.to(device))
+    with (pytest.raises(ValueError, match="index selector must return"), use_backend(tiny, "reference", selector=bad),
+          torch.inference_mode()):
+        tiny(prompt.to(device))
 
 
 def test_a_plan_with_the_wrong_heads_is_refused_through_the_backend(device):
@@ -167,7 +167,8 @@ def test_the_attention_clock_spans_backend_calls_and_builds_but_not_the_tp_copie
     monkeypatch.setattr(torch.Tensor, "contiguous", lambda self, *a, **k: (events.append("copy"),
                                                                           real_contiguous(self, *a, **k))[1])
     monkeypatch.setattr(torch, "cat", lambda *a, **k: (events.append("join"), real_cat(*a, **k))[1])
-    session = SwapSession("spy", Backend("spy", fn, "test", planner=planner, fp32_output=True), 4, None, None, clock=Clock())
+    session = SwapSession("spy", Backend("spy", fn, "test", planner=planner, fp32_output=True), 4, None, None,
+                          clock=Clock())
     q = torch.randn(6, 8, 12)
     out = session._run_ranks(0, q, torch.zeros(6, 12), torch.zeros(6, 3, dtype=torch.int32), None, {}, 1.0, 5)
     assert events == ["copy"] * 4 + ["open"] + ["plan", "call"] * 4 + ["close", "join"]

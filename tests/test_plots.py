@@ -7,12 +7,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
 
-from glmcheck import cli  # noqa: E402
-from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0, plot_sweep  # noqa: E402
-from glmcheck.records.store import read_record  # noqa: E402
+from glmcheck import cli
+from glmcheck.records.plots import plot_drift, plot_firsttoken, plot_layer0, plot_sweep
+from glmcheck.records.store import read_record
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _sweep_record(onset: int | None) -> tuple[dict, pd.DataFrame]:
     rows = []
     for tokens in (32, 64, 128, 256):
+        late = 0.0 if onset is None or tokens < onset else 0.5
         for backend, role, distance in (("reference (rerun)", "band", 0.0), ("band:0", "band", 1e-4),
-                                        ("triton_sparse_mla", "judged", 0.0), ("late", "judged", 0.0 if
-                                                                               onset is None or tokens < onset else 0.5)):
+                                        ("triton_sparse_mla", "judged", 0.0), ("late", "judged", late)):
             out = role == "judged" and distance > 0
             rows.append({"comparison": f"{backend} vs reference", "backend": backend, "role": role, "tokens": tokens,
                          "distance": distance, "band_max": 2e-4, "limit": 0.02, "exceed": distance, "out": out,
@@ -62,7 +62,7 @@ def test_the_sweep_plot_draws_what_its_title_says(tmp_path):
         dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
         assert len(dashed) == (1 if onset else 0)
         floor = ax.get_ylim()[0]
-        zeros = [line for line in ax.get_lines() if line.get_label() in ("triton_sparse_mla (PASS)",)]
+        zeros = [line for line in ax.get_lines() if line.get_label() == "triton_sparse_mla (PASS)"]
         assert zeros and all(y > floor for y in zeros[0].get_ydata())  # zeros drawn above the axis, not on it
         xs = {line.get_label(): tuple(line.get_xdata()) for line in ax.get_lines() if "(" in line.get_label()}
         assert len(set(xs.values())) == len(xs)  # two rows at the same values do not hide each other

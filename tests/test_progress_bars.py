@@ -75,7 +75,7 @@ def test_a_redirected_stderr_gets_a_line_per_tenth_not_a_bar(tmp_path, capsys):
                      str(tmp_path / "r")]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err and "\x1b" not in err
-    lines = re.findall(r"^layer0 forwards: (\d+)/8 forwards \(\d+%\), \d+ s elapsed(, ETA \d+ s)?$", err, re.M)
+    lines = re.findall(r"^layer0 forwards: (\d+)/8 forwards \(\d+%\), \d+ s elapsed(, ETA \d+ s)?$", err, re.MULTILINE)
     assert [int(n) for n, _ in lines] == list(range(1, 9)) and lines[0][1] and not lines[-1][1], err
 
 

@@ -63,13 +63,13 @@ def test_loading_writes_no_files(tmp_path: Path) -> None:
 # --- loader errors -------------------------------------------------------------------------------
 
 def test_unknown_set_name_lists_known_sets() -> None:
-    with pytest.raises(FileNotFoundError, match="no-such-set.*natural50, random50"):
+    with pytest.raises(FileNotFoundError, match=r"no-such-set.*natural50, random50"):
         load_prompts("no-such-set")
 
 
 def test_missing_path_raises_file_not_found(tmp_path: Path) -> None:
     missing = tmp_path / "absent.jsonl"
-    with pytest.raises(FileNotFoundError, match="absent.jsonl.*natural50"):
+    with pytest.raises(FileNotFoundError, match=r"absent\.jsonl.*natural50"):
         load_prompts(str(missing))
 
 

@@ -192,7 +192,7 @@ def test_failed_summary_replace_keeps_old_summary(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert leftovers(out) == []
     assert read_record(out, verify=False).summary["v"] == "old"
-    with pytest.raises(ValueError, match="rows.parquet: its content does not match the record's digest"):
+    with pytest.raises(ValueError, match=r"rows\.parquet: its content does not match the record's digest"):
         read_record(out)  # the new rows beside the old summary: a torn record is refused, not read as the old one
 
 
@@ -241,17 +241,17 @@ def test_read_errors(tmp_path):
 
     bad_summary = write_record(tmp_path / "s", {}, [])
     (bad_summary / "summary.json").write_text("{not json")
-    with pytest.raises(ValueError, match="summary.json"):
+    with pytest.raises(ValueError, match=r"summary\.json"):
         read_record(bad_summary)
 
     bad_rows = write_record(tmp_path / "r", {}, [{"a": 1}])
     (bad_rows / "rows.parquet").write_bytes(b"garbage, not parquet")
-    with pytest.raises(ValueError, match="rows.parquet"):
+    with pytest.raises(ValueError, match=r"rows\.parquet"):
         read_record(bad_rows)
 
     bad_tensors = write_record(tmp_path / "t", {}, [], {"t": torch.ones(2)})
     (bad_tensors / "tensors.safetensors").write_bytes(b"garbage")
-    with pytest.raises(ValueError, match="tensors.safetensors"):
+    with pytest.raises(ValueError, match=r"tensors\.safetensors"):
         read_record(bad_tensors)
 
 

@@ -26,7 +26,8 @@ def _items(out: Path) -> list[Path]:
 
 def _kill_midway(args: list[str], out: Path, sig: int, after: int) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "glmcheck", *args, "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # noqa: PLW1509  (restores SIGINT; no threads yet)
     deadline = time.monotonic() + 240
     while len(_items(out)) < after and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

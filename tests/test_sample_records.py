@@ -1,7 +1,7 @@
-"""The notebook's committed sample (glmcheck/data/resources/sample_records/, scripts/make_sample_records.py) is in today's format:
-each record passes today's record check and holds the fields today's command writes, no more and no fewer (its
-summary's keys, its facts' keys, its rows' columns, the record version). A stale sample fails here: regenerate
-it with `python scripts/make_sample_records.py`."""
+"""The notebook's committed sample (glmcheck/data/resources/sample_records/, scripts/make_sample_records.py) is in
+today's format: each record passes today's record check and holds the fields today's command writes, no more and no
+fewer (its summary's keys, its facts' keys, its rows' columns, the record version). A stale sample fails here:
+regenerate it with `python scripts/make_sample_records.py`."""
 
 from __future__ import annotations
 

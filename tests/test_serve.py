@@ -212,7 +212,8 @@ def test_generate_speaks_sglangs_native_format(client, served):
     assert scored[0] == [None, ids[0], None] and [t for _, t, _ in scored] == ids
     assert [lp for lp, _, _ in scored[1:]] == pytest.approx([float(harness[p - 1, ids[p]]) for p in range(1, len(ids))],
                                                             abs=1e-6)
-    assert batch[1]["text"] == "" and batch[1]["output_ids"] == [] and len(batch[1]["meta_info"]["input_token_logprobs"]) == 3
+    assert batch[1]["text"] == "" and batch[1]["output_ids"] == []
+    assert len(batch[1]["meta_info"]["input_token_logprobs"]) == 3
 
 
 @pytest.mark.parametrize("body, param", [

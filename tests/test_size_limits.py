@@ -22,8 +22,10 @@ def shape(**changes) -> KernelShape:
 
 
 def fake_memory(monkeypatch, ram_gib: float, gpu_free_gib: float = 0, gpu_total_gib: float = 80):
-    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": int(ram_gib * GIB) // 4096}[name])
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(gpu_free_gib * GIB), int(gpu_total_gib * GIB)))
+    sysconf = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": int(ram_gib * GIB) // 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: sysconf[name])
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda device=None: (int(gpu_free_gib * GIB), int(gpu_total_gib * GIB)))
 
 
 def test_device_memory_is_ram_on_the_cpu_and_free_memory_on_a_gpu(monkeypatch):
@@ -48,8 +50,9 @@ def test_selfcheck_memory_is_estimated_from_the_shapes():
 
 def test_selfcheck_refuses_what_the_ram_cannot_hold(monkeypatch):
     fake_memory(monkeypatch, ram_gib=64)
-    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 64 --heads 8 --kv-rows 100000000 --topk 128 \(d_qk 80\) needs about "
-                                         r"13\d GiB \(inputs, references, outputs\), more than the 64.0 GiB of RAM$"):
+    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 64 --heads 8 --kv-rows 100000000 --topk 128 "
+                                                        r"\(d_qk 80\) needs about 13\d GiB \(inputs, references, "
+                                                        r"outputs\), more than the 64.0 GiB of RAM$"):
         selfcheck.check_shape(shape(kv_rows=100_000_000), "cpu")
     selfcheck.check_shape(CPU_DEFAULT, "cpu")
 
@@ -59,8 +62,9 @@ def test_selfcheck_on_a_gpu_is_held_against_its_free_memory_and_the_host_ram(mon
     cuda = torch.device("cuda", 0)
     selfcheck.check_shape(GPU_DEFAULT, cuda)  # ~1.3 GiB on the device
     big = KernelShape(**{**GPU_DEFAULT.__dict__, "tokens": 1_000_000, "kv_rows": 1_000_000})
-    with cli_wording(), pytest.raises(ValueError, match=r"--tokens 1000000 .* needs about [\d,.]+ GiB \(inputs, references, outputs on "
-                                         r"the GPU\), more than the 10.0 GiB free on cuda:0 \(of 80.0 GiB\)$"):
+    with cli_wording(), pytest.raises(ValueError, match=r"--tokens 1000000 .* needs about [\d,.]+ GiB \(inputs, "
+                                                        r"references, outputs on the GPU\), more than the 10.0 GiB "
+                                                        r"free on cuda:0 \(of 80.0 GiB\)$"):
         selfcheck.check_shape(big, cuda)
     fake_memory(monkeypatch, ram_gib=8, gpu_free_gib=1000)
     with pytest.raises(ValueError, match=r"inputs drawn on the host\), more than the 8.0 GiB of RAM$"):
@@ -75,8 +79,9 @@ def test_selfcheck_cpu_time_limit():
     glm = KernelShape(tokens=16, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
     assert 170 / 2 < selfcheck.cpu_seconds(glm) < 170 * 2  # measured 170 s
     selfcheck.check_shape(shape(tokens=2000), "cpu")  # estimated 3.5 minutes
-    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 1000000 --heads 8 --kv-rows 256 --topk 128 \(d_qk 80\) would take "
-                                         r"about 29.5 hours on the CPU .*the CPU limit is 10 minutes"):
+    with cli_wording(), pytest.raises(ValueError, match=r"^--tokens 1000000 --heads 8 --kv-rows 256 --topk 128 "
+                                                        r"\(d_qk 80\) would take about 29.5 hours on the CPU .*the "
+                                                        r"CPU limit is 10 minutes"):
         selfcheck.check_shape(shape(tokens=1_000_000), "cpu")
     with pytest.raises(ValueError, match=r"would take about 12 minutes on the CPU"):
         selfcheck.check_shape(KernelShape(tokens=64, heads=128, kv_rows=4096, topk=2048, d_v=512, d_tail=64), "cpu")

@@ -280,7 +280,7 @@ def test_bad_dedup_group_raises(device):
     for bad in (1, 9, 2.0):
         with pytest.raises(ValueError, match="G must be an int"):
             union_dedup(indices, bad)
-    with pytest.raises(TypeError, match="indices must be torch.int32"):
+    with pytest.raises(TypeError, match=r"indices must be torch\.int32"):
         union_dedup(indices.long(), 2)
 
 

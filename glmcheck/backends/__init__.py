@@ -6,7 +6,7 @@ imported on first use, so that the light modules of this package (`names`, `form
 
 from __future__ import annotations
 
-__all__ = ["Backend", "backend_names", "get_backend", "flashmla_available", "register_backend", "resolve_backend",
+__all__ = ["Backend", "backend_names", "flashmla_available", "get_backend", "register_backend", "resolve_backend",
            "unregister_backend"]
 
 

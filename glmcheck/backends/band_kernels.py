@@ -40,6 +40,7 @@ two of them split) are served; a larger k is a ValueError.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -227,7 +228,7 @@ def _scores(q: torch.Tensor, rows: torch.Tensor, d_v: int, score_tile: int) -> t
         return torch.einsum("chd,cbd->chb", q, rows)
     edges = list(range(0, d_v, score_tile)) + [d_v] + ([q.shape[-1]] if q.shape[-1] > d_v else [])
     total = None
-    for a, b in zip(edges, edges[1:]):
+    for a, b in itertools.pairwise(edges):
         part = torch.einsum("chd,cbd->chb", q[..., a:b], rows[..., a:b])
         total = part if total is None else total + part
     return total

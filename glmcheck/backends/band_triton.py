@@ -88,7 +88,7 @@ def _band_state_kernel(q_ptr, kv_ptr, idx_ptr, part_ptr, m_ptr, l_ptr, acc_ptr,
     l = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_H, D_V), dtype=tl.float32)
     blocks = tl.cdiv(topk, BLOCK)
-    for step in range(0, blocks):
+    for step in range(blocks):
         block = tl.where(reverse != 0, blocks - 1 - step, step)
         slots_a = block * BLOCK + tl.arange(0, SUB)
         ok_a = tl.load(part_ptr + token * stride_pt + slots_a, mask=slots_a < topk, other=0) == want

@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -42,7 +42,7 @@ def load_entry_point(name: str, point: importlib.metadata.EntryPoint) -> Callabl
     with signals_told_apart() as told_apart:
         try:
             fn = point.load()
-        except BaseException as err:  # noqa: BLE001  (any failure to import is the plugin's, SystemExit too)
+        except BaseException as err:  # any failure to import is the plugin's, SystemExit too
             if not raised_by_code(err, told_apart):
                 raise
             raise BackendError(f"backend {name!r}: cannot load {point.value} ({type(err).__name__}: "
@@ -69,7 +69,7 @@ def load_target(name: str, target: str) -> Callable:
             module = _import_file(module_name) if module_name.endswith(".py") else _import_module(module_name)
         except BackendError:
             raise
-        except BaseException as err:  # noqa: BLE001  (the plugin's own import error, SystemExit too, in one line)
+        except BaseException as err:  # the plugin's own import error, SystemExit too, in one line
             if not raised_by_code(err, told_apart):
                 raise
             raise BackendError(f"backend {name!r}: cannot import {module_name} ({type(err).__name__}: "

@@ -81,7 +81,8 @@ def _reference_kernel(q_ptr, kv_ptr, idx_ptr, len_ptr, out_ptr, num_heads, num_r
         if UPCAST:
             v = v.to(tl.float32)
         acc = _split_dot(p, v, acc, UPCAST)
-    out = tl.where(((l > 0.0) | (l != l))[:, None], acc / l[:, None], 0.0)  # no valid slot: zeros; NaN stays
+    # no valid slot: zeros; NaN stays (l != l: the NaN test inside a Triton kernel)
+    out = tl.where(((l > 0.0) | (l != l))[:, None], acc / l[:, None], 0.0)  # noqa: PLR0124
     tl.store(out_ptr + (token * num_heads + heads)[:, None] * D_V + dims[None, :], out, mask=head_ok[:, None])
 
 

@@ -80,16 +80,16 @@ _REGISTRY: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
     "reference": (functools.partial(sparse_mla_reference, dtype=torch.float32),
                   "fp32 torch gather-softmax per token"),
     "reference:fp64": (sparse_mla_reference, "fp64 torch gather-softmax per token"),
-    "reference:bf16": (reference_bf16_out, "fp32 reference, output rounded to bf16 (the ideal bf16 kernel; "
-                                           "the checks' noise floor)"),
+    "reference:bf16": (reference_bf16_out, ("fp32 reference, output rounded to bf16 (the ideal bf16 kernel; "
+                                            "the checks' noise floor)")),
     "triton_sparse_mla": (_triton(0), "the kernel under test, per-token path"),
     "triton_sparse_mla:union2": (_triton(2), "the kernel under test, union of 2 adjacent tokens"),
     "triton_sparse_mla:union4": (_triton(4), "the kernel under test, union of 4 adjacent tokens"),
     "triton_sparse_mla:union8": (_triton(8), "the kernel under test, union of 8 adjacent tokens"),
     "torch_bf16": (torch_bf16_sparse_prefill, "plain PyTorch gather + bmm in bf16"),
     "flashmla_sparse": (flashmla_sparse_prefill, "FlashMLA sparse prefill, heads zero-padded to 64 (SM90)"),
-    "flashmla_kv": (flashmla_kv_prefill, "FlashMLA's FP8 sparse decode kernel at prefill on the FP8 pool, every "
-                                         "token a batch entry, heads padded to 64 / 128 (SM90; FP8 KV only)"),
+    "flashmla_kv": (flashmla_kv_prefill, ("FlashMLA's FP8 sparse decode kernel at prefill on the FP8 pool, every "
+                                          "token a batch entry, heads padded to 64 / 128 (SM90; FP8 KV only)")),
 }
 
 
@@ -133,8 +133,8 @@ def resolve_backend(spec: str) -> str:
     if spec in _REGISTRY:
         return spec
     if is_band_name(spec):
-        _REGISTRY[spec] = (band_variant(int(spec[len(BAND_PREFIX):])), "a legitimate variant of the noise band "
-                           "(glmcheck.backends.reference.band_variant)")
+        _REGISTRY[spec] = (band_variant(int(spec[len(BAND_PREFIX):])), ("a legitimate variant of the noise band "
+                            "(glmcheck.backends.reference.band_variant)"))
         return spec
     if "=" in spec:
         name, target = plugins.parse_spec(spec)

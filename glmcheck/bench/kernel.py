@@ -289,7 +289,9 @@ def _timed_call(spec: BenchSpec, inputs: PointInputs, out: torch.Tensor, referen
                 timing: str, capture: Callable) -> tuple[Callable[[], object] | None, str]:
     """The call to time for a spec that passed its eager gate, or (None, why) when its graph
     replay cannot be captured or fails the same gate (the replay's output is poisoned first)."""
-    run = lambda: spec.run(inputs, out)
+    def run():
+        return spec.run(inputs, out)
+
     if timing == "eager":
         return run, ""
     replay, output, failure = _try_capture(capture, run)
@@ -339,9 +341,9 @@ def run_point(point: BenchPoint, specs: list[BenchSpec], seed: int = 0, quick: b
     reference in `reference_dtype`: fp32, or fp64 where margins are finer than fp32's own
     rounding, ~1e-10 of a ~2e-3 rel-L2); the union builds are timed
     alone as well, and so is the per-token path's row compaction where that path runs the ping-pong tile
-    (docs/performance.md, "Per-token compaction"); then each (A, B) of `pairs` that both passed their gates is timed alternately
-    over `pair_rounds` rounds (`paired_ratios`), one paired row per pair (A or B `BEST`: the fastest exact path
-    there). A spec's `refuses` gives a "refused: ..." row, an exception of its `catch` a "failed: ..." row.
+    (docs/performance.md, "Per-token compaction"); then each (A, B) of `pairs` that both passed their gates is timed
+    alternately over `pair_rounds` rounds (`paired_ratios`), one paired row per pair (A or B `BEST`: the fastest exact
+    path there). A spec's `refuses` gives a "refused: ..." row, an exception of its `catch` a "failed: ..." row.
 
     `timing` "eager" times the Python call as a user makes it (host launch cost included: a small
     point whose host work outlasts its GPU work measures the host); "graph" captures each call

@@ -222,8 +222,8 @@ def render_model_table(timings: list, tp: int, full_layers: int, shared_layers: 
                      _ms(None if t.attention_ms is None else t.attention_ms / tp), _ms(t.full_layer_ms, 3),
                      _ms(t.shared_layer_ms, 3), _ms(mine), versus, t.kernel_calls, t.plan_builds])
     headers = ["backend", "tokens", "gate", "forward ms", "attention ms / forward", "per rank slice",
-               "full layer ms", "shared layer ms", f"schedule attention ms ({full_layers} full + {shared_layers} "
-               f"shared, per rank slice)", f"vs {baseline}", "kernel calls", "plan builds"]
+               "full layer ms", "shared layer ms", (f"schedule attention ms ({full_layers} full + {shared_layers} "
+                f"shared, per rank slice)"), f"vs {baseline}", "kernel calls", "plan builds"]
     lines = [markdown_table(headers, rows)]
     for tokens in dict.fromkeys(t.tokens for t in timings):
         unions = [t for t in timings if t.tokens == tokens and ":union" in t.row and schedule[id(t)]]
@@ -235,8 +235,8 @@ def render_model_table(timings: list, tp: int, full_layers: int, shared_layers: 
         text = f"{tokens} tokens: best union with plans reused {best.row} {schedule[id(best)]:.2f} ms"
         if rebuilt:
             best_rebuilt = min(rebuilt, key=lambda t: schedule[id(t)])
-            text += f"; best with a build per layer {best_rebuilt.row} {schedule[id(best_rebuilt)]:.2f} ms " \
-                    f"({schedule[id(best_rebuilt)] / schedule[id(best)]:.2f}x)"
+            text += (f"; best with a build per layer {best_rebuilt.row} {schedule[id(best_rebuilt)]:.2f} ms "
+                     f"({schedule[id(best_rebuilt)] / schedule[id(best)]:.2f}x)")
         if tokens in base:
             text += f"; {baseline} {base[tokens]:.2f} ms ({base[tokens] / schedule[id(best)]:.2f}x)"
         lines.append(text)

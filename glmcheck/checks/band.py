@@ -21,11 +21,11 @@ statistic it is judged on lies within the band's largest value times the gate ra
 An absolute `cap` on rel-L2 can only fail a row. NaN/Inf fails. See docs/reliability.md, "Gate".
 
 A band that cannot judge says so (`Band.unfit`, `spread_reason`): with fewer than MIN_BAND ideal
-variants, with every sample 0 (zero width: a stack that reruns bit for bit, named as its own band), or when a judged statistic's band max exceeds SPREAD_LIMIT x the band's median (some
-variants took a discrete top-k or routing flip the others did not, and the gate's 2 x max admits
-the planted faults of `glmcheck.selftest.faults`), the rows are INCONCLUSIVE: a row within so wide
-a gate is no PASS (one beyond it still FAILS), and a band too small or of zero width decides neither way.
-The run exits 3 (`exit_code`). Both limits are measured (docs/reliability.md, "Gate"). A
+variants, with every sample 0 (zero width: a stack that reruns bit for bit, named as its own band), or when a judged
+statistic's band max exceeds SPREAD_LIMIT x the band's median (some variants took a discrete top-k or routing flip the
+others did not, and the gate's 2 x max admits the planted faults of `glmcheck.selftest.faults`), the rows are
+INCONCLUSIVE: a row within so wide a gate is no PASS (one beyond it still FAILS), and a band too small or of zero width
+decides neither way. The run exits 3 (`exit_code`). Both limits are measured (docs/reliability.md, "Gate"). A
 non-finite exact reference or band sample is bad input (`BadReference`), never a kernel FAIL.
 """
 
@@ -100,9 +100,10 @@ def spread_reason(values: list[float], stat: str, variants: int, ratio: float | 
     median: a minority of the samples took a discrete flip; `ratio`, the gate's, to say what it would admit),
     "zero" (every sample is 0: a stack that reruns bit for bit, its instances named as the band; judged against
     it, any legitimate difference would FAIL), "split" (the smallest ideal variant < median / SPREAD_LIMIT: most of
-    them took a flip the others did not, so the max no longer stands out), "apart" (`apart`, the median distance between two ideal variants, below
-    the variants' median distance to the reference / SPREAD_LIMIT: every variant took a discrete decision the
-    exact reference alone did not, so the band measures that flip, not rounding), or ("", "") when they can."""
+    them took a flip the others did not, so the max no longer stands out), "apart" (`apart`, the median distance between
+    two ideal variants, below the variants' median distance to the reference / SPREAD_LIMIT: every variant took a
+    discrete decision the exact reference alone did not, so the band measures that flip, not rounding), or ("", "") when
+    they can."""
     if variants < MIN_BAND:
         return "few", (f"a band of {variants} ideal variant{'s' if variants != 1 else ''} cannot judge: a gate needs "
                        f"at least {MIN_BAND} (--band)")

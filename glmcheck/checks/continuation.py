@@ -43,7 +43,7 @@ def compare(mine: Sequence[Step], reference: Sequence[Step], k: int = CONTINUE_T
     for position, (a, b) in enumerate(zip(mine, reference)):
         if a.token == b.token:
             continue
-        in_ref = {t: lp for t, lp in b.top[:k]}
+        in_ref = dict(b.top[:k])
         in_mine = {t for t, _ in a.top[:k]}
         mutual = a.token in in_ref and b.token in in_mine
         own = in_ref.get(b.token, b.top[0][1] if b.top else math.nan)

@@ -214,7 +214,7 @@ def slot_finding(call: LayerCall, exact: torch.Tensor, row: torch.Tensor, tokens
     explained = _explained_tokens(call, exact, row, band_rel, tokens)
     need = max(1, math.ceil(EXPLAINS * len(tokens)))
     best = None
-    for rank, family in enumerate(HYPOTHESES):
+    for family in HYPOTHESES:
         if family in INTERVALS:
             found = _best_interval(family, explained, call, tokens)
             options = [(found[0], found[1])] if found else []

@@ -22,6 +22,7 @@ per-token excess steps (the change point among the onsets that carry the error).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -161,7 +162,7 @@ def describe_set(members: list[int], n: int, noun: str) -> tuple[str, dict]:
         return f"{noun} {members[0]}-{members[-1]}", {"range": [members[0], members[-1] + 1]}
     if len(members) >= 3:
         step = members[1] - members[0]
-        if step > 1 and all(b - a == step for a, b in zip(members, members[1:])) and \
+        if step > 1 and all(b - a == step for a, b in itertools.pairwise(members)) and \
                 members[0] < step and members[-1] + step >= n:
             return (f"{noun} {members[0]} mod {step} ({_members_text(members, 4)})",
                     {"period": step, "residue": members[0]})

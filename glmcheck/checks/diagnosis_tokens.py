@@ -15,6 +15,7 @@ When none carries the error, `trend` says whether it grows (or falls) with posit
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import reduce
 
@@ -118,7 +119,7 @@ def _words(label: tuple[str, tuple], members: list[int]) -> str:
         if len(members) == 1:
             return f"token {members[0]}"
         step = members[1] - members[0]
-        spaced = len(members) >= 3 and all(b - a == step for a, b in zip(members, members[1:]))
+        spaced = len(members) >= 3 and all(b - a == step for a, b in itertools.pairwise(members))
         return f"tokens {listed}" + (f" (t = {members[0] % step} mod {step})" if spaced else "")
     kind = param[0]
     return {"empty": "the tokens with empty slots (fewer valid slots than top-k)",
@@ -181,10 +182,10 @@ def token_finding(axis: Axis, indices: torch.Tensor | None = None, valid: torch.
     members = _members(groups.labels[best], n, index)
     same = []
     for i in ok:
-        if i != best and groups.size[i] == groups.size[best] and groups.labels[i][0] not in \
-                [groups.labels[best][0], *[s[0] for s in same]]:
-            if _members(groups.labels[i], n, index) == members:
-                same.append(groups.labels[i])
+        if (i != best and groups.size[i] == groups.size[best]
+                and groups.labels[i][0] not in [groups.labels[best][0], *[s[0] for s in same]]
+                and _members(groups.labels[i], n, index) == members):
+            same.append(groups.labels[i])
     share, inside, outside = stats[best].tolist()
     words = _words(groups.labels[best], members)
     also = "".join(f" (= {_words(s, members)})" for s in same if s[0] != "named")

@@ -272,7 +272,7 @@ def summarize(outcomes: list[PromptOutcome], names: list[str], control_name: str
         else:
             verdict, note = _judge(stats, wide_flips, gate_ratio * band_mean, max_dlogprob, near_tie, bool(mine),
                                    wide_turns)
-            if unfit[0] and verdict != FAIL or unfit[0] in JUDGES_NOTHING and "not finite" not in note:
+            if (unfit[0] and verdict != FAIL) or (unfit[0] in JUDGES_NOTHING and "not finite" not in note):
                 note = f"{unfit[1]} (the gate alone: {verdict}{': ' + note if note else ''})"
                 verdict = INCONCLUSIVE
         if name == control_name:

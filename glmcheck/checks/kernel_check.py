@@ -40,8 +40,8 @@ class KernelShape:
 CPU_DEFAULT = KernelShape(tokens=64, heads=8, kv_rows=256, topk=128, d_v=64, d_tail=16)
 GPU_DEFAULT = KernelShape(tokens=4096, heads=8, kv_rows=4096, topk=2048, d_v=512, d_tail=64)
 
-# On the CPU the kernel runs in Triton's interpreter: a kernel check takes about its blocks of 16 selected rows (tokens x
-# ceil(topk / 16)) at the interpreter's fitted speed (`glmcheck.kernels.runtime.interpreted_seconds`). Shapes
+# On the CPU the kernel runs in Triton's interpreter: a kernel check takes about its blocks of 16 selected rows (tokens
+# x ceil(topk / 16)) at the interpreter's fitted speed (`glmcheck.kernels.runtime.interpreted_seconds`). Shapes
 # estimated above CPU_LIMIT_S are refused.
 CPU_LIMIT_S = 600
 

@@ -8,10 +8,11 @@ fault moves many positions (every token it touches, and through the later layers
 the gate counts positions:
 
 - **exceedance**: the fraction of positions t where KL_row(t) > POSITION_RATIO x max(the band's envelope at t: its
-  largest KL over positions t - NEIGHBOURS .. t + NEIGHBOURS, the band's floor), the floor being the median over the band of each variant's median KL (positions where every
-  variant happens to sit near 0 allow the typical level, not 0). A row FAILS when more than EXCEED_LIMIT of its
-  positions plus EXCEED_SLACK are beyond: a legitimate row's flips touch a few positions, a fault's effects many;
-  the slack keeps one flip's run of positions from failing a short bin of the length sweep.
+  largest KL over positions t - NEIGHBOURS .. t + NEIGHBOURS, the band's floor), the floor being the median over the
+  band of each variant's median KL (positions where every variant happens to sit near 0 allow the typical level, not 0).
+  A row FAILS when more than EXCEED_LIMIT of its positions plus EXCEED_SLACK are beyond: a legitimate row's flips touch
+  a few positions, a fault's effects many; the slack keeps one flip's run of positions from failing a short bin of the
+  length sweep.
 - **median**: the row's median KL over positions at most 1 + max(MEDIAN_SYSTEMATIC, MEDIAN_SAMPLING / sqrt(T)) x
   the band's largest median (T positions; the second term the median's sampling error, which a bin of the sweep
   or a short prompt has): a fault that moves every position a little (an output scale) raises the median though

@@ -142,8 +142,8 @@ FALSE_ALARM_BAR = 0.05  # layer0's false alarms allowed, as a share of its legit
 
 def layer0_bar(tallies: Sequence[dict]) -> tuple[bool, int, int, int]:
     """(met, false alarms, legitimate runs, faults not caught) of layer0's bar over the verdict-rates run's tallies
-    (`glmcheck.selftest.rates.Tally` as dicts, a record's rows): false alarms <= FALSE_ALARM_BAR of the legitimate runs and every fault caught (a miss or an
-    INCONCLUSIVE run is not caught); met when layer0 did not run."""
+    (`glmcheck.selftest.rates.Tally` as dicts, a record's rows): false alarms <= FALSE_ALARM_BAR of the legitimate runs
+    and every fault caught (a miss or an INCONCLUSIVE run is not caught); met when layer0 did not run."""
     layer0 = [t for t in tallies if t["check"] == "layer0"]
     alarms = sum(int(t["fails"]) for t in layer0 if t["legitimate"])
     runs = sum(int(t["runs"]) for t in layer0 if t["legitimate"])

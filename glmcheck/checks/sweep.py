@@ -5,13 +5,13 @@ The DSA bugs users reported on GLM-5.2 looked alike: output fine below some leng
 every row's next-token distributions at the last W positions of the prompt's first L tokens (the window:
 one position is one noisy sample, a legitimate kernel leaves a one-position band at some length of a
 long grid) are compared with the exact reference's: the distance is the median over the window of
-`topk_distance` (mean |dlogprob| over the reference's k most likely tokens). The band at L: the reference run again and the band samples (in process the ideal bf16 kernels `band:K`;
-over HTTP the reference endpoint queried again and the `--band-endpoint`s). A row is **out** at L when
-its distance exceeds gate_ratio x the band's max at L; where the band cannot judge
-(`glmcheck.checks.band.spread_reason`: too few, too wide, split, or of zero width) the point is INCONCLUSIVE
-unless the row is beyond even that gate (except with too few samples or zero width: then nothing is judged).
-A row that gave no distributions at a length (`Faulted`: it raised, broke the kernel contract, ran no kernel call,
-or its server answered non-finite logits) is out there, whatever the band.
+`topk_distance` (mean |dlogprob| over the reference's k most likely tokens). The band at L: the reference run again and
+the band samples (in process the ideal bf16 kernels `band:K`; over HTTP the reference endpoint queried again and the
+`--band-endpoint`s). A row is **out** at L when its distance exceeds gate_ratio x the band's max at L; where the band
+cannot judge (`glmcheck.checks.band.spread_reason`: too few, too wide, split, or of zero width) the point is
+INCONCLUSIVE unless the row is beyond even that gate (except with too few samples or zero width: then nothing is
+judged). A row that gave no distributions at a length (`Faulted`: it raised, broke the kernel contract, ran no kernel
+call, or its server answered non-finite logits) is out there, whatever the band.
 Per row: the **onset** (the first length where it is out), whether it **stays out** at every longer
 length, and its verdict (FAIL with an onset, else INCONCLUSIVE if a point could not be judged, else PASS).
 """

@@ -30,6 +30,18 @@ def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
                        help="retries of a refused connection or a 429/50x (default 3)")
 
 
+def add_logprobs_option(parser: argparse.ArgumentParser) -> None:
+    """--logprobs K of logits and sweep: the reference's top-K the distance is taken over (a server caps K; the
+    library checks the cap). firsttoken's own --logprobs (servers only, at least 2) is not this one."""
+    parser.add_argument("--logprobs", type=int, default=5, metavar="K",
+                        help="with --endpoint: the top-K over which mean |dlogprob| is taken (default 5, at most 20)")
+
+
+def check_logprobs_option(ns: argparse.Namespace) -> None:
+    """--logprobs (`add_logprobs_option`) a positive int, before any heavy import."""
+    check_count(ns.logprobs, "--logprobs")
+
+
 def check_endpoint_usage(ns: argparse.Namespace) -> None:
     """With --endpoint the in-process options are refused; without it the server options are."""
     if ns.endpoint:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
+from glmcheck.commands.endpoint_options import (
+    add_endpoint_options,
+    add_logprobs_option,
+    check_endpoint_usage,
+    check_logprobs_option,
+    http_options,
+)
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
 from glmcheck.evaluate.arguments import check_count
 from glmcheck.evaluate.options import GPU_LOGITS_LENGTHS
@@ -45,8 +51,7 @@ def add_parser(sub) -> None:
                         f"{ENDPOINT_TOKENS} against servers)")
     p.add_argument("--dense-threshold", type=int, default=None, metavar="N",
                    help="layers whose KV length is <= N attend densely, for every absorbed backend")
-    p.add_argument("--logprobs", type=int, default=5, metavar="K",
-                   help="with --endpoint: the top-K over which mean |dlogprob| is taken (default 5, at most 20)")
+    add_logprobs_option(p)
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
@@ -62,7 +67,7 @@ def precheck(ns: argparse.Namespace) -> None:
                              f"length, got {len(lengths)} ({ns.tokens!r}); `glmcheck sweep --endpoint` bins one "
                              f"prompt by length")
     check_count(ns.dense_threshold, "--dense-threshold", minimum=0)
-    check_count(ns.logprobs, "--logprobs")
+    check_logprobs_option(ns)
     refuse_band_gate_options(ns, "logits")
 
 

@@ -11,10 +11,11 @@ from glmcheck.commands.output_format import add_format_option
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="print the tables of a run record again",
                        description="Re-read a record directory written by layer0, logits, firsttoken, drift, "
-                                   "sweep, union-stats or bench and print its tables; exit 0 if its verdict was PASS (or "
-                                   "it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 otherwise. A "
-                                   "record edited after it was written (its content digest), or whose verdicts are not "
-                                   "what its rows give, is refused in one line naming the field (exit 2).")
+                                   "sweep, union-stats or bench and print its tables; exit 0 if its verdict was PASS "
+                                   "(or it has none, as union-stats and bench records), 3 if INCONCLUSIVE, 1 "
+                                   "otherwise. A record edited after it was written (its content digest), or "
+                                   "whose verdicts are not what its rows give, is refused in one line naming the "
+                                   "field (exit 2).")
     p.add_argument("directory", help="record directory (holds summary.json)")
     p.add_argument("--md", action="store_true", help="a markdown document with the run's metadata (--format md)")
     add_format_option(p)
@@ -33,7 +34,8 @@ def handle(ns: argparse.Namespace) -> int:
             check_writable_dir(record_dir, "--plots")
         written = write_plots(ns.directory, lambda path, why: print(f"skipped {path}: {why}", file=sys.stderr))
         if not written:
-            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep, tasks) under {ns.directory}")
+            raise ValueError(f"no plottable record (layer0, drift, firsttoken, union-stats, sweep, tasks) under "
+                             f"{ns.directory}")
         for path in written:
             print(f"wrote {path}")
         return 0

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from glmcheck.commands.endpoint_options import add_endpoint_options, check_endpoint_usage, http_options
+from glmcheck.commands.endpoint_options import (
+    add_endpoint_options,
+    add_logprobs_option,
+    check_endpoint_usage,
+    check_logprobs_option,
+    http_options,
+)
 from glmcheck.commands.model_options import add_model_options, check_model_usage, refuse_band_gate_options
-from glmcheck.evaluate.arguments import check_count
 from glmcheck.evaluate.options import GPU_SWEEP_RANGE
 
 
@@ -21,9 +26,9 @@ def add_parser(sub) -> None:
     p.add_argument("--tokens", default=None, metavar="A..B",
                    help="lengths from A to B tokens, doubling (default 1024..32768 on a GPU or against servers, "
                         "32..256 on the CPU)")
-    p.add_argument("--per-octave", type=int, default=1, metavar="N", help="grid points per doubling of the length (default 1)")
-    p.add_argument("--logprobs", type=int, default=5, metavar="K",
-                   help="with --endpoint: the top-K over which mean |dlogprob| is taken (default 5, at most 20)")
+    p.add_argument("--per-octave", type=int, default=1, metavar="N",
+                   help="grid points per doubling of the length (default 1)")
+    add_logprobs_option(p)
     add_endpoint_options(p)
     p.set_defaults(handler=handle, precheck=precheck, precompile_tokens=precompile_tokens)
 
@@ -36,7 +41,7 @@ def precheck(ns: argparse.Namespace) -> None:
     check_endpoint_usage(ns)
     if ns.tokens is not None:
         geometric_lengths(*parse_token_range(ns.tokens), ns.per_octave)
-    check_count(ns.logprobs, "--logprobs")
+    check_logprobs_option(ns)
     refuse_band_gate_options(ns, "the sweep")
 
 

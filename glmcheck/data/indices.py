@@ -37,7 +37,7 @@ def _drifting_sequence(seq_len: int, topk: int, swap_fraction: float,
     rng.shuffle(current)
     member = np.zeros(seq_len, dtype=bool)
     member[current] = True
-    swaps = int(round(swap_fraction * topk))
+    swaps = round(swap_fraction * topk)
     for t in range(topk, seq_len):
         count = min(swaps, t + 1 - topk)  # rows of [0, t] outside the current set
         slots = rng.choice(topk, size=count, replace=False)

@@ -72,7 +72,8 @@ def read_trace(path: str | os.PathLike) -> tuple[dict[int, torch.Tensor], dict]:
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = {k: json.loads(v) for k, v in (handle.metadata() or {}).items()}
-            layers = {int(name.split("_", 1)[1]): handle.get_tensor(name) for name in handle.keys()
+            layers = {int(name.split("_", 1)[1]): handle.get_tensor(name)
+                      for name in handle.keys()  # noqa: SIM118  (a safetensors handle is not iterable)
                       if name.startswith("layer_")}
     except (SafetensorError, OSError, ValueError) as err:
         raise ValueError(f"index trace {str(path)!r} is unreadable: {err}") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from typing import Self
 
 from tqdm import tqdm
 
@@ -40,7 +41,7 @@ class LineProgress:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> LineProgress:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -35,8 +35,8 @@ def check_logprobs(k: int) -> None:
     """`logprobs` (--logprobs): the reference's top-k tokens the distance is taken over."""
     check_count(k, flag("logprobs"))
     if k > MAX_LOGPROBS:
-        raise ValueError(f"{flag('logprobs')} must be in [1, {MAX_LOGPROBS}] (servers cap it; vLLM's default cap is 20), "
-                         f"got {k}")
+        raise ValueError(f"{flag('logprobs')} must be in [1, {MAX_LOGPROBS}] (servers cap it; vLLM's default cap is "
+                         f"20), got {k}")
 
 
 @in_forms
@@ -53,8 +53,8 @@ def sweep(options: CheckOptions, *, tokens: tuple[int, int] | None = None, per_o
                                 per_octave)
     dense = [b for b in setup.backends if b.startswith("hf_")]
     if dense and options.backend_list() is not None:
-        raise ValueError(f"{flag('backends')}: {', '.join(dense)} attend densely ([T, T] scores) and are cross-checks of the "
-                         f"reference, not kernels under test; the sweep judges absorbed backends")
+        raise ValueError(f"{flag('backends')}: {', '.join(dense)} attend densely ([T, T] scores) and are cross-checks "
+                         f"of the reference, not kernels under test; the sweep judges absorbed backends")
     judged = [b for b in setup.backends if not b.startswith("hf_") and b != setup.exact
               and b not in band_names(setup.band_size)]
     band = band_names(setup.band_size)

@@ -134,7 +134,8 @@ def logits(options: CheckOptions, *, tokens: list[int] | None = None, record_dir
 
     check_lengths(tokens)
     setup = Setup(options)
-    lengths = list(tokens) if tokens is not None else (list(GPU_LOGITS_LENGTHS) if setup.device.type == "cuda" else [64, 128])
+    default = list(GPU_LOGITS_LENGTHS) if setup.device.type == "cuda" else [64, 128]
+    lengths = list(tokens) if tokens is not None else default
     check_forwards(len(lengths) * setup.forwards,
                    f"{len(lengths)} lengths x {setup.forwards} forwards each ({flag('tokens')}, {flag('band')}, "
                    f"{flag('backends')})")

@@ -56,9 +56,9 @@ def verdict_rates(model: str | None = None, checkpoint: str | None = None, *, se
     seeds 0..`seeds`-1 at `tokens` tokens with a band of `band`; `kv_cache_dtype="fp8_e4m3"` runs every forward over
     the FP8 pool; `calls="serving"` calls every backend engine-shaped (chunks, a paged pool, packed requests,
     topk_length: `glmcheck.model.engine_shape`, the defaults) with the shape-only faults
-    (`glmcheck.selftest.shape_faults`) in place of the late fault. ValueError naming the flag for a bad option or a run past the forward limit.
-    Verdict FAIL when layer0 misses a planted fault or its false alarms exceed 5 % of its legitimate runs, else PASS;
-    one row per (check, backend) tally."""
+    (`glmcheck.selftest.shape_faults`) in place of the late fault. ValueError naming the flag for a bad option or a run
+    past the forward limit. Verdict FAIL when layer0 misses a planted fault or its false alarms exceed 5 % of its
+    legitimate runs, else PASS; one row per (check, backend) tally."""
     import dataclasses
 
     import glmcheck.kernels  # noqa: F401  (the interpreter on a machine without CUDA)

@@ -11,5 +11,5 @@ from glmcheck.kernels.plan import SparseMLAPlan, plan_sparse_mla  # noqa: E402
 from glmcheck.kernels.prefill import sparse_mla_prefill  # noqa: E402
 from glmcheck.kernels.union import UnionSets, legal_groups, union_dedup, union_is_legal  # noqa: E402
 
-__all__ = ["sparse_mla_prefill", "plan_sparse_mla", "SparseMLAPlan",
-           "union_dedup", "UnionSets", "union_is_legal", "legal_groups"]
+__all__ = ["SparseMLAPlan", "UnionSets", "legal_groups", "plan_sparse_mla", "sparse_mla_prefill", "union_dedup",
+           "union_is_legal"]

@@ -184,9 +184,10 @@ def sparse_mla_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
     sync, so a CUDA graph can capture any path. On an sm_90 GPU the Gluon tiles run where they apply
     (`kernel_route` names the tiles). `check_inputs=True` also checks contents (a host sync): q and kv finite, no
     KV row named twice in a token's slots. `plan` (from `plan_sparse_mla` on these indices) skips the index work:
-    its path and union sets are used, bit for bit the result without it; a plan that does not match the call's shapes, device, KV rows or heads, or whose indices
-    or topk_length are not the very tensors it was built from, unchanged (`glmcheck.kernels.plan`), is a
-    ValueError; so is an `out` that shares memory with q, kv, indices or topk_length (or with itself).
+    its path and union sets are used, bit for bit the result without it; a plan that does not match the call's shapes,
+    device, KV rows or heads, or whose indices or topk_length are not the very tensors it was built from, unchanged
+    (`glmcheck.kernels.plan`), is a ValueError; so is an `out` that shares memory with q, kv, indices or topk_length (or
+    with itself).
     """
     return prefill_forced(q, kv, indices, sm_scale, d_v, topk_length=topk_length, out=out, union=union,
                           deterministic=deterministic, check_inputs=check_inputs, plan=plan)

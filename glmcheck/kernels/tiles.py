@@ -9,8 +9,8 @@ tile that fits is remembered per (path, heads, union G, device).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import torch
 from triton.runtime.errors import OutOfResources

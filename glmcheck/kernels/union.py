@@ -40,7 +40,8 @@ BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/pe
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
 BUILD_METHODS = ("auto", "marks", "merge", "tree", "anchor", "search")
 KEYS_BLOCK = 1024  # slots per program of the key pass
-TOKEN_ROWS_BLOCK = 512  # slots per step of the per-token compaction, 4 warps (docs/performance.md, "Per-token compaction")
+# slots per step of the per-token compaction, 4 warps (docs/performance.md, "Per-token compaction")
+TOKEN_ROWS_BLOCK = 512
 MERGE_BLOCK = 1024  # sorted keys per step of the merge pass (H200: 1024..4096 within 4 %)
 ANCHOR_BLOCK = 256  # partner rows searched per step of the anchor build (H200: 0.339 vs 0.354 ms at 1024)
 TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200: 0.62 vs 0.66 ms at 1024, G=4)

@@ -8,9 +8,9 @@ with no valid slot aside), each selected its causal prefix in a sequence startin
 L..max(high) and token i owns the rows up to its own high, written directly, nothing scattered (the prefix guard:
 every token t < topk of a causal prefill, every sequence of a batch in one pool). Otherwise the tokens OR their
 bit into marks[row] one token after the other (a CTA barrier between tokens: one token's rows are distinct, so no
-two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits and clears them, so the row is all zero
-again for the program's next group (zeroed once at the start of the kernel). O(G * topk + span) per group, no
-host sync; the table lives only inside the call that allocated it.
+two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits
+and clears them, so the row is all zero again for the program's next group (zeroed once at the start of the kernel).
+O(G * topk + span) per group, no host sync; the table lives only inside the call that allocated it.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def union_marks_kernel(
     tl.debug_barrier()
 
     turns = (num_groups - pid + programs - 1) // programs
-    for turn in range(0, turns):
+    for turn in range(turns):
         group = pid.to(tl.int64) + turn * programs
         first_token = group * G
         out_rows = rows_ptr + group * stride_rg

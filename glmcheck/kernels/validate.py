@@ -195,8 +195,8 @@ def identity_difference(name: str, call: tuple | None, plan: tuple | None) -> st
         return f"{name} is {state[call is None]} in the call, {state[plan is None]} in the plan"
     for what, index, fmt in (("data_ptr", 0, hex), ("shape", 1, list), ("stride", 2, tuple)):
         if call[index] != plan[index]:
-            return f"{name} is another tensor than the plan was built from ({what} {fmt(call[index])} in the call, " \
-                   f"{fmt(plan[index])} in the plan)"
+            return (f"{name} is another tensor than the plan was built from ({what} {fmt(call[index])} in the call, "
+                    f"{fmt(plan[index])} in the plan)")
     return (f"{name} was written in place after the plan was built (version {call[3]} in the call, {plan[3]} in "
             f"the plan)")
 

@@ -96,7 +96,7 @@ def weight_map(path: str | os.PathLike) -> dict[str, str]:
         return mapping
     if (root / SINGLE_FILE).is_file():
         with _open(root / SINGLE_FILE) as handle:
-            return {name: SINGLE_FILE for name in handle.keys()}
+            return dict.fromkeys(handle.keys(), SINGLE_FILE)
     raise FileNotFoundError(f"checkpoint {str(root)!r} has neither {INDEX_FILE} nor {SINGLE_FILE}")
 
 
@@ -228,11 +228,11 @@ def _fp8_problems(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int
                   mapping: dict[str, str], found: dict) -> list[str]:
     """What is wrong with the FP8 weight `name` of the config's `shape` (nothing: [])."""
     if not fp8:
-        return [f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}), but config.json has no fp8 "
-                f"quantization_config (its weight_scale_inv blocks would be ignored)"]
+        return [(f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}), but config.json has no fp8 "
+                 f"quantization_config (its weight_scale_inv blocks would be ignored)")]
     if len(shape) != 2:
-        return [f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}) with {len(shape)} dims; block-FP8 "
-                f"weights are 2-D"]
+        return [(f"tensor {name} in {mapping[name]} is FP8 ({FP8_DTYPE}) with {len(shape)} dims; block-FP8 "
+                 f"weights are 2-D")]
     scale, need = name + SCALE_SUFFIX, scale_shape(shape, block)
     blocks = f"a {_dims(shape)} FP8 weight in {block[0]}x{block[1]} blocks needs {_dims(need)}"
     if scale not in found:
@@ -240,8 +240,8 @@ def _fp8_problems(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int
     if found[scale][0] != need:
         return [f"tensor {scale} is {_dims(found[scale][0])} in {mapping[scale]}, but {blocks}"]
     if found[scale][1] not in SCALE_DTYPES:
-        return [f"tensor {scale} in {mapping[scale]} is {found[scale][1]}; block scales must be "
-                f"{' or '.join(SCALE_DTYPES)}"]
+        return [(f"tensor {scale} in {mapping[scale]} is {found[scale][1]}; block scales must be "
+                 f"{' or '.join(SCALE_DTYPES)}")]
     return []
 
 

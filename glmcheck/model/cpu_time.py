@@ -70,9 +70,11 @@ def check_cpu_time(config, forwards: Iterable[tuple[int, str]], tp: int, option:
         seconds += dense_flops(config, tokens) / DENSE_FLOPS_PER_S
         if backend.startswith("triton_sparse_mla"):
             interpreted = True
-            seconds += layers * (tp if calls is None else calls) * interpreted_seconds(selected_blocks(tokens, config.index_topk), heads, d_qk)
+            blocks = selected_blocks(tokens, config.index_topk)
+            seconds += layers * (tp if calls is None else calls) * interpreted_seconds(blocks, heads, d_qk)
         else:
-            rows = tokens * (tokens + 1) // 2 if backend.startswith("hf_") else selected_slots(tokens, config.index_topk)
+            rows = (tokens * (tokens + 1) // 2 if backend.startswith("hf_")
+                    else selected_slots(tokens, config.index_topk))
             seconds += layers * 2.0 * rows * config.num_attention_heads * (d_qk + config.kv_lora_rank) \
                 / ATTENTION_FLOPS_PER_S
     if seconds > CPU_CHECK_LIMIT_S:

@@ -21,8 +21,8 @@ import torch
 from transformers.models.glm_moe_dsa.modeling_glm_moe_dsa import apply_rotary_pos_emb_interleave
 
 
-def index_queries(indexer: torch.nn.Module, q_resid: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
-                  rows: slice | None = None) -> torch.Tensor:
+def index_queries(indexer: torch.nn.Module, q_resid: torch.Tensor,
+                  position_embeddings: tuple[torch.Tensor, torch.Tensor], rows: slice | None = None) -> torch.Tensor:
     """Roped index queries [B, Tq, Hi, D] (the module's dtype) of the rows `rows` (default all).
 
     q_resid [B, T, q_lora_rank]; position_embeddings (cos, sin) [B, T, rope]. `wq_b` runs on the

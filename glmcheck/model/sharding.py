@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM

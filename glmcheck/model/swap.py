@@ -179,7 +179,7 @@ class SwapSession:
         with signals_told_apart() as told_apart:
             try:
                 return self.backend(q, rows, indices, scaling, latent_dim, topk_length=lengths, plan=plan)
-            except BaseException as err:  # noqa: BLE001 - SystemExit, a raised KeyboardInterrupt: the plug-in's FAIL
+            except BaseException as err:  # SystemExit, a raised KeyboardInterrupt: the plug-in's FAIL
                 if isinstance(err, torch.OutOfMemoryError) or not raised_by_code(err, told_apart):
                     raise
                 raise KernelFault(self.name, f"raised {type(err).__name__}: {first_line(err)}") from err

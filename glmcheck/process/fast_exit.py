@@ -13,6 +13,7 @@ library's caller of `glmcheck.cli.main`, gets Python's ordinary exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 
@@ -46,8 +47,7 @@ def _exit_now() -> None:
 
     logging.shutdown()  # its own atexit handler may have been registered before ours: flush it here
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # a closed pipe or stream: what it held goes nowhere, as at any exit
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: what it held goes nowhere, as at any exit
-            pass
     os._exit(_code)

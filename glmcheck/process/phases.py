@@ -5,10 +5,11 @@ first phase: the command's imports of torch, transformers and triton, and its ar
 model's config, backends, memory plan), `build` (the model and its weights), `forwards` (every forward under a
 backend, device synchronised), `compile` (Triton compiling or loading its kernels from its cache, inside the
 forwards; timed through Triton's JIT hooks while profiling), `compile ahead` (the variants compiled in threads
-before the forwards, `glmcheck.startup.compile_ahead`: its wall time; those compiles are not in `compile`), `compare` (the metrics), `diagnose` and `repro` (a FAIL row's
-diagnosis and `--repro`, less the forwards and metrics they run), `write` (the record and its tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from /proc/self/stat). `table()`
-prints them with `other` (the rest) and the total, and under them what the run chose that moves its time (`note`:
-the band's and the fp32 reference's forms).
+before the forwards, `glmcheck.startup.compile_ahead`: its wall time; those compiles are not in `compile`), `compare`
+(the metrics), `diagnose` and `repro` (a FAIL row's diagnosis and `--repro`, less the forwards and metrics they run),
+`write` (the record and its tables). `startup` is the interpreter's own, before `glmcheck.cli` ran (Linux: from
+/proc/self/stat). `table()` prints them with `other` (the rest) and the total, and under them what the run chose that
+moves its time (`note`: the band's and the fp32 reference's forms).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 ENV = "GLMCHECK_PROFILE"
 ORDER = ("startup", "imports", "setup", "build", "compile ahead", "forwards", "compile", "compare", "diagnose",
@@ -126,9 +128,9 @@ class PhaseClock:
 def _seconds_since_process_start() -> float | None:
     """Seconds since this process started (Linux /proc), None elsewhere."""
     try:
-        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
-        uptime = float(open("/proc/uptime").read().split()[0])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
         return max(uptime - int(fields[19]) / ticks, 0.0)
     except (OSError, ValueError, IndexError):
         return None

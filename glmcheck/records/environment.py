@@ -70,7 +70,7 @@ def environment_metadata() -> dict[str, Any]:
         "transformers_version": _optional_version("transformers"),
         **_gpu_facts(),
         "hostname": socket.gethostname(),
-        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
 
 

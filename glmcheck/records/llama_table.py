@@ -59,7 +59,7 @@ def llama_tables(rows: pd.DataFrame, labels: list[str], legend: str) -> list[str
     return [
         "beside llama.cpp's --kl-divergence report: KL(reference || row) in nats",
         Table(["comparison", "median KL", "p99 KL", "p99.9 KL", "max KL", "same top"], kl, {}, labels, legend=legend),
-        f"perplexity of the text (PPL(ref) {'-' if reference is None else f'{reference:.4g}'}) and Δp, the row's "
-        f"probability of the text's next token minus the reference's, in %",
+        (f"perplexity of the text (PPL(ref) {'-' if reference is None else f'{reference:.4g}'}) and Δp, the row's "
+         f"probability of the text's next token minus the reference's, in %"),
         Table(["comparison", "PPL", "ln(PPL/PPL ref) [95 %]", "mean Δp % [95 %]", "Δp % p1 / p50 / p99"], ppl, {},
               labels, legend=legend)]

@@ -37,8 +37,8 @@ def _is_band_row(comparison: str) -> bool:
 
 VERDICT_COLORS = {"PASS": "tab:green", "FAIL": "tab:red", "INCONCLUSIVE": "tab:orange"}
 FLIP_COLOR = "black"  # a first-token flip: not a verdict, so not FAIL's red
-BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"
-MARKERS = "os^Dv<>pPX*h"  # one a backend, so backends drawn on the same points stay apart  # the band's rows; rows shown but not judged (cross-checks)
+BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"  # the band's rows; rows shown but not judged (cross-checks)
+MARKERS = "os^Dv<>pPX*h"  # one a backend, so backends drawn on the same points stay apart
 
 
 def plot_layer0(record: Record):
@@ -61,7 +61,8 @@ def plot_layer0(record: Record):
         if not is_band and verdict in VERDICT_COLORS:
             ax.text(value * 1.08, i, verdict, va="center", fontsize=7, color=VERDICT_COLORS[verdict])
         elif value <= 1e-12:
-            ax.text(0.01, i, "0 (bit for bit)", va="center", fontsize=7, color="0.4", transform=ax.get_yaxis_transform())
+            ax.text(0.01, i, "0 (bit for bit)", va="center", fontsize=7, color="0.4",
+                    transform=ax.get_yaxis_transform())
     if band > 0:
         ax.axvspan(1e-12, ratio * band, color="tab:green", alpha=0.12, label=f"gate: {ratio:g} x the band's max")
         ax.axvline(band, color=BAND_COLOR, linestyle=":", label="the band's max")

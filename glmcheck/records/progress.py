@@ -63,7 +63,8 @@ class ItemStore:
                 raise ValueError(f"{stored} is not valid JSON; remove it or use another --out") from None
             if previous != self.fingerprint:
                 changed = changed_settings(previous, self.fingerprint)
-                shown = ", ".join(changed[:SHOWN]) + (f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else "")
+                more = f" and {len(changed) - SHOWN} more" if len(changed) > SHOWN else ""
+                shown = ", ".join(changed[:SHOWN]) + more
                 raise ValueError(f"--out {Path(directory)} holds a run with other settings ({shown}); "
                                  f"use another --out, the same settings to resume, or --overwrite to replace it")
 

@@ -171,8 +171,8 @@ def _render_logits(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
                       _comparison_table(group, True, summary["facts"].get("baseline"))]
             continue
         llama = llama_tables(group, _short_labels(group["comparison"]), LABEL_LEGEND)  # records.llama_table
-        parts += [f"next-token distributions at every position, {tokens} tokens{dense}: KL(reference || row) in "
-                  f"nats, judged", _position_table(group), *llama,
+        parts += [(f"next-token distributions at every position, {tokens} tokens{dense}: KL(reference || row) in "
+                   f"nats, judged"), _position_table(group), *llama,
                   f"the final position alone (one sample: informational), {tokens} tokens", _band_line(group),
                   _comparison_table(group, True, summary["facts"].get("baseline"), judged=False)]
     diagnosed = rows[rows["diagnosis"].map(lambda d: isinstance(d, str) and bool(d))] if "diagnosis" in rows else []
@@ -231,8 +231,8 @@ def _render_drift(summary: dict, rows: pd.DataFrame) -> list[str | Table]:
                       _cell(r, "rel_l2", "sci"), _cell(r, "band_max_rel_l2", "sci"), _cell(r, "max_abs", "sci"),
                       r["verdict"], r.get("note") or ""])
     headers = ["backend", "layer", "cosine", "rel L2 (exact)", "band max rel L2", "max abs", "verdict", "note"]
-    return [f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
-            f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun",
+    return [(f"per-layer hidden-state drift, {summary['facts'].get('tokens')} tokens, "
+             f"{summary['facts'].get('layers')} layers, band of {summary['facts'].get('band_size')} variants + rerun"),
             Table(headers, table, {"rel L2 (exact)": "rel L2", "band max rel L2": "band max"}, note="note",
                   optional=("cosine", "max abs")), *diagnosis_parts(summary["facts"])]
 
@@ -403,9 +403,9 @@ def render(summary: dict, rows: pd.DataFrame, form: str = "text") -> str:
     if form == "md":
         model = summary.get("model", {})
         head = [f"# glmcheck {command}", "",
-                f"- model: {model_name(model)} (config {model.get('config_hash')}), "
-                f"tp {summary.get('options', {}).get('tp')}, exact {summary.get('options', {}).get('exact')}, "
-                f"baseline {summary.get('options', {}).get('baseline')}",
+                (f"- model: {model_name(model)} (config {model.get('config_hash')}), "
+                 f"tp {summary.get('options', {}).get('tp')}, exact {summary.get('options', {}).get('exact')}, "
+                 f"baseline {summary.get('options', {}).get('baseline')}"),
                 f"- environment: {_env_line(summary.get('environment', {}))}", ""]
         return "\n".join(head) + "\n\n".join(texts) + "\n\n" + "\n".join(x for x in lines if x) + "\n"
     return "\n\n".join(texts) + "\n" + "\n".join(x for x in lines if x)

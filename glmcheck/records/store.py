@@ -50,7 +50,7 @@ def default_run_dir(command: str, root: PathLike = "runs") -> Path:
     """
     if not isinstance(command, str) or not command or os.sep in command or "/" in command:
         raise ValueError(f"command: expected a non-empty name without path separators, got {command!r}")
-    base = f"{command}-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d-%H%M%S}"
+    base = f"{command}-{_dt.datetime.now(_dt.UTC):%Y%m%d-%H%M%S}"
     root_path = Path(root)
     root_path.mkdir(parents=True, exist_ok=True)
     suffix = 1
@@ -109,10 +109,7 @@ def _stage_file(final: Path, write: Callable[[Path], None]) -> Path:
 
 def _discard(paths: list[Path]) -> None:
     for path in paths:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
 
 
 def _write_atomic(final: Path, write: Callable[[IO[bytes]], None]) -> Path:

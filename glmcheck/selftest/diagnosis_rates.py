@@ -251,10 +251,10 @@ def table(tallies: list[Tally]) -> str:
     cuttable = [k for t in faults if any(key in t.name for key in CUTTABLE) for k in t.kept]
     summary = [f"named: {rate(named, failed)} of the FAIL fault rows",
                f"silent: {rate(silent, runs)} of the legitimate rows",
-               f"repro: {sum(t.reproduced for t in faults)}/{sum(len(t.kept) for t in faults)} reproduce, "
-               f"{sum(t.fixed for t in faults)}/{sum(len(t.kept) for t in faults)} pass with the base kernel; "
-               f"tokens kept <= 1/8 in {sum(k <= 1 / 8 for k in cuttable)}/{len(cuttable)} repros of the faults that "
-               f"allow it"]
+               (f"repro: {sum(t.reproduced for t in faults)}/{sum(len(t.kept) for t in faults)} reproduce, "
+                f"{sum(t.fixed for t in faults)}/{sum(len(t.kept) for t in faults)} pass with the base kernel; "
+                f"tokens kept <= 1/8 in {sum(k <= 1 / 8 for k in cuttable)}/{len(cuttable)} repros of the faults that "
+                f"allow it")]
     return markdown_table(headers, lines) + "\n\n" + "\n".join(summary)
 
 

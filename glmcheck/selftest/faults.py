@@ -7,7 +7,7 @@ gives: a scale off by 0.3 %, a softmax scale off by 0.1 %, one token in 64 or in
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -17,6 +17,7 @@ the prompts: windows of the trained models' corpus's held-out text at seeded off
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -164,12 +165,8 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
                 else None
             if reads_text(base) and stream is None:
                 stream = heldout_stream(tokenizer)
-
-            def prompt(length: int, key: int) -> torch.Tensor:
-                if reads_text(base):
-                    return natural_prompt(tokenizer, length, key, device, stream=stream)
-                return seeded_prompt(net.config.vocab_size, length, key, device)
-
+            prompt = functools.partial(_prompt, tokenizer=tokenizer if reads_text(base) else None, stream=stream,
+                                       vocab_size=net.config.vocab_size, device=device)
             if check == "layer0":
                 result = run_layer0(net, prompt(tokens, seed), backends, options=options, gate=gate,
                                     band_size=band_size)
@@ -198,6 +195,14 @@ def measure_rates(model: str | ModelSpec = "tiny", seeds: Sequence[int] = range(
             if not base.checkpoint:
                 del net
     return list(tallies.values())
+
+
+def _prompt(length: int, key: int, *, tokenizer, stream: list[int] | None, vocab_size: int,
+            device: torch.device) -> torch.Tensor:
+    """[1, length] int64 ids for `key`: a window of the held-out text when a tokenizer is given, else seeded ids."""
+    if tokenizer is not None:
+        return natural_prompt(tokenizer, length, key, device, stream=stream)
+    return seeded_prompt(vocab_size, length, key, device)
 
 
 def _firsttoken_rows(result) -> dict[str, tuple[str, float]]:

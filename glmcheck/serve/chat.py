@@ -77,7 +77,7 @@ def _compiled(template: str):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
+    env.globals["strftime_now"] = time.strftime
     return env.from_string(template)
 
 

@@ -178,7 +178,8 @@ def _ids_prompt(ids: list, served: Served, name: str) -> Prompt:
         raise RequestError(name, "empty prompt; give at least one token id")
     for i, token in enumerate(ids):
         if not _is_int(token) or not 0 <= token < served.vocab_size:
-            raise RequestError(f"{name}[{i}]", f"expected a token id in [0, {served.vocab_size}), got {describe(token)}")
+            raise RequestError(f"{name}[{i}]",
+                               f"expected a token id in [0, {served.vocab_size}), got {describe(token)}")
     return Prompt(list(ids), served.codec.decode(ids))
 
 

@@ -114,7 +114,7 @@ def _get(obj: Any, key: str | int, where: str, kind: type | tuple[type, ...]) ->
         value = obj[key]
     except (KeyError, IndexError, TypeError):
         raise Malformed(f"has no {where}") from None
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         got = "null" if value is None else type(value).__name__
         raise Malformed(f"has {where} of type {got}, expected {_kind_name(kind)}")
     return value

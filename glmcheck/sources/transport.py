@@ -4,9 +4,9 @@ bounded concurrency.
 Retried, up to `retries` times after the first attempt, `backoff x 2^i` seconds apart (or the
 server's Retry-After when that is longer; at most MAX_DELAY): connection failures (refused, reset,
 closed before an answer, no connection within the connect timeout; none once the client is
-closed) and HTTP 429, 502, 503, 504. Not retried: no answer within the timeout (the server is slow, and asking again only adds to its
-load), any other HTTP error, a body that is not JSON. Every failure is an `EndpointError`, a
-ValueError whose message is one line: `endpoint NAME (URL): what went wrong`.
+closed) and HTTP 429, 502, 503, 504. Not retried: no answer within the timeout (the server is slow, and asking again
+only adds to its load), any other HTTP error, a body that is not JSON. Every failure is an `EndpointError`, a ValueError
+whose message is one line: `endpoint NAME (URL): what went wrong`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -121,7 +121,7 @@ class Http:
         self._client = httpx.Client(base_url=url, timeout=timeout, limits=limits, transport=transport)
         self._closed = False
 
-    def __enter__(self) -> Http:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -79,9 +79,10 @@ def predict_spec(*, model: str | None, checkpoint: str | None, tp: int, backends
                  limit: int | None = None, continue_tokens: int = 0, band_impl: str | None = None,
                  reference_impl: str | None = None) -> PrecompileSpec | None:
     """The spec of a check on `model` or `checkpoint` with these options (`CheckOptions` fields; `band` the band's
-    size, resolved; `exact` fp32 or fp64; the forms None for the environment's) at the prompt lengths `tokens`, or, with `tokens` None, at those of the
-    prompt set `prompts` (None: firsttoken's default set for the model; `limit` prompts, each continued by
-    `continue_tokens`). None when the geometry or the tokenizer cannot be read without the model code."""
+    size, resolved; `exact` fp32 or fp64; the forms None for the environment's) at the prompt lengths `tokens`, or, with
+    `tokens` None, at those of the prompt set `prompts` (None: firsttoken's default set for the model; `limit` prompts,
+    each continued by `continue_tokens`). None when the geometry or the tokenizer cannot be read without the model
+    code."""
     from glmcheck.data.prompts import default_prompt_set
     from glmcheck.model.trained import MODELS_DIR, TRAINED_MODELS
 

@@ -33,10 +33,8 @@ class _Captured(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a message that cannot be formatted is not worth failing over
             self.messages.append(record.getMessage())
-        except Exception:  # noqa: BLE001, S110 - a message that cannot be formatted is not worth failing over
-            pass
 
 
 # lm-eval warns of batches on every run with --batch-size > 1; glmcheck asks for them (`--batch-size`, default 8) and

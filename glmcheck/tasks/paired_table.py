@@ -80,7 +80,7 @@ def named_table(first: Mapping, second: Mapping, first_name: str, second_name: s
     (e.g. "control" for a control run)."""
     for obj, name in ((first, first_name), (second, second_name)):
         if not isinstance(obj, Mapping):
-            raise ValueError(  # noqa: TRY004 - the contract: every bad input is a ValueError
+            raise ValueError(  # the contract: every bad input is a ValueError
                 f"{name} must be a mapping question id -> bool, got {type(obj).__name__}")
     only_first = [k for k in first if k not in second]
     only_second = [k for k in second if k not in first]

@@ -85,7 +85,7 @@ def write_sample_logs(directory: str | os.PathLike, results: dict, chosen: dict[
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"output_dir {str(directory)!r} cannot be created: {one_line(err, 200)}") from None
-    date = datetime.now().isoformat().replace(":", "-")
+    date = datetime.now().isoformat().replace(":", "-")  # noqa: DTZ005  (local time, as lm-eval names its files)
     summary = {k: v for k, v in results.items() if k != "samples"}
     summary["task_hashes"] = {task: task_hash(samples) for task, samples in results["samples"].items()}
     summary["glmcheck"] = {"tasks": chosen}
@@ -135,7 +135,7 @@ def read_samples(path: str | os.PathLike, *, metric: str | None = None) -> TaskS
                 except ValueError as err:
                     raise ValueError(f"{where} line {number}: not JSON ({one_line(err, 100)})") from None
                 if not isinstance(sample, dict):
-                    raise ValueError(  # noqa: TRY004 - bad data in a file, not a bad argument
+                    raise ValueError(  # bad data in a file, not a bad argument
                         f"{where} line {number}: expected a JSON object (an lm-eval sample)")
                 samples.append(sample)
     except (OSError, UnicodeDecodeError) as err:

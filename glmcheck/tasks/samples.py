@@ -108,7 +108,7 @@ def choose_metric(samples: list[dict], metric: str | None = None, task: str = "t
         names = group[0].get("metrics")
         if isinstance(names, list) and names:
             return [str(n) for n in names]
-        return [k for k, v in group[0].items() if _binary(v) and k not in ("doc_id",)]  # an older log: guess
+        return [k for k, v in group[0].items() if _binary(v) and k != "doc_id"]  # an older log: guess
 
     def is_binary(name: str, group: list[dict]) -> bool:
         return all(_binary(s.get(name)) for s in group)

@@ -24,7 +24,7 @@ import torch
 
 from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.data.inputs import random_distinct_indices
-from glmcheck.kernels import prefill, sparse_mla_prefill
+from glmcheck.kernels import prefill
 from glmcheck.kernels.gluon import launch as gluon_launch
 from glmcheck.kernels.prefill import Route, kernel_route
 from tests.support.checks import assert_close_to_reference

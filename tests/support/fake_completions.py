@@ -88,7 +88,8 @@ def sglang_window_answer(ids: list[int], k: int, start: int) -> dict:
                           "input_token_logprobs": [[None, ids[start], f"id{ids[start]}"]]
                           + [[-30.0 - p, ids[p], f"id{ids[p]}"] for p in range(start + 1, length)],
                           "output_token_logprobs": [[generated[1], generated[2], generated[0]]],
-                          "input_top_logprobs": [None] + [triples(fake_dist(length, p, k)) for p in range(start, length - 1)],
+                          "input_top_logprobs": [None] + [triples(fake_dist(length, p, k))
+                                                          for p in range(start, length - 1)],
                           "output_top_logprobs": [triples(fake_dist(length, length - 1, k))]}}
 
 
@@ -130,7 +131,9 @@ def mock(routes: dict, calls: list | None = None) -> httpx.MockTransport:
 
 def completing(extra: dict | None = None) -> dict:
     """Routes of a healthy server of both protocols (`extra` added or replacing)."""
-    post = lambda request: answer_for(json.loads(request.content))
+    def post(request: httpx.Request) -> dict:
+        return answer_for(json.loads(request.content))
+
     return {"/v1/models": MODELS, "/version": {"version": "0.9.test"}, ("POST", "/v1/completions"): post,
             ("POST", "/generate"): post, **(extra or {})}
 

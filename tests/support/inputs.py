@@ -46,13 +46,16 @@ def spy_union_launches(monkeypatch, kinds: list[str] | None = None) -> list[int]
     when given, records which of the two ran ("triton" / "ws"). The per-token path's Gluon launches
     (one-token sets, G = 1: the tail tokens from 17 heads on) are not union launches."""
     calls: list[int] = []
-    for name, kind in (("launch_union_attention", "triton"), ("launch_union_attention_ws", "ws")):
-        def spy(args, sets, *rest, _real=getattr(prefill, name), _kind=kind):
+
+    def spy_on(real, kind: str):
+        def spy(args, sets, *rest):
             if sets.group > 1:
                 calls.append(sets.group)
                 if kinds is not None:
-                    kinds.append(_kind)
-            return _real(args, sets, *rest)
+                    kinds.append(kind)
+            return real(args, sets, *rest)
+        return spy
 
-        monkeypatch.setattr(prefill, name, spy)
+    for name, kind in (("launch_union_attention", "triton"), ("launch_union_attention_ws", "ws")):
+        monkeypatch.setattr(prefill, name, spy_on(getattr(prefill, name), kind))
     return calls
