@@ -131,7 +131,7 @@ def test_packaging_claims_what_is_tested_and_ships_what_is_read():
     assert "openai>=1.0" in " ".join(project["optional-dependencies"]["test"])
     shipped = list((ROOT / "glmcheck" / "data" / "resources").rglob("*.png"))
     assert not shipped, "plots no check reads ship in the wheel"
-    assert (ROOT / "docs" / "evidence" / "training" / "ref-cpu-training_loss.png").is_file()
+    assert (ROOT / "evidence" / "training" / "ref-cpu-training_loss.png").is_file()
 
 
 def test_the_docs_map_llama_cpps_figures_and_say_what_lm_eval_costs():

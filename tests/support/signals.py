@@ -7,9 +7,22 @@ disposition in the child before it starts, so Python installs its handler as in 
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Iterator
 
 
 def default_sigint() -> None:
     """preexec_fn for subprocess.Popen: SIGINT back to its default in the child."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def python_sigint_handler() -> Iterator[None]:
+    """Within: Python's own SIGINT handler (KeyboardInterrupt), as in a terminal, for a test that interrupts its
+    own process; the disposition the test run inherited (ignored, under `nohup ... &`) is restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
