@@ -110,6 +110,8 @@ def test_every_check_takes_the_calls_and_records_the_shape(tmp_path):
     (["layer0", "--chunk", "64"], "--chunk shape the engine's calls: give them with --calls serving"),
     (["layer0", "--calls", "serving", "--pool-rows", "100"], "--pool-rows must be a multiple of 64"),
     (["layer0", "--calls", "serving", "--pool-rows", "64", "--tokens", "128"], "--pool-rows 64: .* need at least"),
+    (["layer0", "--calls", "serving", "--pool-rows", str(2**31 - 64), "--model", "tiny", "--tokens", "32"],
+     r"--tokens 32: .* GiB \(weights, activations and the --calls serving pool, `glmcheck plan`\), more than"),
     (["selftest", "--calls", "serving"], "--calls applies to the verdict-rates run only"),
     (["selftest", "--model", "ref-cpu", "--power", "--calls", "serving"], "--calls applies to the verdict rates"),
 ])

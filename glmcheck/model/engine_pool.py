@@ -44,6 +44,12 @@ def needed_rows(tokens: int, topk: int, requests: int) -> int:
     return math.ceil(tokens / PAGE) * PAGE + (requests - 1) * filler_rows(topk)
 
 
+def pool_memory(pool_rows: int, d_qk: int, fp8_row_bytes: int | None = None) -> int:
+    """Bytes one forward's pool holds (`EnginePool`): its bf16 rows [R, d_qk], its FP8 form [R, fp8_row_bytes]
+    under an FP8 KV cache, and the int64 row draw that fills it (transient, at its build)."""
+    return pool_rows * (2 * d_qk + (fp8_row_bytes or 0) + 8)
+
+
 @dataclass(frozen=True)
 class PackedCall:
     """One call of a chunk: indices [N, K] int32 pool slots, lengths [N] int32, `query` [N] long (the q row each

@@ -180,21 +180,23 @@ def device_bytes(device) -> int:
 
 
 def check_fits(config: GlmMoeDsaConfig, tokens: int, device, option: str = "--tokens",
-               backends: Iterable[str] | None = None, *, tp: int = 1, weights: str = "bf16") -> None:
+               backends: Iterable[str] | None = None, *, tp: int = 1, weights: str = "bf16", pool: int = 0) -> None:
     """ValueError naming `option` when one process's prefill of `tokens` tokens (its weights, the
     conservative activation estimate of the absorbed path) needs more memory than `device` has at all,
     or, naming the backend and its longest prompt, when one of `backends` is transformers' dense
     hf_eager / hf_sdpa and its [T, T] masks and scores do not fit: a run that cannot fit fails here,
     before anything is allocated. Callers that may run hf_* backends must pass them. `tp`: the TP degree of
     the shard this process holds (a torchrun rank, a rehearsal), 1 when it holds the whole model (emulated
-    TP too); `weights`: their format (`weight_bytes`)."""
+    TP too); `weights`: their format (`weight_bytes`); `pool`: bytes of the paged KV pool that `--calls serving`
+    holds through a forward (`glmcheck.model.engine_pool.pool_memory`), 0 for one-shot calls."""
     held = rank_weights(config, tp, weights)
-    weights = held.held + held.transient()
+    weights = held.held + held.transient() + pool
     need = weights + activation_bytes(config, tp, tokens)
     have = device_bytes(device)
     if need > have:
+        terms = "weights, activations and the --calls serving pool" if pool else "weights and activations"
         raise ValueError(f"{option} {tokens}: a prefill of {config.num_hidden_layers} layers needs about "
-                         f"{need / GIB:,.0f} GiB (weights and activations, `glmcheck plan`), more than the "
+                         f"{need / GIB:,.0f} GiB ({terms}, `glmcheck plan`), more than the "
                          f"{have / GIB:,.0f} GiB of {device}")
     for name in dict.fromkeys(b for b in backends or () if b in PATHS[1:]):
         need = weights + activation_bytes(config, tp, tokens, name)
