@@ -263,3 +263,19 @@ def test_to_bf16_gives_the_bf16_load():
     loaded = load_checkpoint_model(FP8).state_dict()
     assert not resident_tensors(twin) and twin.state_dict().keys() == loaded.keys()
     assert all(torch.equal(t, loaded[n]) for n, t in twin.state_dict().items())
+
+
+def test_emulated_tp_reads_each_resident_o_proj_once_for_its_rank_sums():
+    """In-process --tp N sums o_proj's rank partial products in a hook; under --weights fp8 each read of the resident
+    weight dequantises the whole matrix, so the hook reads it once, not once per rank."""
+    from glmcheck.model.swap import use_backend
+
+    model = load_resident_checkpoint(FP8)
+    calls: dict[str, int] = {}
+    for name, step in resident_tensors(model).items():
+        step.register_forward_hook(lambda m, a, o, name=name: calls.__setitem__(name, calls.get(name, 0) + 1))
+    ids = torch.randint(0, 512, (1, 24), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode(), use_backend(model, "reference", tp=4):
+        model(ids)
+    o_proj = {n: c for n, c in calls.items() if ".o_proj." in n}
+    assert o_proj and set(o_proj.values()) == {2}, o_proj  # the module's own forward and the rank sums' one read

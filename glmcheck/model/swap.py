@@ -211,14 +211,15 @@ def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def _rank_sum_hook(tp: int) -> Callable:
-    """o_proj forward hook: partial products of each rank's input columns, summed in rank order."""
+    """o_proj forward hook: partial products of each rank's input columns, summed in rank order. The weight is read
+    once (under --weights fp8 each read of a resident weight dequantises the whole matrix)."""
 
     def hook(module, args, output):
-        x = args[0]
+        x, weight = args[0], module.weight
         cols = x.shape[-1] // tp
         total = None
         for rank in range(tp):
-            part = F.linear(x[..., rank * cols:(rank + 1) * cols], module.weight[:, rank * cols:(rank + 1) * cols])
+            part = F.linear(x[..., rank * cols:(rank + 1) * cols], weight[:, rank * cols:(rank + 1) * cols])
             total = part if total is None else total + part
         return total if module.bias is None else total + module.bias
 
