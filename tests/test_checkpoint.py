@@ -13,8 +13,9 @@ import torch
 
 from glmcheck.checks import metrics
 from glmcheck.checks.capture import capture
-from glmcheck.model import build_dummy_model, checkpoint, make_config, use_backend
-from glmcheck.model.checkpoint import CheckpointError, load_checkpoint_model, load_layer0_model
+from glmcheck.model import build_dummy_model, checkpoint, checkpoint_files, make_config, use_backend
+from glmcheck.model.checkpoint import load_checkpoint_model, load_layer0_model
+from glmcheck.model.checkpoint_files import CheckpointError
 from glmcheck.model.fp8_blocks import dequantize_blocks, quantize_blocks
 from tests.support.checkpoints import BF16, EXPERT2, EXTRA, FP8, KV_B0, KV_B2, edit_config, rewrite
 
@@ -71,7 +72,7 @@ def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
     read: list[str] = []
     data_files: set[str] = set()
     header_files: set[str] = set()
-    real_open = checkpoint._open
+    real_open = checkpoint_files.open_safetensors
 
     class Spy:
         def __init__(self, handle, file):
@@ -99,7 +100,8 @@ def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
     def spy_open(file):
         return Spy(real_open(file), Path(file).name)
 
-    monkeypatch.setattr(checkpoint, "_open", spy_open)
+    for module in (checkpoint, checkpoint_files):  # the loader opens data files, the checks and scales their own
+        monkeypatch.setattr(module, "open_safetensors", spy_open)
     model = load_layer0_model(source)
     assert model.config.num_hidden_layers == 1 and model.glmcheck_unloaded == ["lm_head.weight", "model.norm.weight"]
     assert read and all(n.startswith(checkpoint.LAYER0_PREFIXES) for n in read)
@@ -107,7 +109,8 @@ def test_layer0_partial_loading_reads_only_what_it_needs(monkeypatch, source):
     needed_files = {index[n] for n in read}
     assert data_files == needed_files and len(needed_files) < len(set(index.values()))
     assert header_files == set(index.values())  # every tensor's shape is checked against the config
-    monkeypatch.setattr(checkpoint, "_open", real_open)
+    for module in (checkpoint, checkpoint_files):
+        monkeypatch.setattr(module, "open_safetensors", real_open)
     prompt = torch.randint(0, 512, (1, 40), generator=torch.Generator().manual_seed(2))
     full = load_checkpoint_model(source)
     assert torch.equal(layer0_value(model, prompt), layer0_value(full, prompt))
@@ -214,14 +217,14 @@ def test_every_problem_is_counted_and_the_first_named(tmp_path):
     twice = rewrite(broken, tmp_path / "two", KV_B2, "halve")
     with pytest.raises(CheckpointError, match=rf"tensor {KV_B0} is \[256, 64\] .*implies \[512, 64\] "
                                               rf"\(1 more tensors disagree\)$"):
-        checkpoint.check_tensors(twice)
+        checkpoint_files.check_tensors(twice)
 
 
 @pytest.mark.parametrize("source", [BF16, FP8], ids=["bf16", "fp8"])
 def test_unused_tensors_are_one_warning_and_the_run_goes_on(tmp_path, caplog, source):
     extra = rewrite(source, tmp_path / "extra", EXTRA, "add")
     with caplog.at_level(logging.WARNING, logger="glmcheck"):
-        assert checkpoint.check_tensors(extra) == [EXTRA]
+        assert checkpoint_files.check_tensors(extra) == [EXTRA]
         whole = load_checkpoint_model(extra)
         layer0 = load_layer0_model(extra)
     lines = [r.getMessage() for r in caplog.records if r.name == "glmcheck"]
@@ -237,27 +240,27 @@ def test_declared_next_token_prediction_layers_are_ignored_silently(tmp_path, ca
     transformers ignores it, so does the check. Undeclared, the same tensor is a warning."""
     mtp = rewrite(BF16, tmp_path / "mtp", "model.layers.3.eh_proj.weight", "add")
     with caplog.at_level(logging.WARNING, logger="glmcheck"):
-        assert checkpoint.check_tensors(mtp) == ["model.layers.3.eh_proj.weight"]
+        assert checkpoint_files.check_tensors(mtp) == ["model.layers.3.eh_proj.weight"]
         edit_config(mtp, num_nextn_predict_layers=1)
         caplog.clear()
-        assert checkpoint.check_tensors(mtp) == []
+        assert checkpoint_files.check_tensors(mtp) == []
         assert not caplog.records
 
 
 def test_the_fixtures_agree_with_their_configs(caplog):
     with caplog.at_level(logging.WARNING, logger="glmcheck"):
-        assert checkpoint.check_tensors(BF16) == [] and checkpoint.check_tensors(FP8) == []
+        assert checkpoint_files.check_tensors(BF16) == [] and checkpoint_files.check_tensors(FP8) == []
     assert not caplog.records
 
 
 def test_file_shapes_are_the_stored_layout():
     """file_shapes names the files' tensors (routed experts per expert), with the config's shapes."""
-    config = checkpoint.read_config(BF16)
+    config = checkpoint_files.read_config(BF16)
     index = json.loads((BF16 / "model.safetensors.index.json").read_text())["weight_map"]
-    assert set(checkpoint.file_shapes(config)) == set(index)
-    assert checkpoint.file_shapes(config)[EXPERT2] == (256, 64)
-    assert checkpoint.scale_shape((512, 64), (128, 128)) == (4, 1)
-    assert checkpoint.scale_shape((129, 257), (128, 128)) == (2, 3)
+    assert set(checkpoint_files.file_shapes(config)) == set(index)
+    assert checkpoint_files.file_shapes(config)[EXPERT2] == (256, 64)
+    assert checkpoint_files.scale_shape((512, 64), (128, 128)) == (4, 1)
+    assert checkpoint_files.scale_shape((129, 257), (128, 128)) == (2, 3)
 
 
 def test_transformers_loading_info_is_a_second_line_of_defence():

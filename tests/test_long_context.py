@@ -19,7 +19,8 @@ from glmcheck.backends.registry import Backend
 from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model import memory as plan_module
 from glmcheck.model.absorbed import kernel_indices
-from glmcheck.model.checkpoint import load_checkpoint_model, read_config
+from glmcheck.model.checkpoint import load_checkpoint_model
+from glmcheck.model.checkpoint_files import read_config
 from glmcheck.model.indexer_chunks import (
     INDEX_BUDGET_BYTES,
     causal_standin,

@@ -110,7 +110,7 @@ class Setup:
         """--weights and --rehearse-rank against the model: `self.rehearse` (rank, tp) or None, `self.shard_tp` (the
         TP degree of the shard this process holds), the format checked for fitting until `check_prompt` resolves
         "auto" (`spec.weights`)."""
-        from glmcheck.model.checkpoint import is_fp8
+        from glmcheck.model.checkpoint_files import is_fp8
 
         self.rehearse = None
         if options.rehearse_rank is not None:

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import torch
 
-from glmcheck.model.checkpoint import (
+from glmcheck.model.checkpoint_files import (
     FUSED_EXPERTS,
     CheckpointError,
-    _dims,
-    _open,
-    _read_one,
     check_tensors,
+    format_shape,
     fp8_block,
+    open_safetensors,
     read_config,
+    read_tensor,
     trim_to_layer0,
     weight_map,
 )
@@ -57,10 +57,10 @@ def load_checkpoint_shard(path: str | os.PathLike, *, rank: int, world: int, dev
     persistent = set(model.state_dict())
     named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in persistent]
     for name, tensor in named:
-        whole = _read_whole(root, mapping, name, block)
+        whole = read_whole_tensor(root, mapping, name, block)
         if tuple(whole.shape) != tuple(shapes[name]):
-            raise CheckpointError(f"checkpoint {str(root)!r}: tensor {name} is {_dims(whole.shape)} as read, but "
-                                  f"config.json implies {_dims(shapes[name])}")
+            raise CheckpointError(f"checkpoint {str(root)!r}: tensor {name} is {format_shape(whole.shape)} as read, "
+                                  f"but config.json implies {format_shape(shapes[name])}")
         cut = slicer(name, rank, world)
         tensor.copy_((cut(whole) if cut else whole).to(tensor.dtype))
     if layer0_only:
@@ -68,15 +68,15 @@ def load_checkpoint_shard(path: str | os.PathLike, *, rank: int, world: int, dev
     return model
 
 
-def _read_whole(root: Path, mapping: dict[str, str], name: str, block: tuple[int, int]) -> torch.Tensor:
+def read_whole_tensor(root: Path, mapping: dict[str, str], name: str, block: tuple[int, int]) -> torch.Tensor:
     """The whole (unsharded) tensor `name` of the model, read from the checkpoint files."""
     fused = FUSED_EXPERTS.match(name)
     if fused:
         return _read_fused_experts(root, mapping, fused["prefix"], fused["kind"], block)
     if name not in mapping:
         raise CheckpointError(f"checkpoint {str(root)!r} lacks tensor {name}")
-    with _open(root / mapping[name]) as handle:
-        return _read_one(handle, mapping, root, name, block)
+    with open_safetensors(root / mapping[name]) as handle:
+        return read_tensor(handle, mapping, root, name, block)
 
 
 def _read_fused_experts(root: Path, mapping: dict[str, str], prefix: str, kind: str,
@@ -88,6 +88,6 @@ def _read_fused_experts(root: Path, mapping: dict[str, str], prefix: str, kind: 
     parts = ("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",)
     stack = []
     for expert in experts:
-        pieces = [_read_whole(root, mapping, f"{prefix}.{expert}.{part}.weight", block) for part in parts]
+        pieces = [read_whole_tensor(root, mapping, f"{prefix}.{expert}.{part}.weight", block) for part in parts]
         stack.append(torch.cat(pieces, dim=0))
     return torch.stack(stack)

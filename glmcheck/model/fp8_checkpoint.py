@@ -5,7 +5,7 @@ Each FP8 weight is read as its e4m3 codes and `weight_scale_inv` blocks (`BlockF
 dequantised; a routed-expert stack is assembled per expert (gate rows then up rows, each with its own blocks, as
 the files store them) and each expert cut for the rank before the next is read, so a rank holds its shard plus one
 expert's tensors. Every other tensor (embeddings, lm_head, norms, router, indexer) is read and cut as
-`checkpoint_shard` reads it. The checkpoint is first held against its config (`checkpoint.check_tensors`: names,
+`checkpoint_shard` reads it. The checkpoint is first held against its config (`checkpoint_files.check_tensors`: names,
 shapes, FP8 codes in e4m3 with finite scales of the right shape).
 """
 
@@ -18,22 +18,22 @@ from pathlib import Path
 
 import torch
 
-from glmcheck.model.checkpoint import (
+from glmcheck.model.checkpoint_files import (
     FP8_DTYPE,
     FUSED_EXPERTS,
     SCALE_SUFFIX,
     CheckpointError,
-    _open,
     check_scale_values,
     check_tensors,
     fp8_block,
     is_fp8,
+    open_safetensors,
     read_config,
     tensor_metadata,
     trim_to_layer0,
     weight_map,
 )
-from glmcheck.model.checkpoint_shard import _read_whole
+from glmcheck.model.checkpoint_shard import read_whole_tensor
 from glmcheck.model.fp8_build import DenseSource, FP8Source, build_resident
 from glmcheck.model.fp8_codes import BlockFP8
 from glmcheck.model.sharding import cut_kind, slicer
@@ -67,7 +67,7 @@ def load_resident_checkpoint(path: str | os.PathLike, *, rank: int = 0, world: i
 def checkpoint_sources(path: str | os.PathLike, *, rank: int, world: int,
                        device: torch.device | str) -> tuple[FP8Source, DenseSource]:
     """The (fp8, dense) sources of `fp8_build.build_resident` for the checkpoint at `path`: FP8 weights as codes and
-    scales (per the files' dtypes), every other tensor read whole (`checkpoint_shard._read_whole`) and cut."""
+    scales (per the files' dtypes), every other tensor read whole (`checkpoint_shard.read_whole_tensor`) and cut."""
     root, mapping = Path(path), weight_map(path)
     block = fp8_block(read_config(path))
     dtypes = {name: dtype for name, (_, dtype) in tensor_metadata(root, mapping).items()}
@@ -82,7 +82,7 @@ def checkpoint_sources(path: str | os.PathLike, *, rank: int, world: int,
         return _read_blocks(root, mapping, name, block).cut(cut_kind(name), rank, world).compact()
 
     def dense(name: str, meta: torch.Tensor) -> torch.Tensor:
-        whole = _read_whole(root, mapping, name, block)
+        whole = read_whole_tensor(root, mapping, name, block)
         cut = slicer(name, rank, world)
         return (cut(whole) if cut else whole).to(meta.dtype).to(device).clone()
 
@@ -94,9 +94,9 @@ def _read_blocks(root: Path, mapping: dict[str, str], name: str, block: tuple[in
     scale_name = name + SCALE_SUFFIX
     if scale_name not in mapping:
         raise CheckpointError(f"checkpoint {str(root)!r}: FP8 tensor {name} has no {scale_name}")
-    with _open(root / mapping[name]) as handle:
+    with open_safetensors(root / mapping[name]) as handle:
         codes = handle.get_tensor(name)
-    with _open(root / mapping[scale_name]) as handle:
+    with open_safetensors(root / mapping[scale_name]) as handle:
         scale = handle.get_tensor(scale_name)
     check_scale_values(root, mapping[scale_name], scale_name, scale)
     try:

@@ -64,16 +64,16 @@ def config_of(spec: ModelSpec, *, layer0_only: bool = False, check_tensors: bool
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ValueError(f"{option} must be an int >= 1, got {value!r}")
     if spec.checkpoint:
-        from glmcheck.model import checkpoint
+        from glmcheck.model import checkpoint_files
 
-        config = checkpoint.read_config(spec.checkpoint)
+        config = checkpoint_files.read_config(spec.checkpoint)
         for option, value, own in (("--layers", spec.layers, config.num_hidden_layers),
                                    ("--experts", spec.experts, config.n_routed_experts)):
             if value is not None and value != own:
                 raise ValueError(f"{option} {value} does not apply to --checkpoint {spec.checkpoint} "
                                  f"(it has {own}; the checkpoint's own are used)")
         if check_tensors:
-            checkpoint.check_tensors(spec.checkpoint, warn=False)
+            checkpoint_files.check_tensors(spec.checkpoint, warn=False)
         if layer0_only:
             config.num_hidden_layers = 1
         return config

@@ -86,7 +86,7 @@ def prepare(settings: ServeSettings) -> ServePlan:
     from glmcheck.backends.validation import resolve_backend_names, validate_backends
     from glmcheck.data.model_tokenizer import model_tokenizer
     from glmcheck.model import distributed
-    from glmcheck.model.checkpoint import check_tensors
+    from glmcheck.model.checkpoint_files import check_tensors
 
     if distributed.current() is not None:
         raise ValueError("serve runs in one process (--tp emulates the TP slices there), not under torchrun")
