@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from glmcheck.records.plots import BAND_COLOR, FIGSIZE, MARKERS, VERDICT_COLORS, _is_band_row
+from glmcheck.records.plot_style import BAND_COLOR, FIGSIZE, MARKERS, VERDICT_COLORS, is_band_row
 from glmcheck.records.store import Record
 
 FLOOR = 1e-12  # a KL of 0 is drawn here (log scale), marked as such
@@ -22,13 +22,13 @@ def plot_logits(record: Record):
     tokens = int(rows["tokens"].max())
     rows = rows[(rows["tokens"] == tokens) & rows["kl_by_position"].notna()]
     band = [np.asarray(r["kl_by_position"], dtype=float) for _, r in rows.iterrows()
-            if _is_band_row(r["comparison"]) and "(rerun)" not in r["comparison"]]
+            if is_band_row(r["comparison"]) and "(rerun)" not in r["comparison"]]
     fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.3, FIGSIZE[1]))
     if band:
         envelope = np.maximum(np.max(band, axis=0), FLOOR)
         ax.fill_between(np.arange(envelope.size), FLOOR, envelope, color=BAND_COLOR, alpha=0.35,
                         label=f"the band: the largest of {len(band)} ideal kernels' KL")
-    judged = [r for _, r in rows.iterrows() if not _is_band_row(r["comparison"])]
+    judged = [r for _, r in rows.iterrows() if not is_band_row(r["comparison"])]
     for i, r in enumerate(judged):
         kl = np.maximum(np.asarray(r["kl_by_position"], dtype=float), FLOOR)
         verdict = r.get("verdict")

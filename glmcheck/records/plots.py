@@ -25,20 +25,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from glmcheck.records.plot_style import (
+    BAND_COLOR,
+    FIGSIZE,
+    FLIP_COLOR,
+    INFO_COLOR,
+    MARKERS,
+    VERDICT_COLORS,
+    is_band_row,
+)
 from glmcheck.records.plots_diagnosis import has_diagnosis, plot_diagnosis
 from glmcheck.records.store import Record, find_records, read_record
-
-FIGSIZE = (7.5, 4.2)
-
-
-def _is_band_row(comparison: str) -> bool:
-    return comparison.startswith("noise band:")
-
-
-VERDICT_COLORS = {"PASS": "tab:green", "FAIL": "tab:red", "INCONCLUSIVE": "tab:orange"}
-FLIP_COLOR = "black"  # a first-token flip: not a verdict, so not FAIL's red
-BAND_COLOR, INFO_COLOR = "0.6", "tab:blue"  # the band's rows; rows shown but not judged (cross-checks)
-MARKERS = "os^Dv<>pPX*h"  # one a backend, so backends drawn on the same points stay apart
 
 
 def plot_layer0(record: Record):
@@ -47,7 +44,7 @@ def plot_layer0(record: Record):
     rows = record.rows.iloc[::-1]  # the table's order, top to bottom
     ratio = record.summary.get("options", {}).get("gate_ratio", 2.0)
     bound = record.summary.get("options", {}).get("max_rel_l2")
-    band_rows = rows["comparison"].map(_is_band_row)
+    band_rows = rows["comparison"].map(is_band_row)
     band = rows[band_rows]["rel_l2"].max()
     fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.6, max(FIGSIZE[1], 0.32 * len(rows) + 1.2)))
     values = rows["rel_l2"].fillna(0).clip(lower=1e-12)
@@ -93,10 +90,10 @@ def plot_drift(record: Record):
     dashed), the band's max per layer drawn and the gate over it shaded."""
     rows = record.rows
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    band_rows = rows[rows["comparison"].map(_is_band_row)]
+    band_rows = rows[rows["comparison"].map(is_band_row)]
     band = band_rows.groupby("layer")["rel_l2"].max()
     ratio = record.summary.get("options", {}).get("gate_ratio", 2.0)
-    curves = rows[~rows["comparison"].map(_is_band_row)].dropna(subset=["layer"])
+    curves = rows[~rows["comparison"].map(is_band_row)].dropna(subset=["layer"])
     positive = pd.concat([curves["rel_l2"], band])
     bottom = max(positive[positive > 0].min() / 10, 1e-12) if (positive > 0).any() else 1e-12
     ax.fill_between(band.index, bottom, (ratio * band).clip(lower=bottom), color="tab:green", alpha=0.15,

@@ -33,16 +33,8 @@ from glmcheck import __version__
 from glmcheck.serve.chat import chat_job, chat_response, chat_stream, parse_chat
 from glmcheck.serve.engine import BackendFault, Generation, Served, ServerStopping
 from glmcheck.serve.openai import completion_response, completion_stream
-from glmcheck.serve.schemas import RequestError, parse_completion
+from glmcheck.serve.schemas import RequestError, error_body, parse_completion
 from glmcheck.serve.sglang import generate_response, parse_generate
-
-ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
-               500: "InternalServerError", 503: "ServiceUnavailableError"}
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict:
-    """The OpenAI-style error object vLLM answers with."""
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "Error"), "param": param, "code": status}}
 
 
 def _error(status: int, message: str, param: str | None = None) -> JSONResponse:

@@ -287,3 +287,12 @@ def parse_completion(body: object, served: Served) -> CompletionRequest:
         raise RequestError("prompt_logprobs", "not available with stream: true (as vLLM)")
     return CompletionRequest(batch, max_tokens, logprobs, echo, stop, boolean(body, "skip_special_tokens", True),
                              boolean(body, "return_tokens_as_token_ids", False), stream, include_usage, scored_prompt)
+
+
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
+               500: "InternalServerError", 503: "ServiceUnavailableError"}
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    """The OpenAI-style error object vLLM answers with: `status` the HTTP status, `param` the request field at fault."""
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "Error"), "param": param, "code": status}}

@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from glmcheck.serve.codec import TextWidths
-from glmcheck.serve.engine import Generation, Scored, Served, Stop
+from glmcheck.serve.engine import Generation, Scored, Served, ServerStopping, Stop
+from glmcheck.serve.schemas import error_body
 
 DONE = "data: [DONE]\n\n"
 
@@ -110,9 +111,6 @@ class StreamShape:
 
 
 def error_event(err: BaseException) -> str:
-    from glmcheck.serve.app import error_body
-    from glmcheck.serve.engine import ServerStopping
-
     status = 503 if isinstance(err, ServerStopping) else 500
     text = str(err).strip() or type(err).__name__
     return event(error_body(status, text.splitlines()[0]))
