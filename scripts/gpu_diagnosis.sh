@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The diagnosis and the minimal repro on the GPU (issue 71; docs/checks.md, "From a FAIL to its cause"): ref-gpu at
+# The diagnosis and the minimal repro on the GPU (issue 71; docs/diagnosis.md, "Cost"): ref-gpu at
 # 4096 tokens, a layer0 run that FAILS (the kernel under test with heads 0 and 1 swapped) and one that PASSes, each with
 # --profile (the `diagnose` phase against the run's total; the PASS run has none), the repro of the FAIL written and
 # run on the GPU (exit 1 on the fault, 0 with the kernel under test named), then the diagnosis's rates at GPU scale.

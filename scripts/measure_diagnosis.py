@@ -1,4 +1,4 @@
-"""The diagnosis's own rates (docs/checks.md, "From a FAIL to its cause"): over seeds, how often the findings of a
+"""The diagnosis's own rates (docs/diagnosis.md, "Measured"): over seeds, how often the findings of a
 planted fault's FAIL row name its structure, how often a legitimate row diagnosed as if it had failed gets no finding,
 and how small each fault's repro is (`glmcheck.selftest.diagnosis_rates`). CPU, ref-cpu, the faults on band:5.
 

@@ -1,6 +1,6 @@
 """The diagnosis's rates (`glmcheck.selftest.diagnosis_rates`, `scripts/measure_diagnosis.py`): a test-sized run (one
-seed, three fault kinds, one legitimate row) and, with -m slow, the measurement docs/checks.md reports ("From a FAIL
-to its cause": 20 seeds, every planted fault, the kernel's per-token and union paths)."""
+seed, three fault kinds, one legitimate row) and, with -m slow, the measurement of docs/diagnosis.md, "Measured"
+(20 seeds, every planted fault, the kernel's per-token and union paths)."""
 
 from __future__ import annotations
 

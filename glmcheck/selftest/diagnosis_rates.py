@@ -1,5 +1,5 @@
 """How often the diagnosis names a planted fault's structure, how often it says anything of a legitimate row, and how
-small the repro of each fault is (docs/checks.md, "From a FAIL to its cause").
+small the repro of each fault is (docs/diagnosis.md, "Measured").
 
 Per seed (on ref-cpu a seed picks the prompt: a window of held-out text), one layer0 run with every planted fault as
 a row (the project's, `glmcheck.selftest.faults`, and the structured kinds, `faults_structured`), each wrapping a base
