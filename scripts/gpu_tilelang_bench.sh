@@ -14,7 +14,8 @@
 #      ("best": our fastest exact path there), and each path with topk_length against it without.
 #   5. summary.txt (probes, matrix, the peer tables), printed last.
 # Back under OUTDIR: summary.txt, bench-h8.txt, bench-wide.txt, bench-paired.txt, logs.tgz (every log, the matrices,
-# the records). BUDGET (s, default 530) bounds the whole script: keep it under the call's limit, or logs.tgz is never
+# the records). MATRIX=0 skips step 2's matrix (only where the kernel has not changed since it last passed on the GPU;
+# the bench still gates every cell). BUDGET (s, default 530) bounds the whole script: keep it under the call's limit, or logs.tgz is never
 # written. Estimate on an H200 (GPU run 32's timings): step 2 ~100-180 s (two matrix shards took 155 s each; a TileLang
 # compile 11-21 s on a 2-core CPU), step 3 ~190 s (12 of these points took ~150 s), step 4 ~60 s: ~450 s in all.
 set -uo pipefail
@@ -40,7 +41,7 @@ fi
   cat .tilelang/MANIFEST.txt; } > "$logs/versions.txt" 2>&1
 echo "=== unpacked and versions after $(( $(date +%s) - start )) s"; head -n 6 "$logs/versions.txt"
 
-for i in 0 1 2 3; do
+for i in $( [ "${MATRIX:-1}" = 0 ] || echo 0 1 2 3 ); do  # MATRIX=0: no kernel change since its last GPU run
   ( GLMCHECK_MATRIX_SHARD=$i/4 GLMCHECK_MATRIX_LOG=$logs/matrix-$i.md timeout 180 python3 -m pytest -q -rfE \
       -p no:cacheprovider -m gpu tests/test_contract_matrix.py::test_gpu_contract_matrix > "$logs/pytest-matrix-$i.txt" 2>&1
     echo "exit $?" >> "$logs/pytest-matrix-$i.txt" ) &
@@ -77,7 +78,8 @@ fi
     grep -m 1 "^H=" "$logs/probe-$heads.txt" || echo "H=$heads no line: $(tail -n 2 "$logs/probe-$heads.txt" | paste -sd' ')"
   done
   echo; echo "contract matrix (4 shards):"
-  for i in 0 1 2 3; do tail -n 1 "$logs/matrix-$i.md" 2>/dev/null || echo "shard $i: no table"
+  [ "${MATRIX:-1}" = 0 ] && echo "not run (MATRIX=0: the kernel unchanged since the matrix last passed on the GPU)"
+  for i in $( [ "${MATRIX:-1}" = 0 ] || echo 0 1 2 3 ); do tail -n 1 "$logs/matrix-$i.md" 2>/dev/null || echo "shard $i: no table"
     grep -E "passed|failed|error|skipped|no tests ran|^exit" "$logs/pytest-matrix-$i.txt" | tail -n 2 | paste -sd' '; done
   for name in bench-h8 bench-wide bench-paired; do
     [ -f "$logs/$name.txt" ] || continue
