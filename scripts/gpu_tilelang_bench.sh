@@ -14,9 +14,11 @@
 #      ("best": our fastest exact path there), and each path with topk_length against it without.
 #   5. summary.txt (probes, matrix, the peer tables), printed last.
 # Back under OUTDIR: summary.txt, bench-h8.txt, bench-wide.txt, bench-paired.txt, logs.tgz (every log, the matrices,
-# the records). MATRIX=0 skips step 2's matrix (only where the kernel has not changed since it last passed on the GPU;
-# the bench still gates every cell). BUDGET (s, default 530) bounds the whole script: keep it under the call's limit, or logs.tgz is never
-# written. Estimate on an H200 (GPU run 32's timings): step 2 ~100-180 s (two matrix shards took 155 s each; a TileLang
+# the records). A short budget: H8_POINTS / WIDE_POINTS (empty: that run skipped; a bench cut at its limit prints
+# nothing, so fewer points rather than a cut), PAIRED=0 (step 4 skipped), MATRIX=0 (step 2's matrix skipped: only
+# where the kernel has not changed since the matrix last passed on the GPU; the bench still gates every cell).
+# BUDGET (s, default 530) bounds the whole script: keep it under the call's limit, or logs.tgz is never written.
+# Estimate on an H200 (GPU run 32's timings): step 2 ~100-180 s (two matrix shards took 155 s each; a TileLang
 # compile 11-21 s on a 2-core CPU), step 3 ~190 s (12 of these points took ~150 s), step 4 ~60 s: ~450 s in all.
 set -uo pipefail
 out=${1:-${OUT:?usage: gpu_tilelang_bench.sh OUTDIR}}
@@ -61,13 +63,16 @@ bench_until() {  # NAME SECONDS ARGS...: `glmcheck bench --quiet ARGS` cut at SE
   timeout "$limit" python3 -m glmcheck bench --quiet "$@" --out "$work/records/$name" > "$logs/$name.txt" 2>&1
   echo "=== $name rc $? after $(( $(date +%s) - start )) s"; cp "$logs/$name.txt" "$out/"
 }
-bench_until bench-h8 $(( $(left) - 200 )) --pair-rounds 0 --points 1x2048:8,1x4096:8,1x8192:8,2x4096:8,4x2048:8
-bench_until bench-wide $(( $(left) - 70 )) --pair-rounds 0 --points \
-  1x2048:16,1x2048:32,1x2048:64,1x2048:96,1x2048:128,1x8192:16,1x8192:32,1x8192:64,1x8192:96,1x8192:128
+H8_POINTS=${H8_POINTS-1x2048:8,1x4096:8,1x8192:8,2x4096:8,4x2048:8}
+wide=1x2048:16,1x2048:32,1x2048:64,1x2048:96,1x2048:128,1x8192:16,1x8192:32,1x8192:64,1x8192:96,1x8192:128
+WIDE_POINTS=${WIDE_POINTS-$wide}
+reserve=70; [ -n "$WIDE_POINTS" ] && reserve=200  # seconds kept for the runs after bench-h8
+[ -n "$H8_POINTS" ] && bench_until bench-h8 $(( $(left) - reserve )) --pair-rounds 0 --points "$H8_POINTS"
+[ -n "$WIDE_POINTS" ] && bench_until bench-wide $(( $(left) - 70 )) --pair-rounds 0 --points "$WIDE_POINTS"
 pairs=""
 [ -n "$passed" ] && pairs="best,tilelang"
 [ -n "${GLMCHECK_FLASHMLA_LIB:-}" ] && pairs="${pairs:+$pairs;}best,flashmla+len"
-if [ -n "$pairs" ]; then
+if [ -n "$pairs" ] && [ "${PAIRED:-1}" != 0 ]; then
   bench_until bench-paired $(( $(left) - 10 )) --pair-rounds 5 --paired "$pairs" \
     --points 1x2048:64,1x2048:128,1x8192:64,1x8192:96,1x8192:128
 fi
