@@ -1,5 +1,6 @@
-"""The house's layering holds (issue 72): no package of glmcheck/ imports one that imports it back (directly or
-round a longer loop: function-level imports count too), `checks/` reads no command line and names no module by
+"""The house's layering holds (issue 72): no package of glmcheck/ imports one that imports it back, and no module
+another module that imports it back, inside one package too (directly or round a longer loop: function-level
+imports count too), `checks/` reads no command line and names no module by
 string, and `glmcheck.evaluate`'s lazy names are never shadowed by a submodule of the same name."""
 
 from __future__ import annotations
@@ -103,3 +104,25 @@ def test_no_lazy_name_of_evaluate_is_a_module_name():
     for name, module in evaluate._WHERE.items():
         assert module in modules, name
         assert callable(getattr(evaluate, name)) and not isinstance(getattr(evaluate, name), type(evaluate)), name
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the glmcheck modules it imports} over every module of glmcheck/ but the packages' faces
+    (`__init__.py`, which gather their submodules' names): `from a import b` is an arrow to the module a.b where
+    there is one, else to a."""
+    modules = {".".join(("glmcheck", *p.relative_to(PACKAGE).with_suffix("").parts))
+               for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        mine = ".".join(("glmcheck", *path.relative_to(PACKAGE).with_suffix("").parts))
+        for name in _imports(path):
+            if name in modules and name != mine:
+                graph[mine].add(name)
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Within a package too (checkpoint <-> checkpoint_shard, plots <-> plot_logits were such loops)."""
+    assert loops(module_graph()) == []
