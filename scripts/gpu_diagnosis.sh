@@ -9,10 +9,7 @@ set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_diagnosis.sh OUTDIR}" && cd "$1" && pwd)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 source scripts/gpu_env.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
-  'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1
-cat "$out/versions.txt"
+gpu_versions "$out/versions.txt"
 wall() {  # NAME CMD...: timed, output to OUTDIR/NAME.txt
   local name=$1; shift; local start rc; start=$(date +%s%N)
   "$@" > "$out/$name.txt" 2>&1; rc=$?

@@ -13,10 +13,7 @@ out=$(mkdir -p "${1:?usage: gpu_engine_calls.sh OUTDIR}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 start=$(date +%s); deadline=$(( start + ${BUDGET:-520} ))
-{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
-  'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1
-cat "$out/versions.txt"
+gpu_versions "$out/versions.txt"
 run() {  # NAME ARGS...: `python3 -m glmcheck ARGS --out OUT/rec-NAME`, timed, cut at the deadline; its lines printed
   local name=$1; shift; local left=$(( deadline - $(date +%s) )) began rc
   if (( left < 30 )); then echo "=== $name: skipped (budget spent)"; return; fi

@@ -1,6 +1,6 @@
 # Sourced by the scripts/gpu_*.sh steps, from the repository root of a device call: the GPU, not the interpreter;
 # FlashMLA from the carried .flashmla/ when present; the carried wheels of .whl/ (installed once to /tmp/site)
-# on PYTHONPATH after whatever the caller put there.
+# on PYTHONPATH after whatever the caller put there; `gpu_versions FILE` records the machine and versions.
 unset TRITON_INTERPRET
 export PYTHONUNBUFFERED=1
 [ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
@@ -8,3 +8,9 @@ if [ -d .whl ]; then
   [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
 fi
+gpu_versions() {  # FILE: the date, the GPU (name, driver, memory) and torch / triton / transformers to FILE, printed
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+    python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
+    'transformers', transformers.__version__)"; } > "$1" 2>&1
+  cat "$1"
+}

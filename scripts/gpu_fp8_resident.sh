@@ -15,10 +15,7 @@ set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_fp8_resident.sh OUTDIR}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
-{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
-  python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,
-  'transformers', transformers.__version__)"; } > "$out/versions.txt" 2>&1
-cat "$out/versions.txt"
+gpu_versions "$out/versions.txt"
 rehearse() {  # NAME LIMIT ARGS...: one rehearsal, its output in OUTDIR/NAME.txt, its record in OUTDIR/rec-NAME
   local name=$1 limit=$2; shift 2; local start rc; start=$(date +%s%N)
   timeout "$limit" python3 -m glmcheck "$@" --model glm-5.2 --tp 8 --weights fp8 --rehearse-rank 0 --baseline none \
