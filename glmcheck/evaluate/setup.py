@@ -22,7 +22,7 @@ from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
 from glmcheck.kernels.fp8 import pool_bytes as fp8_pool_bytes
 from glmcheck.model.engine_calls import EngineCalls
 from glmcheck.model.engine_pool import needed_rows, pool_memory
-from glmcheck.model.engine_shape import DEFAULT_REQUESTS, check_pool_rows, engine_shape
+from glmcheck.model.engine_shape import DEFAULT_REQUESTS, engine_shape
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits, fits_device
 from glmcheck.process.phases import CLOCK
@@ -165,14 +165,13 @@ class Setup:
             self.spec = replace(self.spec, weights="bf16" if bf16_fits else "fp8")
 
     def _pool_bytes(self, tokens: int) -> int:
-        """Under --calls serving, the bytes of the pool a prompt of `tokens` tokens gets (ValueError naming
-        --pool-rows when a given pool cannot hold it; a default grows); 0 for one-shot calls."""
+        """Under --calls serving, the bytes of the pool a prompt of `tokens` tokens gets (`EngineShape.resolved`:
+        ValueError naming --pool-rows when a given pool cannot hold it; a default grows); 0 for one-shot calls."""
         if self.options.engine is None:
             return 0
         shape, dense = self.options.engine.shape, self.options.dense_threshold
         topk = tokens if dense is not None and tokens <= dense else min(self.config.index_topk, tokens)
         needed = needed_rows(tokens, topk, shape.requests or DEFAULT_REQUESTS)
-        check_pool_rows(shape.pool_rows, needed)
         d_qk, d_rope = self.config.kv_lora_rank + self.config.qk_rope_head_dim, self.config.qk_rope_head_dim
         fp8 = fp8_pool_bytes(d_qk, d_rope) if self.options.kv_cache_dtype else None
         return pool_memory(shape.resolved(self.device.type, d_qk, needed).pool_rows, d_qk, fp8)
