@@ -34,3 +34,4 @@ if [ "${RATES:-1}" = 1 ]; then
     --base triton_sparse_mla --seeds "${SEEDS:-2}"
   tail -n 40 "$out/rates.txt"
 fi
+gpu_pack "$out"

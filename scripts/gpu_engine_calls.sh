@@ -39,3 +39,4 @@ run layer0-8192-fp8-serving-c2048 layer0 --model ref-gpu --tokens 8192 --calls s
 run layer0-8192-serving-r4 layer0 --model ref-gpu --tokens 8192 --calls serving --chunk 2048 --requests 4
 run logits-4096-serving-c1024 logits --model ref-gpu --tokens 4096 --calls serving --chunk 1024
 echo "=== total $(( $(date +%s) - start )) s"
+gpu_pack "$out"

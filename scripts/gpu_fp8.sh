@@ -32,3 +32,4 @@ for step in ${STEPS:-tests layer0 bench}; do
              echo "=== dequantiser and FP8 bench tests on the GPU: rc $?"; tail -n 8 "$out/pytest-dequant.txt" ;;
   esac
 done
+gpu_pack "$out"

@@ -70,3 +70,4 @@ if (out / "refgpu.json").exists():
         f"{c}: rows equal {v['rows_equal']}, per-backend rows equal {v['extra_equal']}, verdicts {v['verdicts']}"
         for c, v in g.items()))
 EOF
+gpu_pack "$out"

@@ -36,3 +36,4 @@ for seed in $(seq 1 "${SWEEP_SEEDS:-0}"); do
     --quiet --out "$out/rec-sweep-seed$seed"
   grep -E "^\| triton|^\| flashmla" "$out/sweep-seed$seed.txt" | tail -n 5
 done
+gpu_pack "$out"
