@@ -112,6 +112,10 @@ def test_every_check_takes_the_calls_and_records_the_shape(tmp_path):
     (["layer0", "--calls", "serving", "--pool-rows", "64", "--tokens", "128"], "--pool-rows 64: .* need at least"),
     (["layer0", "--calls", "serving", "--pool-rows", str(2**31 - 64), "--model", "tiny", "--tokens", "32"],
      r"--tokens 32: .* GiB \(weights, activations and the --calls serving pool, `glmcheck plan`\), more than"),
+    (["plan", "--calls", "serving", "--pool-rows", "100"], "--pool-rows must be a multiple of 64"),
+    (["plan", "--calls", "serving", "--pool-rows", "64"], "--pool-rows 64: the prompt's pages .* need at least 8256"),
+    (["plan", "--pool-rows", "4096"], "--pool-rows shape the engine's calls: give them with --calls serving"),
+    (["plan", "--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3 sizes the pool of --calls serving"),
     (["selftest", "--calls", "serving"], "--calls applies to the verdict-rates run only"),
     (["selftest", "--model", "ref-cpu", "--power", "--calls", "serving"], "--calls applies to the verdict rates"),
 ])

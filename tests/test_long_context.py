@@ -1,6 +1,6 @@
 """Long prompts (CPU): the chunked DSA indexer is transformers' top-k bit for bit (on the GPU too, at GLM-5.2's
 and ref-gpu's indexer geometry), nothing on the absorbed path grows with T^2, and the memory plan is linear in T
-there and bounds the dense hf_* paths."""
+there and bounds the dense hf_* paths; under --calls serving it adds the GPU's paged KV pool."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from transformers import DynamicCache
 
 from glmcheck.backends.reference import sparse_mla_reference
 from glmcheck.backends.registry import Backend
+from glmcheck.evaluate import memory_plan
 from glmcheck.model import build_dummy_model, make_config, use_backend
 from glmcheck.model import memory as plan_module
 from glmcheck.model.absorbed import kernel_indices
 from glmcheck.model.checkpoint import load_checkpoint_model
 from glmcheck.model.checkpoint_files import read_config
+from glmcheck.model.engine_pool import filler_rows, pool_memory, serving_pool
+from glmcheck.model.engine_shape import CPU_POOL_ROWS, GPU_POOL_ROWS, EngineShape
 from glmcheck.model.indexer_chunks import (
     INDEX_BUDGET_BYTES,
     causal_standin,
@@ -300,3 +303,65 @@ def test_plan_command_prints_every_path(capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| glm-5.2")]
     assert len(rows) == 3 and "absorbed" in rows[0] and "| yes " in rows[0]
     assert "hf_sdpa" in rows[1] and "| no " in rows[1] and "hf_eager" in rows[2]
+
+
+def test_plan_calls_prefill_is_todays_plan():
+    """`--calls prefill` (the default): no pool column, term or record field; each total is the three terms."""
+    report = memory_plan("glm-5.2", tp=8, tokens=4096)
+    assert memory_plan("glm-5.2", tp=8, tokens=4096, calls="prefill").render() == report.render()
+    header = [cell.strip() for cell in report.render().splitlines()[0].split("|")[1:-1]]
+    assert header == ["preset", "layers", "tp", "attention", "params total", "params / rank", "weights / rank",
+                      "activations @4096", "total / rank", "fits 141 GiB", "max layers that fit", "max tokens that fit"]
+    assert "pool" not in report.render() and "calls" not in report.options
+    for row in report.rows:
+        assert "pool_gib" not in row and "pool_rows" not in row
+        assert row["total_gib_per_rank"] == row["weights_gib_per_rank"] + row["transient_gib"] + row["activations_gib"]
+
+
+def test_plan_calls_serving_adds_the_gpu_pool_on_the_absorbed_path():
+    """glm-5.2 at TP 8, 4096 tokens: the GPU's default pool (2^22 rows of d_qk 576) on the absorbed row, exactly
+    `pool_memory`'s bytes, its FP8 form larger; the dense hf_* rows are called one-shot and hold none."""
+    prefill = memory_plan("glm-5.2", tp=8, tokens=4096)
+    serving = memory_plan("glm-5.2", tp=8, tokens=4096, calls="serving")
+    fp8 = memory_plan("glm-5.2", tp=8, tokens=4096, calls="serving", kv_cache_dtype="fp8_e4m3")
+    for report, row_bytes in ((serving, None), (fp8, 656)):
+        absorbed = report.rows[0]
+        assert absorbed["pool_rows"] == GPU_POOL_ROWS == 2**22
+        assert absorbed["pool_gib"] * GIB == pool_memory(GPU_POOL_ROWS, 576, row_bytes)
+        added = absorbed["total_gib_per_rank"] - prefill.rows[0]["total_gib_per_rank"]
+        assert abs(added * GIB - pool_memory(GPU_POOL_ROWS, 576, row_bytes)) < 1e3
+        assert [row["pool_gib"] for row in report.rows[1:]] == [0, 0]
+        assert [row["total_gib_per_rank"] for row in report.rows[1:]] == [
+            row["total_gib_per_rank"] for row in prefill.rows[1:]]
+        assert "| serving pool |" in report.render() and f"{2**22:,} rows" in report.render()
+        assert report.options["calls"] == "serving"
+    assert fp8.rows[0]["pool_gib"] > serving.rows[0]["pool_gib"] > 4
+
+
+def test_plan_calls_serving_fits_fewer_tokens_and_follows_the_pool_rows():
+    """The largest prompt that fits is no longer with the pool (FP8 weights resident: it fits); a given --pool-rows
+    caps it where its pages run out; a default pool grows with the prompt (Setup's rule, `serving_pool`)."""
+    longest = {calls: memory_plan("glm-5.2", tp=8, tokens=4096, weights="fp8", calls=calls).rows[0]["max_tokens"]
+               for calls in ("prefill", "serving")}
+    assert 4096 < longest["serving"] < longest["prefill"]
+    fp8_pool = memory_plan("glm-5.2", tp=8, tokens=4096, weights="fp8", calls="serving", kv_cache_dtype="fp8_e4m3")
+    assert fp8_pool.rows[0]["max_tokens"] < longest["serving"]
+    capped = memory_plan("glm-5.2", tp=8, tokens=4096, weights="fp8", calls="serving", pool_rows=16384)
+    assert capped.rows[0]["max_tokens"] == 16384 - filler_rows(2048)  # the prompt's pages and one other request's
+    config = make_config("glm-5.2")
+    fills_half = 2**21 - filler_rows(2048)  # the prompt's pages and the other request's: half the default pool
+    assert serving_pool(config, EngineShape(), fills_half, "cuda")[0] == GPU_POOL_ROWS
+    assert serving_pool(config, EngineShape(), fills_half + 1, "cuda")[0] == GPU_POOL_ROWS + 128  # a page more, x2
+    assert serving_pool(config, EngineShape(), 64, "cpu")[0] == CPU_POOL_ROWS  # a check's default on the CPU
+
+
+def test_plan_refuses_bad_serving_options_naming_the_argument():
+    for options, words in (({"calls": "batch"}, "calls must be one of prefill, serving"),
+                           ({"pool_rows": 4096}, "pool_rows shape the engine's calls: give them with calls serving"),
+                           ({"calls": "serving", "pool_rows": 100}, "pool_rows must be a multiple of 64"),
+                           ({"calls": "serving", "pool_rows": 64}, "pool_rows 64: the prompt's pages"),
+                           ({"calls": "serving", "requests": 65}, "requests must be at most 64"),
+                           ({"calls": "serving", "kv_cache_dtype": "fp8"}, "kv_cache_dtype must be one of"),
+                           ({"kv_cache_dtype": "fp8_e4m3"}, "kv_cache_dtype fp8_e4m3 sizes the pool of calls serving")):
+        with pytest.raises(ValueError, match=words):
+            memory_plan("glm-5.2", tp=8, tokens=4096, **options)

@@ -57,6 +57,8 @@ def test_plan_is_a_report_whose_record_is_rejudged(tmp_path, capsys):
     assert fits.verdict == "PASS" and [row["path"] for row in fits.rows] == ["absorbed", "hf_sdpa", "hf_eager"]
     assert _reprinted(fits, tmp_path / "fits", capsys).strip() == fits.render().strip()
     assert_tampering_refused(tmp_path / "fits", tmp_path, capsys)
+    serving = memory_plan("glm-5.2", tp=8, tokens=4096, weights="fp8", calls="serving")  # its pool in the totals
+    assert _reprinted(serving, tmp_path / "serving", capsys).strip() == serving.render().strip()
     full = memory_plan("glm-5.2", tp=1, tokens=4096)
     assert full.verdict == "FAIL" and full.exit_code == 1 and not full.rows[0]["fits"]
     _reprinted(full, tmp_path / "full", capsys)

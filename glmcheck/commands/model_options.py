@@ -50,8 +50,7 @@ def add_model_options(parser: argparse.ArgumentParser, command: str = "") -> Non
     default_band = SWEEP_BAND if command == "sweep" else DEFAULT_BAND
     parser.add_argument("--band", type=int, default=None, metavar="N",
                         help=f"ideal variants in the noise band (default {default_band})")
-    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"], metavar="DTYPE",
-                        help="bf16 or fp8_e4m3 (DSA's FP8 pool)")
+    add_kv_cache_option(parser)
     parser.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
     add_form_options(parser)
     add_engine_options(parser)
@@ -95,12 +94,19 @@ def add_form_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS, help=argparse.SUPPRESS)
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
+def add_kv_cache_option(parser: argparse.ArgumentParser) -> None:
+    """--kv-cache-dtype: bf16, or fp8_e4m3 (DSA's FP8 KV pool); None when not given (the checks and `glmcheck plan`)."""
+    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"], metavar="DTYPE",
+                        help="bf16 or fp8_e4m3 (DSA's FP8 pool)")
+
+
+def add_engine_options(parser: argparse.ArgumentParser, *, chunk: bool = True) -> None:
     """--calls/--chunk/--pool-rows/--requests: how each backend is called (docs/checks.md, "Engine-shaped calls");
-    the last three are named in the --help's epilog (MORE_OPTIONS)."""
+    the last three are named in the --help's epilog (MORE_OPTIONS). Without `chunk` no --chunk (`glmcheck plan`,
+    whose activation estimate bounds the one-shot call, larger than a chunk's)."""
     parser.add_argument("--calls", default="prefill", choices=shape.CALLS,
                         help="prefill (default) or serving: an engine's chunked extend over a paged pool")
-    for name in ("--chunk", "--pool-rows", "--requests"):
+    for name in ("--chunk", "--pool-rows", "--requests")[0 if chunk else 1:]:
         parser.add_argument(name, type=int, default=None, help=argparse.SUPPRESS)
 
 

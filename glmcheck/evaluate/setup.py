@@ -19,10 +19,9 @@ from glmcheck.checks.band import DEFAULT_BAND, Gate
 from glmcheck.checks.runner import SwapOptions
 from glmcheck.evaluate.arguments import check_band, check_count
 from glmcheck.evaluate.options import EXACT, GPU_TOKENS, CheckOptions
-from glmcheck.kernels.fp8 import pool_bytes as fp8_pool_bytes
 from glmcheck.model.engine_calls import EngineCalls
-from glmcheck.model.engine_pool import needed_rows, pool_memory
-from glmcheck.model.engine_shape import DEFAULT_REQUESTS, engine_shape
+from glmcheck.model.engine_pool import serving_pool
+from glmcheck.model.engine_shape import engine_shape
 from glmcheck.model.load import ModelSpec, resolve_model
 from glmcheck.model.memory import check_fits, fits_device
 from glmcheck.process.phases import CLOCK
@@ -165,16 +164,14 @@ class Setup:
             self.spec = replace(self.spec, weights="bf16" if bf16_fits else "fp8")
 
     def _pool_bytes(self, tokens: int) -> int:
-        """Under --calls serving, the bytes of the pool a prompt of `tokens` tokens gets (`EngineShape.resolved`:
-        ValueError naming --pool-rows when a given pool cannot hold it; a default grows); 0 for one-shot calls."""
+        """Under --calls serving, the bytes of the pool a prompt of `tokens` tokens gets on this device
+        (`engine_pool.serving_pool`: ValueError naming --pool-rows when a given pool cannot hold it; a default
+        grows); 0 for one-shot calls."""
         if self.options.engine is None:
             return 0
-        shape, dense = self.options.engine.shape, self.options.dense_threshold
-        topk = tokens if dense is not None and tokens <= dense else min(self.config.index_topk, tokens)
-        needed = needed_rows(tokens, topk, shape.requests or DEFAULT_REQUESTS)
-        d_qk, d_rope = self.config.kv_lora_rank + self.config.qk_rope_head_dim, self.config.qk_rope_head_dim
-        fp8 = fp8_pool_bytes(d_qk, d_rope) if self.options.kv_cache_dtype else None
-        return pool_memory(shape.resolved(self.device.type, d_qk, needed).pool_rows, d_qk, fp8)
+        return serving_pool(self.config, self.options.engine.shape, tokens, self.device.type,
+                            fp8=self.options.kv_cache_dtype is not None,
+                            dense_threshold=self.options.dense_threshold)[1]
 
     def check_cpu_time(self, lengths: list[int], option: str | None = None, *, each: int = 1) -> None:
         """On the CPU, ValueError naming `option` (default the argument `tokens`) when the check's forwards, every

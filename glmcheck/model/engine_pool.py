@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from glmcheck.model.engine_shape import PAGE, EngineShape
+from glmcheck.kernels.fp8 import pool_bytes as fp8_pool_bytes
+from glmcheck.model.engine_shape import DEFAULT_REQUESTS, PAGE, EngineShape
+
+if TYPE_CHECKING:
+    from transformers import GlmMoeDsaConfig
 
 FILLER_EXTEND = 8  # the most tokens another request extends by in one call (1: a decode token)
 FILLER_CONTEXT = 2  # its cached prefix: up to this many x top-k rows
@@ -48,6 +53,20 @@ def pool_memory(pool_rows: int, d_qk: int, fp8_row_bytes: int | None = None) -> 
     """Bytes one forward's pool holds (`EnginePool`): its bf16 rows [R, d_qk], its FP8 form [R, fp8_row_bytes]
     under an FP8 KV cache, and the int64 row draw that fills it (transient, at its build)."""
     return pool_rows * (2 * d_qk + (fp8_row_bytes or 0) + 8)
+
+
+def serving_pool(config: GlmMoeDsaConfig, shape: EngineShape, tokens: int, device_type: str, *, fp8: bool = False,
+                 dense_threshold: int | None = None) -> tuple[int, int]:
+    """(rows, bytes) of the pool one forward of a `tokens`-token prompt holds under `shape` on `device_type` ("cpu"
+    or "cuda"): the rows `EngineShape.resolved` gives for what the prompt's pages and the other requests' need (top-k
+    min(index_topk, T), or T where `dense_threshold` makes the layers dense; a default pool grows to twice that),
+    their bytes `pool_memory` with the FP8 form under an FP8 KV cache (`fp8`). ValueError naming --pool-rows when a
+    given pool cannot hold them. The one rule `Setup` (a check's memory check) and `glmcheck plan` both use."""
+    topk = tokens if dense_threshold is not None and tokens <= dense_threshold else min(config.index_topk, tokens)
+    needed = needed_rows(tokens, topk, shape.requests or DEFAULT_REQUESTS)
+    d_qk, d_rope = config.kv_lora_rank + config.qk_rope_head_dim, config.qk_rope_head_dim
+    rows = shape.resolved(device_type, d_qk, needed).pool_rows
+    return rows, pool_memory(rows, d_qk, fp8_pool_bytes(d_qk, d_rope) if fp8 else None)
 
 
 @dataclass(frozen=True)

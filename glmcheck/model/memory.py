@@ -15,7 +15,7 @@ and indexer scores, so they are bounded separately (`check_fits(..., backends=..
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from transformers import GlmMoeDsaConfig
@@ -46,10 +46,12 @@ class MemoryPlan:
     scales_gib: float = 0.0
     dense_gib: float = 0.0
     transient_gib: float = 0.0  # fp8: the largest module's weights dequantised at once, beside the held ones
+    pool_gib: float = 0.0  # --calls serving: the paged KV pool held through each forward (0: one-shot calls)
+    pool_rows: int = 0  # ... its rows at `tokens`
 
     @property
     def total_gib_per_rank(self) -> float:
-        return self.weights_gib_per_rank + self.transient_gib + self.activations_gib
+        return self.weights_gib_per_rank + self.transient_gib + self.activations_gib + self.pool_gib
 
     @property
     def fits(self) -> bool:
@@ -136,12 +138,18 @@ def activation_bytes(config: GlmMoeDsaConfig, tp: int, tokens: int, path: str = 
     return sum(terms.values()) + layer
 
 
-def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "absorbed", limit: int = 1 << 24) -> int:
-    """The longest prompt (at most `limit` tokens) whose activations on `path` fit `budget` bytes; 0 if none."""
+PoolSize = Callable[[int], "tuple[int, int] | None"]  # tokens -> (rows, bytes) of its pool; None: it cannot hold them
+
+
+def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "absorbed", limit: int = 1 << 24,
+               pool: PoolSize | None = None) -> int:
+    """The longest prompt (at most `limit` tokens) whose activations on `path`, and the pool `pool` gives it (its
+    bytes non-decreasing in the length, None past what a given pool holds), fit `budget` bytes; 0 if none."""
     low, high = 0, limit
     while low < high:
         mid = (low + high + 1) // 2
-        if activation_bytes(config, tp, mid, path) <= budget:
+        size = pool(mid) if pool is not None else (0, 0)
+        if size is not None and activation_bytes(config, tp, mid, path) + size[1] <= budget:
             low = mid
         else:
             high = mid - 1
@@ -149,25 +157,31 @@ def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "abs
 
 
 def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 141.0,
-                path: str = "absorbed", weights: str = "bf16") -> MemoryPlan:
+                path: str = "absorbed", weights: str = "bf16", pool: PoolSize | None = None) -> MemoryPlan:
     """Per-rank memory of `config` at TP degree `tp` for a prefill of `tokens` tokens on `path`
     (`activation_terms`: "absorbed", "hf_sdpa" or "hf_eager"), the weights held as `weights` ("bf16", or "fp8":
-    FP8 weights resident, `weight_bytes`)."""
+    FP8 weights resident, `weight_bytes`). `pool`: under --calls serving, (rows, bytes) of the paged KV pool a
+    prompt of T tokens holds through each forward (`glmcheck.model.engine_pool.serving_pool`; None where a given
+    pool cannot hold it), counted in the total and in the layers and the longest prompt that fit."""
     if tp < 1 or tokens < 1 or gpu_gib <= 0:
         raise ValueError(f"tp and tokens must be positive and gpu_gib > 0, got {tp}, {tokens}, {gpu_gib}")
     check_divisible(config, tp)
     held = rank_weights(config, tp, weights)
     activations = activation_bytes(config, tp, tokens, path)
-    budget = HEADROOM * gpu_gib * GIB - held.other_bytes - activations
+    size = pool(tokens) if pool is not None else (0, 0)
+    if size is None:
+        raise ValueError(f"pool: the pool cannot hold a prompt of {tokens} tokens")
+    pool_rows, pooled = size
+    budget = HEADROOM * gpu_gib * GIB - held.other_bytes - activations - pooled
     max_layers, used = 0, 0
     for size in held.layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
         if used + size + held.transient(max_layers + 1) > budget:
             break
         used, max_layers = used + size, max_layers + 1
-    longest = max_tokens(config, tp, HEADROOM * gpu_gib * GIB - held.held - held.transient(), path)
+    longest = max_tokens(config, tp, HEADROOM * gpu_gib * GIB - held.held - held.transient(), path, pool=pool)
     return MemoryPlan(config.num_hidden_layers, tp, tokens, held.params_total, held.params_per_rank, held.held / GIB,
                       activations / GIB, gpu_gib, max_layers, path, longest, weights, held.codes / GIB,
-                      held.scales / GIB, held.dense / GIB, held.transient() / GIB)
+                      held.scales / GIB, held.dense / GIB, held.transient() / GIB, pooled / GIB, pool_rows)
 
 
 def device_bytes(device) -> int:
