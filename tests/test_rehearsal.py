@@ -67,3 +67,18 @@ def test_a_rank_outside_tp_is_one_line(tmp_path, capsys, args, words):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "x").exists()
+
+
+def test_under_serving_calls_the_plan_beside_a_rehearsal_holds_the_pool():
+    """--calls serving: the plan each rehearsed forward is set against counts the pool those forwards hold
+    (`serving_pool` on this device), on top of the one-shot plan."""
+    from glmcheck.model.engine_pool import serving_pool
+    from glmcheck.model.engine_shape import EngineShape
+
+    one_shot = evaluate.layer0(options(rehearse_rank=0), tokens=32).extra["rehearsal"]["forwards"][0]
+    rank = evaluate.layer0(options(rehearse_rank=0, calls="serving"), tokens=32)
+    forward = rank.extra["rehearsal"]["forwards"][0]
+    config = evaluate.setup.Setup(options(), layer0_only=True, one_prompt=True, tokens=32).config
+    rows, pooled = serving_pool(config, EngineShape(), 32, "cpu")
+    assert rows > 0 and forward["plan_pool"] == pooled and one_shot["plan_pool"] == 0
+    assert abs(forward["plan"] - one_shot["plan"] - pooled) <= 2  # GiB rounding of the terms

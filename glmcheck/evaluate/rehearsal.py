@@ -2,9 +2,9 @@
 alone on one device, its all-reduces replaced by the identity, running a check's forwards end to end. It answers
 "will rank R of this run fit, and how long is a forward" from one device: the weights held after the build, each
 forward's peak memory (allocator and device, `glmcheck.model.forward_meter`) and time, against `glmcheck plan`'s
-estimate for that prompt (`memory.plan_memory`, the same format). The model's numbers are a partial sum of one
-rank's heads and MLP slices: meaningless; the report has no verdict (REHEARSAL, exit 4, every row's verdict '-')
-and its record a `rehearsal` field.
+estimate for that prompt (`memory.plan_memory`, the same format; under --calls serving with the pool's term). The
+model's numbers are a partial sum of one rank's heads and MLP slices: meaningless; the report has no verdict
+(REHEARSAL, exit 4, every row's verdict '-') and its record a `rehearsal` field.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ def measured(setup) -> dict:
         groups.setdefault((record.tokens, record.path), []).append(record)
     forwards = []
     for (tokens, path), records in groups.items():
-        plan = plan_memory(setup.config, tp, tokens, device_total / GIB, path, setup.spec.weights)
+        serving = setup.options.engine is not None and path == "absorbed"  # hf_* rows are never engine-shaped
+        plan = plan_memory(setup.config, tp, tokens, device_total / GIB, path, setup.spec.weights,
+                           pool=setup.pool_size if serving else None)
         seconds = [r.seconds for r in records]
         allocated = [r.allocated for r in records if r.allocated is not None]
         forwards.append({"tokens": tokens, "path": path, "forwards": len(records),
@@ -70,7 +72,8 @@ def measured(setup) -> dict:
                          "plan": round(plan.total_gib_per_rank * GIB),
                          "plan_weights": round(plan.weights_gib_per_rank * GIB),
                          "plan_transient": round(plan.transient_gib * GIB),
-                         "plan_activations": round(plan.activations_gib * GIB)})
+                         "plan_activations": round(plan.activations_gib * GIB),
+                         "plan_pool": round(plan.pool_gib * GIB)})
     peak_allocated, peak_device = meter.run_peaks()
     return {"rank": rank, "tp": tp, "device": str(setup.device), "device_bytes": device_total,
             "weights": setup.spec.weights, "build_seconds": setup.built["seconds"], "held": setup.built["held"],

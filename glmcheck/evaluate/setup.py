@@ -163,15 +163,18 @@ class Setup:
             bf16_fits = fits_device(self.config, self.longest, self.device, tp=self.shard_tp, weights="bf16")
             self.spec = replace(self.spec, weights="bf16" if bf16_fits else "fp8")
 
-    def _pool_bytes(self, tokens: int) -> int:
-        """Under --calls serving, the bytes of the pool a prompt of `tokens` tokens gets on this device
+    def pool_size(self, tokens: int) -> tuple[int, int] | None:
+        """Under --calls serving, (rows, bytes) of the pool a prompt of `tokens` tokens gets on this device
         (`engine_pool.serving_pool`: ValueError naming --pool-rows when a given pool cannot hold it; a default
-        grows); 0 for one-shot calls."""
+        grows); None for one-shot calls."""
         if self.options.engine is None:
-            return 0
+            return None
         return serving_pool(self.config, self.options.engine.shape, tokens, self.device.type,
-                            fp8=self.options.kv_cache_dtype is not None,
-                            dense_threshold=self.options.dense_threshold)[1]
+                            fp8=self.options.kv_cache_dtype is not None, dense_threshold=self.options.dense_threshold)
+
+    def _pool_bytes(self, tokens: int) -> int:
+        size = self.pool_size(tokens)
+        return 0 if size is None else size[1]
 
     def check_cpu_time(self, lengths: list[int], option: str | None = None, *, each: int = 1) -> None:
         """On the CPU, ValueError naming `option` (default the argument `tokens`) when the check's forwards, every
