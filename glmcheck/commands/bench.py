@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from glmcheck.bench.names import DEFAULT_POINTS, INDEX_MODES, TIMINGS
+from glmcheck.commands.model_options import add_kv_cache_option
 from glmcheck.evaluate.arguments import check_experts, check_layers, check_out_dir
 
 
@@ -56,10 +57,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=None, help="record directory (default runs/bench-<timestamp>); an existing record "
                                                "or non-empty directory is refused unless --overwrite")
     p.add_argument("--overwrite", action="store_true", help="replace the record in --out")
-    p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
-                   help="fp8_e4m3: the rows are DSA's FP8 pool; our paths timed on its values and with the "
-                        "dequantisation in the call (+deq), FlashMLA's FP8 decode kernel (flashmla_kv) on the pool; "
-                        "with --model every row over the FP8 pool and a flashmla_kv row")
+    add_kv_cache_option(p, "fp8_e4m3: the rows are DSA's FP8 pool; our paths timed on its values and with the "
+                           "dequantisation in the call (+deq), FlashMLA's FP8 decode kernel (flashmla_kv) on the "
+                           "pool; with --model every row over the FP8 pool and a flashmla_kv row")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(handler=handle, precheck=precheck)
 

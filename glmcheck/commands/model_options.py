@@ -94,10 +94,10 @@ def add_form_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference-impl", default=None, choices=forms.REFERENCE_IMPLS, help=argparse.SUPPRESS)
 
 
-def add_kv_cache_option(parser: argparse.ArgumentParser) -> None:
-    """--kv-cache-dtype: bf16, or fp8_e4m3 (DSA's FP8 KV pool); None when not given (the checks and `glmcheck plan`)."""
-    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"], metavar="DTYPE",
-                        help="bf16 or fp8_e4m3 (DSA's FP8 pool)")
+def add_kv_cache_option(parser: argparse.ArgumentParser, text: str = "bf16 or fp8_e4m3 (DSA's FP8 pool)") -> None:
+    """--kv-cache-dtype: bf16, or fp8_e4m3 (DSA's FP8 KV pool); None when not given. Every command that takes it
+    (the checks, plan, selftest, bench, serve) adds it here, each with its own help `text`."""
+    parser.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"], metavar="DTYPE", help=text)
 
 
 def add_engine_options(parser: argparse.ArgumentParser, *, chunk: bool = True) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from glmcheck.commands.model_options import add_kv_cache_option
 from glmcheck.evaluate.selftest_rates import RATES_DEFAULTS
 from glmcheck.selftest.mutants import mutant_names
 
@@ -41,9 +42,8 @@ def add_parser(sub) -> None:
     for flag, default, help_text in RATES_OPTIONS:
         p.add_argument(flag, type=str if flag == "--checks" else int, default=None,
                        help=f"{help_text} (default {default}; with --model or --checkpoint only)")
-    p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
-                   help="with --model / --checkpoint: fp8_e4m3 runs the rates over DSA's FP8 KV pool (the band's "
-                        "FP8 form; flashmla_kv is not among the rows)")
+    add_kv_cache_option(p, "with --model / --checkpoint: fp8_e4m3 runs the rates over DSA's FP8 KV pool "
+                           "(the band's FP8 form; flashmla_kv is not among the rows)")
     p.add_argument("--calls", default=None, choices=["prefill", "serving"],
                    help="with --model / --checkpoint: serving calls every backend as an engine's extend does (chunks, "
                         "a paged pool, packed requests, topk_length) and adds the shape-only faults")

@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 
+from glmcheck.commands.model_options import add_kv_cache_option
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_seed
 from glmcheck.model.names import model_names
 from glmcheck.model.trained import DEFAULT_MODEL
@@ -41,8 +42,7 @@ def add_parser(sub) -> None:
                         "entry point, or NAME=MODULE:FUNCTION / NAME=FILE.py:FUNCTION")
     p.add_argument("--device", default=None, help="cpu or cuda[:N] (default: cuda when present)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree emulated (divides the heads)")
-    p.add_argument("--kv-cache-dtype", default=None, choices=["bf16", "fp8_e4m3"],
-                   help="emulate an FP8 KV cache feeding the absorbed backends")
+    add_kv_cache_option(p, "bf16 or fp8_e4m3: emulate an FP8 KV cache feeding the absorbed backends")
     p.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (union off)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: a free one, printed)")
