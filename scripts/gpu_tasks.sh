@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # Issue 42 on the H200: the GPU trained model (ref-gpu) served by `glmcheck serve` with each built-in backend, judged by
 # `glmcheck tasks` on glmcheck_heldout_mc (all 400 questions) against the reference backend, its rerun the control.
-# The H200 lacks fastapi, starlette, uvicorn, pydantic(-core), annotated-types, typing-inspection, tenacity, lm-eval
-# and datasets (with dill, multiprocess): carry their py312 wheels in .whl (see the device README). lm-eval's wheel
-# is 9 MB, almost all of it its own task definitions, which glmcheck_heldout_mc does not use; with the tracked tree
-# that exceeds a device call's 64 MiB, so carry lm-eval repacked without the folders under lm_eval/tasks/ (its
-# RECORD pruned to match; ~0.3 MB). The tracked tree alone is ~59 MiB on disk, so even then the wheels do not fit:
-# carry them installed for py312 and packed with xz instead, as .gpu-carry/site.tar.xz (2.9 MB: pip install --no-deps
-# --target DIR --platform manylinux2014_x86_64 --python-version 3.12 --only-binary=:all: .whl/*.whl; tar -cJf), and
-# FlashMLA's library as .gpu-carry/flashmla.tar.xz (0.9 MB). Tables go to $OUT/tasks.log.
+# The H200 lacks fastapi, uvicorn, pydantic, lm-eval, datasets and their small dependencies: carry them installed for
+# py312 as .gpu-carry/site.tar.xz (3.3 MB), built by `bash scripts/make_gpu_site.sh` (the wheels themselves, beside the
+# ~59 MiB tracked tree, exceed a device call's 64 MiB; a .whl folder of wheels is still installed if carried instead),
+# and FlashMLA's library as .gpu-carry/flashmla.tar.xz (0.9 MB). Tables go to $OUT/tasks.log.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 if [ -f .gpu-carry/site.tar.xz ]; then

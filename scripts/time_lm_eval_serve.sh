@@ -4,8 +4,9 @@
 # the lm_eval command that prints (batch size 8, 4 requests in flight, --output_path --log_samples), timed.
 #   bash scripts/time_lm_eval_serve.sh [MODEL=ref-cpu] [BACKEND=triton_sparse_mla] [LIMIT=20]
 # Prints one line: "lm_eval --limit N against glmcheck serve MODEL/BACKEND on DEVICE: S s for R requests (P s a
-# request), acc A". On the H200 carry lm-eval and the server's packages as scripts/gpu_tasks.sh says
-# (.gpu-carry/site.tar.xz); the device is the server's default (cuda there, the CPU and Triton's interpreter here).
+# request), acc A". On the H200 carry lm-eval and the server's packages as .gpu-carry/site.tar.xz, built by
+# `bash scripts/make_gpu_site.sh`; the device is the server's default (cuda there, the CPU and Triton's interpreter
+# here).
 set -uo pipefail
 MODEL=${1:-ref-cpu}; BACKEND=${2:-triton_sparse_mla}; LIMIT=${3:-20}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
