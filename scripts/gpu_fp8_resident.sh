@@ -11,6 +11,8 @@
 #    twins' logits, bit for bit (scripts/gpu_fp8_resident.py paired).
 # 3. refgpu: layer0 and firsttoken on ref-gpu-fp8 with --weights fp8 and bf16: rows equal (... refgpu).
 # Prints a table per step and a summary last; records and logs under OUTDIR. STEPS picks steps (default all three).
+# LAYERS (default 78) cuts the rehearsal's logits model to fewer layers: on an 80 GB H100, where rank 0 of all 78
+# does not fit (`glmcheck plan --model glm-5.2 --tp 8 --weights fp8 --gpu-gib 80` gives the most that do).
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_fp8_resident.sh OUTDIR}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
@@ -26,8 +28,8 @@ rehearse() {  # NAME LIMIT ARGS...: one rehearsal, its output in OUTDIR/NAME.txt
 for step in ${STEPS:-rehearsal paired refgpu}; do
   case $step in
     rehearsal)
-      rehearse rehearse-logits-4096 120 logits --layers 78 --tokens 4096 --backends triton_sparse_mla --band 1
-      rehearse rehearse-logits-8192 140 logits --layers 78 --tokens 8192 --backends triton_sparse_mla --band 1
+      rehearse rehearse-logits-4096 120 logits --layers "${LAYERS:-78}" --tokens 4096 --backends triton_sparse_mla --band 1
+      rehearse rehearse-logits-8192 140 logits --layers "${LAYERS:-78}" --tokens 8192 --backends triton_sparse_mla --band 1
       rehearse rehearse-layer0 60 layer0 --tokens 4096 --backends triton_sparse_mla ;;
     paired)
       timeout 110 python3 scripts/gpu_fp8_resident.py paired "$out" > "$out/paired.txt" 2>&1
@@ -38,10 +40,10 @@ for step in ${STEPS:-rehearsal paired refgpu}; do
   esac
 done
 python3 - "$out" <<'EOF'
-import json, sys
+import json, os, sys
 from pathlib import Path
 out, gib = Path(sys.argv[1]), 2**30
-print("\n=== summary: rank 0 of glm-5.2 (78 layers for logits, layer 0 for layer0), TP 8, FP8 weights resident")
+print(f"\n=== summary: rank 0 of glm-5.2 ({os.environ.get('LAYERS', 78)} layers for logits, layer 0 for layer0), TP 8, FP8 weights resident")
 print("| check | tokens | forwards | s / forward (median, max) | allocator peak | device peak | plan | "
       "allocator / plan | device / 141 GiB | build s | held after build |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
