@@ -19,6 +19,7 @@ from glmcheck.model.fp8_resident import held_bytes, resident_tensors
 from glmcheck.model.trained import trained_checkpoint
 from glmcheck.model.weight_bytes import rank_weights
 from tests.support.checkpoints import FP8, add_tokenizer
+from tests.support.plan_table import plan_cells
 
 
 def dense_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -238,6 +239,9 @@ def test_auto_holds_an_fp8_checkpoint_resident_only_where_bf16_would_not_fit(mon
         assert setup.spec.weights == expected and setup.describe()["weights"] == "auto"
 
 
+ABSORBED = "absorbed (every swapped backend)"
+
+
 def test_plan_holds_glm52_at_tp8_in_fp8_with_room_for_8192_tokens(capsys):
     """`glmcheck plan --model glm-5.2 --tp 8 --weights fp8 --tokens 8192` fits (about 92 GiB of weights a rank); the
     bf16 plan is as before (179.0 GiB a rank, 51 of 78 layers at 8192 tokens)."""
@@ -245,15 +249,16 @@ def test_plan_holds_glm52_at_tp8_in_fp8_with_room_for_8192_tokens(capsys):
     from glmcheck.model.memory import plan_memory
 
     assert cli.main(["plan", "--model", "glm-5.2", "--tp", "8", "--weights", "fp8", "--tokens", "8192"]) == 0
-    absorbed = capsys.readouterr().out.splitlines()[2]
-    assert "| 92.0 GiB " in absorbed and "| yes " in absorbed, absorbed
+    absorbed = {term: cells[ABSORBED] for term, cells in plan_cells(capsys.readouterr().out).items()}
+    assert absorbed["weights / rank"] == "92.0 GiB" and absorbed["fits 141 GiB"] == "yes", absorbed
     fp8 = plan_memory(make_config("glm-5.2"), 8, 8192, weights="fp8")
     assert fp8.fits and fp8.max_layers == 78 and fp8.max_tokens > 16384
     assert 90 < fp8.weights_gib_per_rank < 95 and fp8.codes_gib > 80 and fp8.scales_gib < 0.1
     assert 1 < fp8.transient_gib < 4 and fp8.dense_gib < 6
     assert cli.main(["plan", "--model", "glm-5.2", "--tp", "8", "--tokens", "8192"]) == 1
-    absorbed = capsys.readouterr().out.splitlines()[2]
-    assert "| 179.0 GiB " in absorbed and "| no " in absorbed and "| 51 " in absorbed, absorbed
+    absorbed = {term: cells[ABSORBED] for term, cells in plan_cells(capsys.readouterr().out).items()}
+    assert (absorbed["weights / rank"], absorbed["fits 141 GiB"], absorbed["max layers that fit"]) == (
+        "179.0 GiB", "no", "51"), absorbed
 
 
 def test_to_bf16_gives_the_bf16_load():

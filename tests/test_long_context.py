@@ -35,6 +35,7 @@ from glmcheck.model.indexer_chunks import (
 from glmcheck.model.memory import activation_bytes, check_fits, plan_memory
 from glmcheck.model.swap import ABSORBED_IMPL, attention_modules
 from glmcheck.model.trained import MODELS_DIR
+from tests.support.plan_table import plan_cells
 
 GIB = 2**30
 
@@ -300,18 +301,20 @@ def test_plan_command_prints_every_path(capsys):
 
     assert cli.main(["plan", "--model", "glm-5.2", "--layers", "4", "--experts", "16", "--tp", "8", "--tokens", "65536",
                      "--gpu-gib", "141"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| glm-5.2")]
-    assert len(rows) == 3 and "absorbed" in rows[0] and "| yes " in rows[0]
-    assert "hf_sdpa" in rows[1] and "| no " in rows[1] and "hf_eager" in rows[2]
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 120, out
+    fits = plan_cells(out)["fits 141 GiB"]
+    assert fits == {"absorbed (every swapped backend)": "yes", "hf_sdpa (dense)": "no", "hf_eager (dense)": "no"}
+    assert out.startswith("glm-5.2: 4 layers at --tp 8, bf16 weights, one prefill of 65536 tokens")
 
 
 def test_plan_calls_prefill_is_todays_plan():
     """`--calls prefill` (the default): no pool column, term or record field; each total is the three terms."""
     report = memory_plan("glm-5.2", tp=8, tokens=4096)
     assert memory_plan("glm-5.2", tp=8, tokens=4096, calls="prefill").render() == report.render()
-    header = [cell.strip() for cell in report.render().splitlines()[0].split("|")[1:-1]]
-    assert header == ["preset", "layers", "tp", "attention", "params total", "params / rank", "weights / rank",
-                      "activations @4096", "total / rank", "fits 141 GiB", "max layers that fit", "max tokens that fit"]
+    assert list(plan_cells(report.render())) == [
+        "params total", "params / rank", "weights / rank", "activations @4096", "total / rank", "fits 141 GiB",
+        "max layers that fit", "max tokens that fit"]
     assert "pool" not in report.render() and "calls" not in report.options
     for row in report.rows:
         assert "pool_gib" not in row and "pool_rows" not in row
@@ -333,9 +336,13 @@ def test_plan_calls_serving_adds_the_gpu_pool_on_the_absorbed_path():
         assert [row["pool_gib"] for row in report.rows[1:]] == [0, 0]
         assert [row["total_gib_per_rank"] for row in report.rows[1:]] == [
             row["total_gib_per_rank"] for row in prefill.rows[1:]]
-        assert "| serving pool |" in report.render() and f"{2**22:,} rows" in report.render()
+        pool = plan_cells(report.render())["serving pool"]
+        assert list(pool.values())[1:] == ["-", "-"] and f"{2**22:,} rows" in report.render()
+        assert pool["absorbed (every swapped backend)"] == f"{absorbed['pool_gib']:.1f} GiB"
         assert report.options["calls"] == "serving"
     assert fp8.rows[0]["pool_gib"] > serving.rows[0]["pool_gib"] > 4
+    widest = memory_plan("glm-5.2", tp=8, tokens=4096, weights="fp8", calls="serving", kv_cache_dtype="fp8_e4m3")
+    assert max(len(line) for line in widest.render().splitlines()) <= 120  # every term of the widest plan
 
 
 def test_plan_calls_serving_fits_fewer_tokens_and_follows_the_pool_rows():

@@ -8,6 +8,7 @@ Light module (no torch at import): the memory plan is imported when it runs.
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from typing import TYPE_CHECKING
 
 from glmcheck.evaluate.arguments import check_count, check_experts, check_layers, check_number
@@ -111,41 +112,40 @@ def _fields(plan, serving: bool) -> dict:
 
 def _text(model: str, plans: list, tokens: int, gpu_gib: float, weights: str, headroom: float,
           serving: bool = False) -> str:
-    """The plan's table and the line under it; under --calls serving a pool column and its line."""
+    """What `glmcheck plan` prints: a line naming the model, the table (a row per term, a column per attention
+    path: within 120 columns) and the notes under it, wrapped at 120; under --calls serving a pool row and its note."""
     from glmcheck.records.tables import markdown_table
 
-    tail = [f"activations @{tokens}"] + (["serving pool"] if serving else []) + [
-        "total / rank", f"fits {gpu_gib:g} GiB", "max layers that fit", "max tokens that fit"]
-    if weights == "fp8":
-        table = markdown_table(
-            ["preset", "layers", "tp", "attention", "params total", "params / rank", "FP8 codes", "scales",
-             "bf16 tensors", "weights / rank", "transient"] + tail,
-            [_lead(model, plan) + [f"{plan.codes_gib:.1f} GiB", f"{plan.scales_gib:.2f} GiB",
-                                   f"{plan.dense_gib:.1f} GiB", f"{plan.weights_gib_per_rank:.1f} GiB",
-                                   f"{plan.transient_gib:.1f} GiB"] + _tail(plan, serving) for plan in plans])
+    def gib(digits: int = 1):
+        return lambda value: f"{value:.{digits}f} GiB"
+
+    fp8 = weights == "fp8"
+    terms = [("params total", "params_total", lambda v: f"{v / 1e9:.1f} B"),
+             ("params / rank", "params_per_rank", lambda v: f"{v / 1e9:.2f} B")]
+    if fp8:
+        terms += [("FP8 codes", "codes_gib", gib()), ("scales", "scales_gib", gib(2)),
+                  ("bf16 tensors", "dense_gib", gib())]
+    terms += [("weights / rank", "weights_gib_per_rank", gib())]
+    terms += [("transient", "transient_gib", gib())] if fp8 else []
+    terms += [(f"activations @{tokens}", "activations_gib", gib())]
+    if serving:
+        terms += [("serving pool", "pool_gib", lambda v: f"{v:.1f} GiB" if v else "-")]
+    terms += [("total / rank", "total_gib_per_rank", gib()),
+              (f"fits {gpu_gib:g} GiB", "fits", lambda v: "yes" if v else "no"),
+              ("max layers that fit", "max_layers", str), ("max tokens that fit", "max_tokens", lambda v: f"{v:,}")]
+    table = markdown_table(["per rank"] + [LABELS[plan.path] for plan in plans],
+                           [[name] + [show(getattr(plan, field)) for plan in plans] for name, field, show in terms])
+    if fp8:
         note = (f"FP8 weights resident: the tensors a GLM-5.x FP8 checkpoint stores in FP8 as e4m3 codes (1 byte) "
                 f"and fp32 128 x 128 block scales, the rest (embeddings, lm_head, norms, router, indexer) in bf16 "
                 f"(router fp32); transient: the largest module's weights dequantised to bf16 at once (an MoE layer's "
                 f"two expert stacks) and its fp32 workspace; {_common(headroom)}")
     else:
-        table = markdown_table(
-            ["preset", "layers", "tp", "attention", "params total", "params / rank", "weights / rank"] + tail,
-            [_lead(model, plan) + [f"{plan.weights_gib_per_rank:.1f} GiB"] + _tail(plan, serving) for plan in plans])
         note = f"bf16 weights (router fp32); {_common(headroom)}"
-    if serving:
-        note += "\n" + _pool_note(plans[0], tokens)
-    return f"{table}\n{note}"
-
-
-def _lead(model: str, plan) -> list:
-    return [model, plan.layers, plan.tp, LABELS[plan.path], f"{plan.params_total / 1e9:.1f} B",
-            f"{plan.params_per_rank / 1e9:.2f} B"]
-
-
-def _tail(plan, serving: bool = False) -> list:
-    pool = ([f"{plan.pool_gib:.1f} GiB" if plan.pool_rows else "-"] if serving else [])
-    return [f"{plan.activations_gib:.1f} GiB", *pool, f"{plan.total_gib_per_rank:.1f} GiB",
-            "yes" if plan.fits else "no", plan.max_layers, f"{plan.max_tokens:,}"]
+    notes = [note] + ([_pool_note(plans[0], tokens)] if serving else [])
+    head = (f"{model}: {plans[0].layers} layers at --tp {plans[0].tp}, {weights} weights, one prefill of {tokens} "
+            f"tokens, on a GPU of {gpu_gib:g} GiB")
+    return "\n".join([head, table] + [textwrap.fill(line, 120) for line in notes])
 
 
 def _pool_note(plan, tokens: int) -> str:
