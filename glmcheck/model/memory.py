@@ -148,8 +148,8 @@ def max_tokens(config: GlmMoeDsaConfig, tp: int, budget: float, path: str = "abs
     low, high = 0, limit
     while low < high:
         mid = (low + high + 1) // 2
-        size = pool(mid) if pool is not None else (0, 0)
-        if size is not None and activation_bytes(config, tp, mid, path) + size[1] <= budget:
+        pool_at_mid = pool(mid) if pool is not None else (0, 0)
+        if pool_at_mid is not None and activation_bytes(config, tp, mid, path) + pool_at_mid[1] <= budget:
             low = mid
         else:
             high = mid - 1
@@ -168,10 +168,10 @@ def plan_memory(config: GlmMoeDsaConfig, tp: int, tokens: int, gpu_gib: float = 
     check_divisible(config, tp)
     held = rank_weights(config, tp, weights)
     activations = activation_bytes(config, tp, tokens, path)
-    size = pool(tokens) if pool is not None else (0, 0)
-    if size is None:
+    pool_at_tokens = pool(tokens) if pool is not None else (0, 0)
+    if pool_at_tokens is None:
         raise ValueError(f"pool: the pool cannot hold a prompt of {tokens} tokens")
-    pool_rows, pooled = size
+    pool_rows, pooled = pool_at_tokens
     budget = HEADROOM * gpu_gib * GIB - held.other_bytes - activations - pooled
     max_layers, used = 0, 0
     for size in held.layer_bytes:  # `--layers N` keeps the first N layers (dense ones first)
