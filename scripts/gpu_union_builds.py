@@ -2,7 +2,11 @@
 timed eager (the Python call, launches included) and as a CUDA-graph replay (GPU time alone), at the H = 8 bench
 points, G = 2, 4, 8, on calibrated and random-walk (drift10, drift2) indices. Prints one table.
 
-    python3 scripts/gpu_union_builds.py [--modes calibrated,drift10,drift2] [--rep-ms 100]
+    python3 scripts/gpu_union_builds.py [--modes calibrated,drift10,drift2] [--rep-ms 100] [--methods marks,planes]
+                                        [--paired marks,planes --rounds 7]
+
+--methods: the builds timed (default marks, planes, the auto before marks and, at G = 2, merge); --paired A,B
+adds a table of paired rounds: A and B alternately as graph replays, B's ms / A's per round (median, range).
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="calibrated,drift10,drift2")
     parser.add_argument("--rep-ms", type=int, default=100)
+    parser.add_argument("--methods", default="", help="comma-separated builds (default: see above)")
+    parser.add_argument("--paired", default="", help="A,B: paired rounds of two builds after the table")
+    parser.add_argument("--rounds", type=int, default=7)
     ns = parser.parse_args()
+    pairs = []
     print("| indices | point | G | method | gate | eager ms | graph ms |")
     print("|---|---|---|---|---|---|---|")
     for mode in ns.modes.split(","):
@@ -55,7 +63,8 @@ def main() -> None:
             for G in (2, 4, 8):
                 old_auto = "tree" if G > 2 else "anchor"  # "auto" before the marks build
                 expected = canonical(union_dedup_forced(indices, G, num_kv_rows=kv_rows, method="merge"))
-                methods = ["marks", old_auto] + (["merge"] if G == 2 else [])
+                methods = (ns.methods.split(",") if ns.methods
+                           else ["marks", "planes", old_auto] + (["merge"] if G == 2 else []))
                 for method in methods:
                     call = functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows, method=method)
                     got = canonical(call())
@@ -64,7 +73,25 @@ def main() -> None:
                     graph = graph_ms(call, ns.rep_ms) if ok else float("nan")
                     print(f"| {mode} | {batch}x{seq_len} | {G} | {method} | {'ok' if ok else 'DIFFERS'} | "
                           f"{eager:.4f} | {graph:.4f} |", flush=True)
+                if ns.paired:
+                    pairs.append((mode, f"{batch}x{seq_len}", G, paired_ratios(indices, G, kv_rows, ns)))
             print(f"<!-- {mode} {batch}x{seq_len}: {time.time() - started:.1f} s -->", flush=True)
+    if pairs:
+        first, second = ns.paired.split(",")
+        print(f"\n| indices | point | G | {second} / {first} (median) | range | rounds |")
+        print("|---|---|---|---|---|---|")
+        for mode, point, G, ratios in pairs:
+            ratios.sort()
+            print(f"| {mode} | {point} | {G} | {ratios[len(ratios) // 2]:.3f} | {ratios[0]:.3f}-{ratios[-1]:.3f} | "
+                  f"{len(ratios)} |", flush=True)
+
+
+def paired_ratios(indices, G: int, kv_rows: int, ns) -> list[float]:
+    """B's graph-replay ms over A's, one ratio per round, A and B alternating (ns.paired = "A,B")."""
+    first, second = (functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows, method=m)
+                     for m in ns.paired.split(","))
+    rep = max(10, ns.rep_ms // 4)
+    return [graph_ms(second, rep) / graph_ms(first, rep) for _ in range(ns.rounds)]
 
 
 if __name__ == "__main__":
