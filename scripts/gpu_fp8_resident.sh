@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FP8 weights resident on one H200 (issue 69, item 5; docs/multigpu.md, "Rank rehearsal"; docs/models.md, "FP8 weights
-# resident"). One device call of about 6 minutes (at most 520 s of steps, each with its own limit); nothing to carry:
+# resident"). One device call of about 6 minutes (at most 520 s of steps, each with its own limit); the refgpu step
+# reads the prompt sets with `datasets`: carry .gpu-carry (built by `bash scripts/make_gpu_site.sh`):
 #   bash scripts/gpu_fp8_resident.sh OUTDIR
 # 1. rehearsal: rank 0 of `--model glm-5.2 --layers 78 --tp 8 --weights fp8` alone on the GPU (dummy weights generated
 #    and quantised on the device), the logits check at 4096 and at 8192 tokens (one process each: a failure at 8192
@@ -12,7 +13,8 @@
 # 3. refgpu: layer0 and firsttoken on ref-gpu-fp8 with --weights fp8 and bf16: rows equal (... refgpu).
 # Prints a table per step and a summary last; records and logs under OUTDIR. STEPS picks steps (default all three).
 # LAYERS (default 78) cuts the rehearsal's logits model to fewer layers: on an 80 GB H100, where rank 0 of all 78
-# does not fit (`glmcheck plan --model glm-5.2 --tp 8 --weights fp8 --gpu-gib 80` gives the most that do).
+# does not fit (`glmcheck plan --model glm-5.2 --tp 8 --weights fp8 --gpu-gib 80` gives the most that do, less the
+# dummy build's fp32 expert stack, 24 GiB while it is quantised); PAIRED_LAYERS (default 16) the paired step's.
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_fp8_resident.sh OUTDIR}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
@@ -32,7 +34,7 @@ for step in ${STEPS:-rehearsal paired refgpu}; do
       rehearse rehearse-logits-8192 140 logits --layers "${LAYERS:-78}" --tokens 8192 --backends triton_sparse_mla --band 1
       rehearse rehearse-layer0 60 layer0 --tokens 4096 --backends triton_sparse_mla ;;
     paired)
-      timeout 110 python3 scripts/gpu_fp8_resident.py paired "$out" > "$out/paired.txt" 2>&1
+      timeout 110 python3 scripts/gpu_fp8_resident.py paired "$out" --layers "${PAIRED_LAYERS:-16}" > "$out/paired.txt" 2>&1
       echo "=== paired: rc $?"; grep -vE "^warning" "$out/paired.txt" | tail -n 12 ;;
     refgpu)
       timeout 90 python3 scripts/gpu_fp8_resident.py refgpu "$out" > "$out/refgpu.txt" 2>&1
@@ -61,7 +63,7 @@ for name in ("rehearse-logits-4096", "rehearse-logits-8192", "rehearse-layer0"):
               f"{r['held']['total'] / gib:.1f} GiB |")
 if (out / "paired.json").exists():
     p = json.loads((out / "paired.json").read_text())
-    print(f"paired (glm-5.2 16 layers, rank 0 of TP 8): dequantisation CUDA vs CPU {p['dequant_bits_vs_cpu']}; "
+    print(f"paired (glm-5.2 {os.environ.get('PAIRED_LAYERS', 16)} layers, rank 0 of TP 8): dequantisation CUDA vs CPU {p['dequant_bits_vs_cpu']}; "
           f"every resident tensor dequantised once {p['dequant_alone_s'] * 1e3:.0f} ms; "
           + "; ".join(f"{t} tokens: logits resident = bf16 {v['logits_equal']}, resident - bf16 "
                       f"{v['diff_mean'] * 1e3:+.0f} ms [{v['diff_low'] * 1e3:+.0f}, {v['diff_high'] * 1e3:+.0f}]"

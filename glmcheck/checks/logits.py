@@ -84,20 +84,24 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
     reference = ref.captured.logits
     require_finite(model, reference, what, exact, exact)
     dense = bool(ref.dense_layers)
-    tensors[f"logits/{exact}@{tokens}"] = reference[0, -1].float()
+    # last positions kept as copies: a view of one keeps a forward's whole [1, T, vocab] logits alive (2.4 GiB at 8192
+    # tokens of GLM-5.2's vocabulary), and with one per band variant and backend the check grew a forward at a time
+    tensors[f"logits/{exact}@{tokens}"] = reference[0, -1].to(torch.float32, copy=True)
     variants = band_names(band_size)
     following = torch.cat([input_ids[0, 1:], input_ids.new_full((1,), -1)])  # the text's next token (llama.cpp's)
     rerun = band_logits(exact)
     samples = [_logits_row(f"noise band: {exact} vs itself (rerun)", exact, exact, rerun, reference, tokens, dense,
                            position_statistics(rerun, reference, following))]
+    del rerun
     ideal, ideal_positions = [], []
     for name in variants:
         logits = band_logits(name)
-        ideal.append(logits[:, -1:])
+        ideal.append(logits[:, -1:].clone())
         ideal_positions.append(position_statistics(logits, reference, following))
         samples.append(_logits_row(f"noise band: {name} vs {exact} ({ideal_kind(name, options.kv_cache_dtype)})",
                                    name, exact, logits,
                                    reference, tokens, dense, ideal_positions[-1]))
+        del logits  # the next forward runs without this one's logits
     band = replace(band_from_rows(samples, [exact] + variants), apart=pairwise_median(ideal))
     position_band = PositionBand.of(ideal_positions, variants)
     rows, outputs = list(samples), {}
@@ -113,8 +117,8 @@ def _length_rows(model, input_ids: torch.Tensor, backends: list[str], exact: str
             rows.append(not_called_row(name, exact, "logits", expected, seen, tokens=tokens))
             continue
         logits = run_.captured.logits
-        outputs[name] = logits[:, -1:]
-        tensors[f"logits/{name}@{tokens}"] = logits[0, -1].float()
+        outputs[name] = logits[:, -1:].clone()
+        tensors[f"logits/{name}@{tokens}"] = logits[0, -1].to(torch.float32, copy=True)
         positions = position_statistics(logits, reference, following)
         row = _logits_row(f"{name} vs {exact}", name, exact, logits, reference, tokens, dense, positions)
         row.extra |= {"kernel_calls": sum(run_.calls.values()), "plan_builds": sum(run_.plan_builds.values())}
