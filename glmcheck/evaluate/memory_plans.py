@@ -68,7 +68,8 @@ def memory_plan(model: str = "glm-5.2", *, tp: int = 8, layers: int | None = Non
     if serving:
         options.update(calls=calls, pool_rows=pool_rows, requests=requests, kv_cache_dtype=kv_cache_dtype)
     return Report("plan", PASS if plans[0].fits else FAIL, rows, {"headroom": HEADROOM}, {"preset": model}, options,
-                  extra={"table": _text(model, plans, tokens, gpu_gib, weights, HEADROOM, serving)})
+                  extra={"table": _text(model, plans, tokens, gpu_gib, weights, HEADROOM, serving,
+                                        _dummy_stack_gib(config))})
 
 
 def check_serving_options(calls: str, pool_rows: int | None, requests: int | None, kv_cache_dtype: str | None) -> None:
@@ -110,8 +111,16 @@ def _fields(plan, serving: bool) -> dict:
     return fields
 
 
+def _dummy_stack_gib(config) -> float:
+    """GiB of the largest expert stack's fp32 values, which a dummy FP8 build holds whole while quantising it
+    (`fp8_build.quantized_dummy`: the seeded values are one generator's draw over the whole tensor)."""
+    from glmcheck.model.memory import GIB
+
+    return config.n_routed_experts * 2 * config.moe_intermediate_size * config.hidden_size * 4 / GIB
+
+
 def _text(model: str, plans: list, tokens: int, gpu_gib: float, weights: str, headroom: float,
-          serving: bool = False) -> str:
+          serving: bool = False, dummy_stack_gib: float = 0.0) -> str:
     """What `glmcheck plan` prints: a line naming the model, the table (a row per term, a column per attention
     path: within 120 columns) and the notes under it, wrapped at 120; under --calls serving a pool row and its note."""
     from glmcheck.records.tables import markdown_table
@@ -139,7 +148,9 @@ def _text(model: str, plans: list, tokens: int, gpu_gib: float, weights: str, he
         note = (f"FP8 weights resident: the tensors a GLM-5.x FP8 checkpoint stores in FP8 as e4m3 codes (1 byte) "
                 f"and fp32 128 x 128 block scales, the rest (embeddings, lm_head, norms, router, indexer) in bf16 "
                 f"(router fp32); transient: the largest module's weights dequantised to bf16 at once (an MoE layer's "
-                f"two expert stacks) and its fp32 workspace; {_common(headroom)}")
+                f"two expert stacks) and its fp32 workspace; a build from dummy weights also holds, while it quantises "
+                f"each expert stack, that stack's fp32 values ({dummy_stack_gib:.1f} GiB, during the build only: "
+                f"not in the total); {_common(headroom)}")
     else:
         note = f"bf16 weights (router fp32); {_common(headroom)}"
     notes = [note] + ([_pool_note(plans[0], tokens)] if serving else [])
