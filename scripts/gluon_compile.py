@@ -2,12 +2,11 @@
 resources.
 
 Usage (any machine with triton 3.6, no GPU or torch needed; 3.9 renamed a Gluon call it uses):
-    python scripts/gluon_compile.py [--heads 8] [--token-heads N] [--kv-int64] [--lazy-rescale]
+    python scripts/gluon_compile.py [--heads 8] [--token-heads N] [--kv-int64]
         [--ptx out.ptx] [--code-ptx out.ptx] [--sass out.sass] [--no-consumer-spills]
 --heads H: a union tile of G = 64 / H tokens; --token-heads N: the per-token form
 (G = 1) for N heads, run as ceil(N / 64) slices of 64. Prints registers per thread, spills, shared
-memory and the wgmma / cp.async counts of the PTX;
---lazy-rescale compiles the lazy running max (LAZY_RESCALE); with --no-consumer-spills also each loop that
+memory and the wgmma / cp.async counts of the PTX; with --no-consumer-spills also each loop that
 issues warpgroup MMAs, and exits 1 if one of them loads or stores local memory (sass_loops.py).
 --code-ptx writes the PTX without its debug information (source lines, files, inline-scope labels): equal
 files from two revisions mean the same code, so a refactor of a Gluon kernel can be checked without a GPU.
@@ -92,7 +91,7 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
     constexprs |= {"CONSUMER_REGS": constants.PINGPONG_CONSUMER_REGS,
                    "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
-                   "PARTIAL_HEADS": bool(ns.token_heads % 64), "LAZY_RESCALE": ns.lazy_rescale}
+                   "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     kinds = SHARED_SIGNATURE | {"num_heads": "i32"}
     signature = {name: kinds.get(name, "constexpr") for name in kernel.arg_names}  # the kernel's order
     missing = set(constexprs) - set(signature)
@@ -111,7 +110,6 @@ def main() -> None:
     parser.add_argument("--token-heads", type=int, default=0,
                         help="the per-token form (G = 1) for this many heads; replaces --heads")
     parser.add_argument("--kv-int64", action="store_true", help="int64 KV row offsets (KV_INT64=True)")
-    parser.add_argument("--lazy-rescale", action="store_true", help="the lazy running max (LAZY_RESCALE=True)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--code-ptx", help="also write the PTX without debug information here (`code_ptx`)")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")

@@ -2,10 +2,10 @@
 timed eager (the Python call, launches included) and as a CUDA-graph replay (GPU time alone), at the H = 8 bench
 points, G = 2, 4, 8, on calibrated and random-walk (drift10, drift2) indices. Prints one table.
 
-    python3 scripts/gpu_union_builds.py [--modes calibrated,drift10,drift2] [--rep-ms 100] [--methods marks,planes]
-                                        [--paired marks,planes --rounds 7]
+    python3 scripts/gpu_union_builds.py [--modes calibrated,drift10,drift2] [--rep-ms 100] [--methods marks,merge]
+                                        [--paired marks,merge --rounds 7]
 
---methods: the builds timed (default marks, planes, the auto before marks and, at G = 2, merge); --paired A,B
+--methods: the builds timed (default marks, the auto before marks and, at G = 2, merge); --paired A,B
 adds a table of paired rounds: A and B alternately as graph replays, B's ms / A's per round (median, range).
 """
 
@@ -64,7 +64,7 @@ def main() -> None:
                 old_auto = "tree" if G > 2 else "anchor"  # "auto" before the marks build
                 expected = canonical(union_dedup_forced(indices, G, num_kv_rows=kv_rows, method="merge"))
                 methods = (ns.methods.split(",") if ns.methods
-                           else ["marks", "planes", old_auto] + (["merge"] if G == 2 else []))
+                           else ["marks", old_auto] + (["merge"] if G == 2 else []))
                 for method in methods:
                     call = functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows, method=method)
                     got = canonical(call())

@@ -102,30 +102,6 @@ def test_pingpong_launcher_passes_the_launch_constants_to_the_kernel(monkeypatch
     (grid, constants), = launches
     assert grid == (3,) and (PINGPONG_CONSUMER_REGS, BLOCK_N) == (224, 64)
     assert (constants["CONSUMER_REGS"], constants["BLOCK_N"], constants["KV_INT64"]) == (224, 64, True)
-    assert constants["LAZY_RESCALE"] is False  # the lazy running max is off until measured faster
-
-
-def test_pingpong_launcher_reads_the_lazy_rescale_switch_at_each_launch(monkeypatch):
-    """The lazy running max's switch is read when the tile launches (the GPU A/B flips it between launches)."""
-    from glmcheck.kernels.gluon import constants, pingpong
-    from glmcheck.kernels.gluon.launch import launch_pingpong
-    from glmcheck.kernels.union import UnionSets
-    from glmcheck.kernels.validate import PrefillArgs
-    launches: list[dict] = []
-
-    class FakeKernel:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: launches.append(kwargs)
-
-    monkeypatch.setattr(pingpong, "sparse_mla_union_pingpong_kernel", FakeKernel())
-    args = PrefillArgs(torch.zeros((8, 8, 576)), torch.zeros((32, 576)), torch.zeros((8, 4), dtype=torch.int32),
-                       None, 0.1, 512)
-    sets = UnionSets(torch.zeros((1, 64), dtype=torch.int32), torch.zeros((1, 64), dtype=torch.uint8),
-                     torch.zeros(1, dtype=torch.int32), 8)
-    for flag in (True, False):
-        monkeypatch.setattr(constants, "PINGPONG_LAZY_RESCALE", flag)
-        launch_pingpong(args, sets, torch.zeros((8, 8, 512)), 0.25, False)
-    assert [kwargs["LAZY_RESCALE"] for kwargs in launches] == [True, False]
 
 
 def test_pingpong_launcher_hands_the_kernel_contiguous_rows(monkeypatch):
@@ -245,19 +221,16 @@ def test_gpu_pingpong_tile_on_rows_narrower_than_a_pair(topk):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("heads", [8, 64])
-def test_gpu_pingpong_tile_on_cut_lengths(monkeypatch, heads, lazy):
+def test_gpu_pingpong_tile_on_cut_lengths(heads):
     """The ping-pong tile on sets whole and cut to 0, 1, 63-65 and 127-129 rows (empty groups, partial
     blocks, odd block counts): every output written, within the reference gate of the selection the
     sets hold (`set_indices`; whole, the indices' own), and empty groups exactly zero. H = 8 runs
     union 8, H = 64 each token's own rows (G = 1)."""
-    from glmcheck.kernels.gluon import constants
     from glmcheck.kernels.gluon.launch import launch_union_attention_ws
     from glmcheck.kernels.prefill import LOG2E
     from glmcheck.kernels.union import UnionSets, token_row_sets
     from glmcheck.kernels.validate import PrefillArgs
-    monkeypatch.setattr(constants, "PINGPONG_LAZY_RESCALE", lazy)  # the lazy running max too
     device = ws_device()
     group, topk = 64 // heads, 512
     tokens = 1024 * group // 2 if group > 1 else 1024  # 512 union groups at H = 8, 1 024 tokens at H = 64
@@ -371,30 +344,3 @@ def test_gpu_pingpong_tile_never_addresses_through_rows_past_the_length(heads):
     torch.cuda.synchronize()
     assert not out.isnan().any(), "the ping-pong tile left outputs unwritten"
     assert_close_to_reference(out, sparse_mla_reference(q, kv, indices, 576 ** -0.5, 512))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("heads", [8, 128])
-def test_gpu_lazy_running_max_moves_when_scores_grow(monkeypatch, heads):
-    """The lazy running max (LAZY_RESCALE) on scores that grow along the selection, so that a row's reference max
-    must move many times (each KV row's scale rises with its row number: later blocks pass the max by far more than
-    the slack), and on scores of one size (the max stays put): within the fp64 reference's gate, every output
-    written, as the tile without it."""
-    from glmcheck.kernels.gluon import constants
-    device = ws_device()
-    group = 64 // heads if heads < 64 else 0
-    tokens, topk = 512, 512
-    indices = drifting_indices([tokens], topk, 0.10, seed=heads).to(device)
-    q, kv = random_qkv(tokens, heads, tokens, 512, 64, torch.Generator().manual_seed(heads), device)
-    growing = (kv.float() * (1 + torch.arange(tokens, device=device)[:, None] / 16)).to(torch.bfloat16)
-    for rows in (kv, growing):
-        ref = sparse_mla_reference(q, rows, indices, 576 ** -0.5, 512)
-        outs = []
-        for lazy in (False, True):
-            monkeypatch.setattr(constants, "PINGPONG_LAZY_RESCALE", lazy)
-            out = poisoned_out(tokens, heads, 512, device)
-            sparse_mla_prefill(q, rows, indices, 576 ** -0.5, 512, out=out, union=group)
-            assert not out.isnan().any(), "the lazy running max left outputs unwritten"
-            assert_close_to_reference(out, ref)
-            outs.append(out)
-        assert metrics.rel_l2(outs[1], outs[0]) <= UNION_VS_PER_TOKEN_REL_L2

@@ -15,7 +15,7 @@ from glmcheck.selftest.suite import python_union
 from tests.support.checks import assert_close_to_reference
 from tests.support.inputs import UNION_VS_PER_TOKEN_REL_L2, overlapping_indices, set_indices, spy_union_launches
 
-BUILDS_BY_GROUP = [(m, G) for m in ("marks", "planes", "merge", "tree", "search") for G in (2, 4, 8)]
+BUILDS_BY_GROUP = [(m, G) for m in ("marks", "merge", "tree", "search") for G in (2, 4, 8)]
 BUILDS_BY_GROUP.append(("anchor", 2))  # the anchor build exists for pairs only
 
 

@@ -46,8 +46,7 @@ def _assert_equals_python(sets, indices: torch.Tensor, G: int, kv_rows: int, top
 
 @pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("programs", [3, None])
-@pytest.mark.parametrize("method", ["marks", "planes"])
-def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, programs, method):
+def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, programs):
     """Every group, prefix or not, equals Python's sets; with 3 programs each builds ~10 groups in turn, so a table
     row left dirty by one group would corrupt the next."""
     import glmcheck.kernels.union as union_mod
@@ -57,35 +56,29 @@ def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, progra
     indices, topk_length = _prefix_batch(topk, seq_len, seed=G)
     for length in (None, topk_length):
         sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
-                           num_kv_rows=2 * seq_len, method=method)
+                           num_kv_rows=2 * seq_len, method="marks")
         _assert_equals_python(sets, indices, G, 2 * seq_len, length)
     prefixes = torch.full((G, topk), -1, dtype=torch.int32)
     for t in range(G):
         prefixes[t, topk - t - 1:] = torch.arange(t, -1, -1, dtype=torch.int32)
-    first = union_dedup_forced(prefixes.to(device), G, num_kv_rows=2 * seq_len, method=method)
+    first = union_dedup_forced(prefixes.to(device), G, num_kv_rows=2 * seq_len, method="marks")
     assert first.lengths.tolist() == [G] and first.rows[0, :G].tolist() == list(range(G))
     assert first.bits[0, :G].tolist() == [(2**G - 1) & ~(2**r - 1) for r in range(G)]  # row r: tokens r..G-1
 
 
-@pytest.mark.parametrize("method", ["marks", "planes"])
-def test_marks_build_scratch_capped_and_rows_out_of_range(device, monkeypatch, method):
+def test_marks_build_scratch_capped_and_rows_out_of_range(device, monkeypatch):
     """A table cap below one row per group leaves one program building every group; rows past num_kv_rows and
     negative ones are empty slots."""
     import glmcheck.kernels.union as union_mod
     monkeypatch.setattr(union_mod, "MARKS_SCRATCH_BYTES", 10)
     assert union_mod.marks_programs(50, 64) == 1 and union_mod.marks_programs(0, 64) == 1
-    assert union_mod.marks_programs(50, 64, planes=4) == 1
-    monkeypatch.setattr(union_mod, "MARKS_SCRATCH_BYTES", 64 * 8)
-    assert union_mod.marks_programs(50, 64) == 8 and union_mod.marks_programs(50, 64, planes=4) == 2
-    monkeypatch.setattr(union_mod, "MARKS_SCRATCH_BYTES", 10)
     indices = torch.tensor([[3, 64, -1, 7], [7, 1, 70, 0], [2, 3, 1, 0], [1, 0, 3, 2]], dtype=torch.int32)
-    sets = union_dedup_forced(indices.to(device), 2, num_kv_rows=64, method=method)
+    sets = union_dedup_forced(indices.to(device), 2, num_kv_rows=64, method="marks")
     _assert_equals_python(sets, indices, 2, 64, None)
     assert sets.lengths.tolist() == [4, 4]
 
 
-@pytest.mark.parametrize("method", ["marks", "planes"])
-def test_marks_build_needs_num_kv_rows(device, method):
+def test_marks_build_needs_num_kv_rows(device):
     indices = torch.arange(4, dtype=torch.int32, device=device).repeat(4, 1)
-    with pytest.raises(ValueError, match=f"method='{method}' needs num_kv_rows"):
-        union_dedup_forced(indices, 2, method=method)
+    with pytest.raises(ValueError, match="method='marks' needs num_kv_rows"):
+        union_dedup_forced(indices, 2, method="marks")

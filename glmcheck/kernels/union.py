@@ -38,7 +38,7 @@ SUPPORTED_GROUPS = (2, 4, 8)
 MAX_GROUP = 8  # ownership bits are uint8
 BUILD_BLOCK = 1024  # rows searched per step (H200: 256..2048 within 5%, docs/performance.md)
 BUILD_WARPS = 8  # H200: 8 warps 0.84 ms vs 4 warps 0.87 ms (G=2), 1.08 vs 1.28 (G=4)
-BUILD_METHODS = ("auto", "marks", "planes", "merge", "tree", "anchor", "search")
+BUILD_METHODS = ("auto", "marks", "merge", "tree", "anchor", "search")
 KEYS_BLOCK = 1024  # slots per program of the key pass
 # slots per step of the per-token compaction, 4 warps (docs/performance.md, "Per-token compaction")
 TOKEN_ROWS_BLOCK = 512
@@ -93,8 +93,7 @@ def union_dedup_forced(indices: torch.Tensor, G: int, topk_length: torch.Tensor 
     """`union_dedup` with its build forced, the testing entry point (the self-test's suite, the build bench):
     `method` "search" (per-token sorts, binary searches; any S), "marks" (no sort, one launch: each token ORs its bit
     into a byte table of num_kv_rows rows, one scan compacts it; groups whose tokens select exactly their prefix are
-    written directly; needs num_kv_rows), "planes" (marks with a byte plane per token: no table reads while
-    marking, G times the table), "merge" (one sort of the group's keys row*G + token, copies are
+    written directly; needs num_kv_rows), "merge" (one sort of the group's keys row*G + token, copies are
     neighbours; int16 keys while num_kv_rows*G <= 32767; needs a power-of-two G and num_kv_rows*G <= 2**31 - 1),
     "tree" (G = 4, 8: merge at G = 2, then pairwise merges by binary-search ranks), "anchor" (G = 2: only the first
     token sorted, the second's rows searched in it) or "auto" (`union_dedup`'s choice). Same rows and bits."""
@@ -109,8 +108,8 @@ def union_dedup_forced(indices: torch.Tensor, G: int, topk_length: torch.Tensor 
     if num_kv_rows is not None and num_kv_rows < 0:
         raise ValueError(f"num_kv_rows must be non-negative, got {num_kv_rows}")
     merge_legal = merge_is_legal(G, num_kv_rows)
-    if method in ("marks", "planes") and num_kv_rows is None:
-        raise ValueError(f"method={method!r} needs num_kv_rows (the byte table has one entry per KV row)")
+    if method == "marks" and num_kv_rows is None:
+        raise ValueError("method='marks' needs num_kv_rows (the byte table has one entry per KV row)")
     if method == "anchor" and G != 2:
         raise ValueError(f"method='anchor' needs G = 2, got G={G}")
     if method in ("merge", "tree") and not merge_legal:
@@ -134,8 +133,8 @@ def build_union_sets(indices: torch.Tensor, G: int, topk_length: torch.Tensor | 
         return sets
     if method == "auto":
         method = choose_build(G, topk, num_kv_rows)
-    if method in ("marks", "planes"):
-        _build_by_marks(indices, topk_length, num_kv_rows, sets, planes=method == "planes")
+    if method == "marks":
+        _build_by_marks(indices, topk_length, num_kv_rows, sets)
     elif method == "search":
         _build_by_search(indices, topk_length, num_kv_rows, sets)
     elif method == "tree" and G > 2:
@@ -177,27 +176,25 @@ def merge_is_legal(G: int, num_kv_rows: int | None) -> bool:
     return G & (G - 1) == 0 and num_kv_rows is not None and num_kv_rows * G <= INT32_MAX
 
 
-def marks_programs(num_groups: int, num_kv_rows: int, planes: int = 1) -> int:
+def marks_programs(num_groups: int, num_kv_rows: int) -> int:
     """Programs of the marks build: one per group up to MARKS_PROGRAMS, fewer where their table rows
-    (`planes` planes of num_kv_rows bytes each) would pass MARKS_SCRATCH_BYTES; at least one."""
-    return max(1, min(num_groups, MARKS_PROGRAMS, MARKS_SCRATCH_BYTES // max(1, planes * num_kv_rows)))
+    (num_kv_rows bytes each) would pass MARKS_SCRATCH_BYTES; at least one."""
+    return max(1, min(num_groups, MARKS_PROGRAMS, MARKS_SCRATCH_BYTES // max(1, num_kv_rows)))
 
 
 def _build_by_marks(indices: torch.Tensor, topk_length: torch.Tensor | None, num_kv_rows: int,
-                    sets: UnionSets, planes: bool = False) -> None:
-    """One launch of the marks kernel (`union_marks.py`) over a byte table that lives only inside this call: one
-    plane per program, or with `planes` one per token of the group."""
+                    sets: UnionSets) -> None:
+    """One launch of the marks kernel (`union_marks.py`) over a byte table that lives only inside this call."""
     G, num_groups, topk = sets.group, sets.lengths.shape[0], indices.shape[1]
-    plane_count = G if planes else 1
-    programs = marks_programs(num_groups, num_kv_rows, plane_count)
+    programs = marks_programs(num_groups, num_kv_rows)
     pitch = -(-max(1, num_kv_rows) // 16) * 16  # rows 16-byte aligned at any length: one compiled variant, wide stores
-    marks = torch.empty((programs, plane_count * pitch), dtype=torch.uint8, device=indices.device)
+    marks = torch.empty((programs, pitch), dtype=torch.uint8, device=indices.device)
     union_marks_kernel[(programs,)](
         indices, indices if topk_length is None else topk_length, marks, sets.rows, sets.bits, sets.lengths,
         num_groups, num_kv_rows, topk, sets.rows.shape[1], indices.stride(0), indices.stride(1), marks.stride(0),
-        pitch, sets.rows.stride(0), sets.bits.stride(0),
+        sets.rows.stride(0), sets.bits.stride(0),
         G=G, G_POW2=triton.next_power_of_2(G), HAS_LENGTH=topk_length is not None,
-        BLOCK=MARKS_BLOCK, PLANES=planes, num_warps=BUILD_WARPS,
+        BLOCK=MARKS_BLOCK, num_warps=BUILD_WARPS,
     )
 
 

@@ -11,11 +11,6 @@ bit into marks[row] one token after the other (a CTA barrier between tokens: one
 two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits
 and clears them, so the row is all zero again for the program's next group (zeroed once at the start of the kernel).
 O(G * topk + span) per group, no host sync; the table lives only inside the call that allocated it.
-
-With PLANES, each token of the group has a byte plane of its own (G planes of stride_plane bytes per program): a token
-stores its bit into its plane without reading it, every token at once (no load of the table, no barrier between
-tokens), and the scan ORs the G planes of a span piece together (contiguous loads) and clears each. The scattered
-table operations fall from (2G - 1) * topk to G * topk per group; the table is G times larger.
 """
 
 from __future__ import annotations
@@ -49,12 +44,11 @@ def _token_rows(idx_ptr, length_ptr, token, start, topk, num_kv_rows, stride_it,
 @triton.jit(do_not_specialize=["num_groups", "width", "stride_rg", "stride_bg"])
 def union_marks_kernel(
     idx_ptr, length_ptr, marks_ptr, rows_ptr, bits_ptr, len_ptr,
-    num_groups, num_kv_rows, topk, width, stride_it, stride_is, stride_mp, stride_plane, stride_rg, stride_bg,
-    G: tl.constexpr, G_POW2: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr, PLANES: tl.constexpr,
+    num_groups, num_kv_rows, topk, width, stride_it, stride_is, stride_mp, stride_rg, stride_bg,
+    G: tl.constexpr, G_POW2: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """Grid (programs,). idx [T, topk] int32 (any strides), topk_length [T] int32 when HAS_LENGTH, marks
-    [programs, >= num_kv_rows] uint8 scratch (any contents; with PLANES [programs, G planes of stride_plane >=
-    num_kv_rows bytes]). Writes rows[g, :n] (each distinct valid row once,
+    [programs, >= num_kv_rows] uint8 scratch (any contents). Writes rows[g, :n] (each distinct valid row once,
     ascending), bits[g, :n] (bit i: token g*G + i selected it) and len[g] = n for every g < num_groups; width is
     the rows' capacity per group (G * topk); G_POW2 = next_power_of_2(G)."""
     pid = tl.program_id(0)
@@ -62,10 +56,9 @@ def union_marks_kernel(
     lanes = tl.arange(0, BLOCK)
     members = tl.arange(0, G_POW2)
     marks = marks_ptr + pid.to(tl.int64) * stride_mp
-    table_bytes = stride_mp if PLANES else num_kv_rows
-    for start in range(0, table_bytes, BLOCK):
+    for start in range(0, num_kv_rows, BLOCK):
         pos = start + lanes
-        tl.store(marks + pos, tl.zeros([BLOCK], dtype=tl.uint8), mask=pos < table_bytes)
+        tl.store(marks + pos, tl.zeros([BLOCK], dtype=tl.uint8), mask=pos < num_kv_rows)
     tl.debug_barrier()
 
     turns = (num_groups - pid + programs - 1) // programs
@@ -108,34 +101,19 @@ def union_marks_kernel(
                 for start in range(0, topk, BLOCK):
                     row, valid = _token_rows(idx_ptr, length_ptr, first_token + member, start, topk, num_kv_rows,
                                              stride_it, stride_is, HAS_LENGTH, BLOCK)
-                    if PLANES:
-                        tl.store(marks + member * stride_plane + row, tl.full([BLOCK], 1 << member, dtype=tl.uint8),
-                                 mask=valid)
-                    elif member == 0:
+                    if member == 0:
                         tl.store(marks + row, tl.full([BLOCK], 1, dtype=tl.uint8), mask=valid)
                     else:
                         seen = tl.load(marks + row, mask=valid, other=0)
                         tl.store(marks + row, seen | (1 << member), mask=valid)
-                if not PLANES:
-                    tl.debug_barrier()  # the next token reads what this one wrote
-            if PLANES:
-                tl.debug_barrier()  # the scan reads what every token wrote
+                tl.debug_barrier()  # the next token reads what this one wrote
             emitted = tl.zeros([], dtype=tl.int32)
             for start in range(low, high + 1, BLOCK):
                 row = start + lanes
                 span = row <= high
-                if PLANES:
-                    owners = tl.zeros([BLOCK], dtype=tl.uint8)
-                    for member in tl.static_range(G):
-                        owners = owners | tl.load(marks + member * stride_plane + row, mask=span, other=0)
-                else:
-                    owners = tl.load(marks + row, mask=span, other=0)
+                owners = tl.load(marks + row, mask=span, other=0)
                 marked = owners != 0
                 emitted = append_rows(out_rows, out_bits, emitted, marked, row, owners, width)
-                if PLANES:
-                    for member in tl.static_range(G):
-                        tl.store(marks + member * stride_plane + row, tl.zeros([BLOCK], dtype=tl.uint8), mask=marked)
-                else:
-                    tl.store(marks + row, tl.zeros([BLOCK], dtype=tl.uint8), mask=marked)
+                tl.store(marks + row, tl.zeros([BLOCK], dtype=tl.uint8), mask=marked)
             tl.store(len_ptr + group, emitted)
         tl.debug_barrier()  # the next group's marks start from this group's cleared row

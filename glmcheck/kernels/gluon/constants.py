@@ -8,8 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# The ping-pong tile's lazy running max (`softmax_block`'s LAZY form): off until measured faster on the GPU.
-PINGPONG_LAZY_RESCALE = False
 
 
 @gluon.jit

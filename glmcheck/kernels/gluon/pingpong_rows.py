@@ -10,10 +10,6 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from glmcheck.kernels.gluon.pingpong_shared import BLOCK_M, D_HALF, O_LAYOUT, OUT_STORE, ROW_LAYOUT, S_LAYOUT
 
-# How far (log2 units) a row's block max may pass its reference before the LAZY form moves it: P stays <= 256, far
-# from fp32's and bf16's range limits (the row sums of 2048 such P: <= 2**19).
-LAZY_SLACK = gl.constexpr(8.0)
-
 
 @gluon.jit
 def load_bits(union_bits, block, length, G: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
@@ -47,25 +43,11 @@ def rescale_factor(max_from, max_to):
 
 
 @gluon.jit
-def _rescale_all(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
-    """Move O and the row sums from the max `max_from` to the (larger) max `max_to`, every row."""
+def rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr):
+    """Move O and the row sums from the max `max_from` to the (larger) max `max_to`."""
     alpha = rescale_factor(max_from, max_to)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return acc, row_sum * alpha
-
-
-@gluon.jit
-def rescale(acc, row_sum, max_from, max_to, o_layout: gl.constexpr, LAZY: gl.constexpr):
-    """Move O and the row sums from the max `max_from` to the (larger) max `max_to`. LAZY (the maxima of
-    `softmax_block`'s LAZY form, which mostly stay put): skipped when no row's max moved, where every factor would
-    be 1 (rows still at -inf hold zeros), so the result is the same bits."""
-    if LAZY:
-        moved = gl.max((max_from != max_to).to(gl.int32), 0)
-        if moved != 0:
-            acc, row_sum = _rescale_all(acc, row_sum, max_from, max_to, o_layout)
-    else:
-        acc, row_sum = _rescale_all(acc, row_sum, max_from, max_to, o_layout)
-    return acc, row_sum
 
 
 @gluon.jit
@@ -144,17 +126,10 @@ def consumer_start(bits_ptr, len_ptr, stride_bg, group, first_block, G: gl.const
 
 
 @gluon.jit
-def softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr, LAZY: gl.constexpr):
+def softmax_block(scores, bits, prev_max, qk_scale_log2, H: gl.constexpr):
     """(new running max, P in fp32) of one block's scores: foreign and dead rows masked, P taken against the new
     max (`_shift`). The scale fused into P's exponent (one FMA) measured 1.006-1.015x faster but less accurate
-    against fp64 than FlashMLA, so the unfused form stays (docs/performance.md, "Softmax form and write-out").
-    LAZY: the running max is a reference that moves only when a row's block max passes it by more than
-    LAZY_SLACK (log2 units), so P <= 2**LAZY_SLACK and O is rarely rescaled (`rescale`); the same softmax, since O
-    and the row sums share the reference."""
+    against fp64 than FlashMLA, so the unfused form stays (docs/performance.md, "Softmax form and write-out")."""
     logits = gl.where(_owned(bits, H, S_LAYOUT), scores * qk_scale_log2, float("-inf"))
-    block_max = gl.max(logits, 1)
-    if LAZY:
-        new_max = gl.where(block_max > prev_max + LAZY_SLACK, block_max, prev_max)
-    else:
-        new_max = gl.maximum(prev_max, block_max)
+    new_max = gl.maximum(prev_max, gl.max(logits, 1))
     return new_max, gl.exp2(logits - _shift(new_max)[:, None])
