@@ -125,6 +125,7 @@ def _sweep(model, prompt, setup: Setup, band: list[str], judged: list[str], leng
         for name in [*band, *judged]:
             got = logits(name)
             stats[name] = got if isinstance(got, Faulted) else position_statistics(got, reference)
+            del got  # the next forward runs beside the reference's logits alone
     result = run_position_sweep(stats, rerun_name(setup.exact), band, judged, lengths)
     _diagnose(model, prompt, setup, stats, band, result)
     return result
