@@ -7,6 +7,10 @@ points, G = 2, 4, 8, on calibrated and random-walk (drift10, drift2) indices. Pr
 
 --methods: the builds timed (default marks, the auto before marks and, at G = 2, merge); --paired A,B
 adds a table of paired rounds: A and B alternately as graph replays, B's ms / A's per round (median, range).
+--phases: instead, where the marks build's time goes, from its inputs alone (the kernel unchanged), as graph replays
+on calibrated indices: every slot empty (the table's zeroing and the pass that finds each token's count and range),
+one valid slot a token (+ G marks and a scan of the group's span), a hole above each token's lowest row (no group
+takes the prefix guard: + every mark and scan), and the indices as they are.
 """
 
 from __future__ import annotations
@@ -51,7 +55,11 @@ def main() -> None:
     parser.add_argument("--methods", default="", help="comma-separated builds (default: see above)")
     parser.add_argument("--paired", default="", help="A,B: paired rounds of two builds after the table")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--phases", action="store_true", help="the marks build's phases (see above)")
     ns = parser.parse_args()
+    if ns.phases:
+        phases(ns.rep_ms)
+        return
     pairs = []
     print("| indices | point | G | method | gate | eager ms | graph ms |")
     print("|---|---|---|---|---|---|---|")
@@ -84,6 +92,30 @@ def main() -> None:
             ratios.sort()
             print(f"| {mode} | {point} | {G} | {ratios[len(ratios) // 2]:.3f} | {ratios[0]:.3f}-{ratios[-1]:.3f} | "
                   f"{len(ratios)} |", flush=True)
+
+
+def phases(rep_ms: int) -> None:
+    """The marks build's graph-replay ms on inputs that leave out its later phases (module docstring)."""
+    print("| point | G | empty slots | one slot a token | no prefix groups | as they are |")
+    print("|---|---|---|---|---|---|")
+    for batch, seq_len in HEADLINE_POINTS:
+        indices = synthetic_indices("calibrated", [seq_len] * batch, 2048, seed=0).cuda()
+        kv_rows = batch * seq_len
+        valid = indices >= 0
+        first_valid = valid.int().argmax(dim=1, keepdim=True)
+        one_slot = torch.where(torch.arange(indices.shape[1], device="cuda")[None, :] == first_valid, indices, -1)
+        # dropping each token's highest row breaks every exact prefix (count == high - low + 1 no longer holds for
+        # a token with 2+ rows... unless the rest is still a range: drop the lowest instead where that keeps one)
+        highest = torch.where(valid, indices, -1).max(dim=1, keepdim=True).values
+        lowest = torch.where(valid, indices, 2**31 - 1).min(dim=1, keepdim=True).values
+        # a hole above each token's lowest row: no token of 3+ rows selects a range, so no group takes the guard
+        no_prefix = torch.where((indices == lowest + 1) & (highest > lowest + 1), -1, indices)
+        cells = []
+        for G in (2, 4, 8):
+            row = [graph_ms(functools.partial(union_dedup_forced, x, G, num_kv_rows=kv_rows, method="marks"), rep_ms)
+                   for x in (torch.full_like(indices, -1), one_slot, no_prefix, indices)]
+            cells.append(f"| {batch}x{seq_len} | {G} | " + " | ".join(f"{ms:.4f}" for ms in row) + " |")
+        print("\n".join(cells), flush=True)
 
 
 def paired_ratios(indices, G: int, kv_rows: int, ns) -> list[float]:
