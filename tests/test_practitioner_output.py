@@ -140,6 +140,8 @@ def test_the_docs_map_llama_cpps_figures_and_say_what_lm_eval_costs():
                  "Same top p"):
         assert f"`{name}" in checks, name
     tasks = " ".join((ROOT / "docs" / "tasks.md").read_text().split())
-    assert "## What lm-eval against serve costs" in tasks and "On the H200: not yet measured" in tasks
+    assert "## What lm-eval against serve costs" in tasks
+    assert re.search(r"On a GPU \(an? [HA]\d+", tasks), "the GPU's figure names the card it was measured on"
+    assert re.search(r"\| `triton_sparse_mla` \| \d+ s \| [\d.]+ s \| [\d.]+ \|", tasks)  # the GPU table's row
     assert "bash scripts/time_lm_eval_serve.sh ref-gpu triton_sparse_mla 20" in tasks
     assert re.search(r"`triton_sparse_mla` \(a program a token\) \| [\d.]+ \| \d+ s \(\d", tasks)
