@@ -251,7 +251,7 @@ def test_plan_holds_glm52_at_tp8_in_fp8_with_room_for_8192_tokens(capsys):
     assert cli.main(["plan", "--model", "glm-5.2", "--tp", "8", "--weights", "fp8", "--tokens", "8192"]) == 0
     printed = capsys.readouterr().out
     absorbed = {term: cells[ABSORBED] for term, cells in plan_cells(printed).items()}
-    # a dummy build's transient expert stack, 256 x 4096 x 6144 fp32 (an H100 ran out of memory on it, GPU run 43)
+    # a dummy build's transient expert stack, 256 x 4096 x 6144 fp32 (docs/multigpu.md, "Rank rehearsal")
     assert "that stack's fp32 values (24.0 GiB" in " ".join(printed.split())
     assert absorbed["weights / rank"] == "92.0 GiB" and absorbed["fits 141 GiB"] == "yes", absorbed
     fp8 = plan_memory(make_config("glm-5.2"), 8, 8192, weights="fp8")

@@ -106,7 +106,7 @@ def quantized_dummy(name: str, shape: torch.Size, device: torch.device, seed: in
     if device.type == "cuda":
         # The whole stack's fp32 values (24 GiB for a GLM-5.2 expert stack) go back to the driver: kept in the
         # allocator's cache, small tensors split the block and the next stack's values no longer fit beside it
-        # (an H100 ran out of memory with 24.7 GiB reserved and unallocated, GPU run 43).
+        # (an H100 ran out of memory with 24.7 GiB reserved and unallocated: docs/multigpu.md, "Rank rehearsal").
         torch.cuda.empty_cache()
     return BlockFP8.stack(pieces, cat=True)
 
