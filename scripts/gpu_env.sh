@@ -1,18 +1,19 @@
 # Sourced by the scripts/gpu_*.sh steps, from the repository root of a device call: the GPU, not the interpreter;
-# FlashMLA from the carried .flashmla/ when present; the carried packages of .gpu-carry/site.tar.xz or wheels of
-# .whl/ (unpacked or installed once to /tmp/site) on PYTHONPATH after whatever the caller put there; `gpu_versions FILE` records the machine and versions;
-# `gpu_pack OUTDIR` packs a run's files into one archive, since a call brings back at most 8.
+# FlashMLA from the carried .flashmla/ when present; the carried packages (.gpu-carry/site.tar.xz, built by
+# scripts/make_gpu_site.sh, or wheels in .whl/), unpacked or installed once to /tmp/site, on PYTHONPATH after whatever
+# the caller put there; `gpu_versions FILE` records the machine and versions; `gpu_pack OUTDIR` packs a run's files
+# into one archive, since a call brings back at most 8.
 unset TRITON_INTERPRET
 export PYTHONUNBUFFERED=1
 [ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
-if [ -f .gpu-carry/site.tar.xz ] && [ ! -d /tmp/site/datasets ]; then  # serve, lm-eval, datasets (make_gpu_site.sh)
-  mkdir -p /tmp/site && tar -xJf .gpu-carry/site.tar.xz -C /tmp/site
+if [ ! -d /tmp/site/datasets ]; then
+  if [ -f .gpu-carry/site.tar.xz ]; then
+    mkdir -p /tmp/site && tar -xJf .gpu-carry/site.tar.xz -C /tmp/site
+  elif [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  fi
 fi
-[ -d /tmp/site ] && export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
-if [ -d .whl ]; then
-  [ -d /tmp/site/datasets ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
-fi
+if [ -d /tmp/site ]; then export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site; fi
 gpu_versions() {  # FILE: the date, the GPU (name, driver, memory) and torch / triton / transformers to FILE, printed
   { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
     python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__,

@@ -6,16 +6,9 @@
 # ~59 MiB tracked tree, exceed a device call's 64 MiB; a .whl folder of wheels is still installed if carried instead),
 # and FlashMLA's library as .gpu-carry/flashmla.tar.xz (0.9 MB). Tables go to $OUT/tasks.log.
 set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-if [ -f .gpu-carry/site.tar.xz ]; then
-  mkdir -p /tmp/site && tar -xJf .gpu-carry/site.tar.xz -C /tmp/site || exit
-  export PYTHONPATH=$PYTHONPATH:/tmp/site
-elif [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
-  export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
 [ -f .gpu-carry/flashmla.tar.xz ] && mkdir -p .flashmla && tar -xJf .gpu-carry/flashmla.tar.xz -C .flashmla
-[ -f .flashmla/_flashmla_C.abi3.so ] && export GLMCHECK_FLASHMLA_LIB=$PWD/.flashmla/_flashmla_C.abi3.so
+export PYTHONPATH=$PWD
+source scripts/gpu_env.sh  # the carried packages and FlashMLA's library
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 declare -A BACKENDS=([ref]=reference [token]=triton_sparse_mla [u2]=triton_sparse_mla:union2 [u4]=triton_sparse_mla:union4
                      [u8]=triton_sparse_mla:union8 [flashmla]=flashmla_sparse)
