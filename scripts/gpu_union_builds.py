@@ -22,7 +22,7 @@ import time
 import torch
 import triton.testing
 
-from glmcheck.bench.kernel import synthetic_indices
+from glmcheck.bench.kernel import capture_graph, paired_ratios, synthetic_indices, time_ms
 from glmcheck.bench.names import HEADLINE_POINTS
 from glmcheck.kernels.union import union_dedup_forced
 
@@ -82,7 +82,7 @@ def main() -> None:
                     print(f"| {mode} | {batch}x{seq_len} | {G} | {method} | {'ok' if ok else 'DIFFERS'} | "
                           f"{eager:.4f} | {graph:.4f} |", flush=True)
                 if ns.paired:
-                    pairs.append((mode, f"{batch}x{seq_len}", G, paired_ratios(indices, G, kv_rows, ns)))
+                    pairs.append((mode, f"{batch}x{seq_len}", G, paired(indices, G, kv_rows, ns)))
             print(f"<!-- {mode} {batch}x{seq_len}: {time.time() - started:.1f} s -->", flush=True)
     if pairs:
         first, second = ns.paired.split(",")
@@ -118,12 +118,12 @@ def phases(rep_ms: int) -> None:
         print("\n".join(cells), flush=True)
 
 
-def paired_ratios(indices, G: int, kv_rows: int, ns) -> list[float]:
-    """B's graph-replay ms over A's, one ratio per round, A and B alternating (ns.paired = "A,B")."""
-    first, second = (functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows, method=m)
-                     for m in ns.paired.split(","))
-    rep = max(10, ns.rep_ms // 4)
-    return [graph_ms(second, rep) / graph_ms(first, rep) for _ in range(ns.rounds)]
+def paired(indices, G: int, kv_rows: int, ns) -> list[float]:
+    """B's graph-replay ms over A's, one ratio per round, the order alternating (ns.paired = "A,B";
+    `glmcheck.bench.kernel.paired_ratios`)."""
+    first, second = (capture_graph(functools.partial(union_dedup_forced, indices, G, num_kv_rows=kv_rows,
+                                                     method=m))[0] for m in ns.paired.split(","))
+    return list(paired_ratios(second, first, ns.rounds, time_ms, max(10, ns.rep_ms // 4)))
 
 
 if __name__ == "__main__":
