@@ -82,3 +82,25 @@ def test_marks_build_needs_num_kv_rows(device):
     indices = torch.arange(4, dtype=torch.int32, device=device).repeat(4, 1)
     with pytest.raises(ValueError, match="method='marks' needs num_kv_rows"):
         union_dedup_forced(indices, 2, method="marks")
+
+
+@pytest.mark.parametrize("knobs", [
+    dict(MARKS_PASS_2D=True, MARKS_MARK_BLOCK=16, MARKS_SCAN_BLOCK=32, MARKS_BLOCK=8),
+    dict(MARKS_SNAKE=True, MARKS_PROGRAMS=3, MARKS_SCAN_BLOCK=16),
+    dict(MARKS_PASS_2D=True, MARKS_SNAKE=True, MARKS_PROGRAMS=4, MARKS_MARK_BLOCK=8, MARKS_BLOCK=16),
+    dict(MARKS_ATOMIC=True, MARKS_PROGRAMS=3, MARKS_MARK_BLOCK=8),
+    dict(MARKS_ATOMIC=True, MARKS_PASS_2D=True, MARKS_MARK_BLOCK=32),
+])
+@pytest.mark.parametrize("G", [2, 3, 8])
+def test_marks_build_variants(device, monkeypatch, knobs, G):
+    """The build's step sizes, its first pass over every token at once and the mirrored turn order give Python's
+    sets (steps smaller and larger than topk, programs that build several groups)."""
+    import glmcheck.kernels.union as union_mod
+    for name, value in knobs.items():
+        monkeypatch.setattr(union_mod, name, value)
+    topk, seq_len = 16, 40
+    indices, topk_length = _prefix_batch(topk, seq_len, seed=G + 1)
+    for length in (None, topk_length):
+        sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
+                                  num_kv_rows=2 * seq_len, method="marks")
+        _assert_equals_python(sets, indices, G, 2 * seq_len, length)
