@@ -48,13 +48,10 @@ TREE_BLOCK = 256  # rows per step of a tree-build pair merge (H200: 0.62 vs 0.66
 INT16_MAX = 2**15 - 1  # the empty-slot key of int16 merge keys (every valid key sorts below it)
 MARKS_BLOCK = 1024  # slots or table bytes per step of the marks build, whatever the top-k (one compiled variant
 # for every prompt length: docs/performance.md, "Time to verdict")
-MARKS_MARK_BLOCK = 1024  # slots per marking step
-MARKS_SCAN_BLOCK = 1024  # table bytes per step of the zeroing, the prefix writes and the scan
-MARKS_PASS_2D = False  # the first pass over every token of a group at once
-MARKS_SNAKE = False  # odd turns build the mirrored group (long and short groups pair up)
-MARKS_WARPS = BUILD_WARPS
-MARKS_ATOMIC = False  # every token's marks at once, as 32-bit atomic ORs into the byte table
-MARKS_PROGRAMS = 1056  # most programs of the marks build (8 per H200 SM); each builds every programs-th group
+# the marks build: 4 warps, at most 16 programs per SM (132 SMs), each building every programs-th group
+# (docs/performance.md, "Union builds": 0.62-0.98x the build time of 8 warps and 1056 programs)
+MARKS_WARPS = 4
+MARKS_PROGRAMS = 2112
 MARKS_SCRATCH_BYTES = 64 * 2**20  # the marks table's cap: fewer programs (each one row of num_kv_rows bytes) above it
 MARKS_AUTO_MAX_ROWS = MARKS_SCRATCH_BYTES // 256  # "auto" takes marks while >= 256 programs fit under the cap
 
@@ -200,8 +197,7 @@ def _build_by_marks(indices: torch.Tensor, topk_length: torch.Tensor | None, num
         num_groups, num_kv_rows, topk, sets.rows.shape[1], indices.stride(0), indices.stride(1), marks.stride(0),
         sets.rows.stride(0), sets.bits.stride(0),
         G=G, G_POW2=triton.next_power_of_2(G), HAS_LENGTH=topk_length is not None,
-        BLOCK=MARKS_BLOCK, MARK_BLOCK=MARKS_MARK_BLOCK, SCAN_BLOCK=MARKS_SCAN_BLOCK, PASS_2D=MARKS_PASS_2D,
-        SNAKE=MARKS_SNAKE, MARK_ATOMIC=MARKS_ATOMIC, num_warps=MARKS_WARPS,
+        BLOCK=MARKS_BLOCK, num_warps=MARKS_WARPS,
     )
 
 

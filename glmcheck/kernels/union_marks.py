@@ -1,14 +1,14 @@
 """Triton kernel of the marks union build: no sort, one launch, exact prefix groups recognised on the device.
 
-Each program owns one byte row of a scratch table `marks` [programs, num_kv_rows] uint8 and builds the groups
-g = pid, pid + programs, ... in turn. Per group, one pass over its G token rows finds each token's valid count and
-lowest and highest row. A token whose count is high - low + 1 selected exactly the rows low..high (a token never
-selects a row twice, the union contract). When every token of the group did, all from one lowest row L (tokens
-with no valid slot aside), each selected its causal prefix in a sequence starting at row L: the union is
+Each program owns one byte row of a scratch table `marks` [programs, num_kv_rows] uint8 and builds the groups g =
+pid, pid + programs, ... in turn. Per group, one pass over its G token rows (all tokens at once) finds each token's
+valid count and lowest and highest row. A token whose count is high - low + 1 selected exactly the rows low..high (a
+token never selects a row twice, the union contract). When every token of the group did, all from one lowest row L
+(tokens with no valid slot aside), each selected its causal prefix in a sequence starting at row L: the union is
 L..max(high) and token i owns the rows up to its own high, written directly, nothing scattered (the prefix guard:
-every token t < topk of a causal prefill, every sequence of a batch in one pool). Otherwise the tokens OR their
-bit into marks[row] one token after the other (a CTA barrier between tokens: one token's rows are distinct, so no
-two lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits
+every token t < topk of a causal prefill, every sequence of a batch in one pool). Otherwise the tokens OR their bit
+into marks[row] one token after the other (a CTA barrier between tokens: one token's rows are distinct, so no two
+lanes write one byte), and one scan over marks[low:high + 1] compacts the marked rows (ascending) with their bits
 and clears them, so the row is all zero again for the program's next group (zeroed once at the start of the kernel).
 O(G * topk + span) per group, no host sync; the table lives only inside the call that allocated it.
 """
@@ -61,127 +61,70 @@ def union_marks_kernel(
     idx_ptr, length_ptr, marks_ptr, rows_ptr, bits_ptr, len_ptr,
     num_groups, num_kv_rows, topk, width, stride_it, stride_is, stride_mp, stride_rg, stride_bg,
     G: tl.constexpr, G_POW2: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr,
-    MARK_BLOCK: tl.constexpr, SCAN_BLOCK: tl.constexpr, PASS_2D: tl.constexpr, SNAKE: tl.constexpr,
-    MARK_ATOMIC: tl.constexpr,
 ):
     """Grid (programs,). idx [T, topk] int32 (any strides), topk_length [T] int32 when HAS_LENGTH, marks
     [programs, >= num_kv_rows] uint8 scratch (any contents). Writes rows[g, :n] (each distinct valid row once,
     ascending), bits[g, :n] (bit i: token g*G + i selected it) and len[g] = n for every g < num_groups; width is
-    the rows' capacity per group (G * topk); G_POW2 = next_power_of_2(G). BLOCK: slots per step of the first pass
-    (of every token at once when PASS_2D), MARK_BLOCK of the marking, SCAN_BLOCK table bytes per step (zeroing,
-    prefix writes, the scan). SNAKE: turn t builds group pid + t * programs on even turns, the mirror
-    (t + 1) * programs - 1 - pid on odd ones (a program's long and short groups pair up)."""
+    the rows' capacity per group (G * topk); G_POW2 = next_power_of_2(G); BLOCK slots (of each token) or table
+    bytes per step."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    lanes = tl.arange(0, SCAN_BLOCK)
+    lanes = tl.arange(0, BLOCK)
     members = tl.arange(0, G_POW2)
     member_ok = members < G
     marks = marks_ptr + pid.to(tl.int64) * stride_mp
-    for start in range(0, num_kv_rows, SCAN_BLOCK):
+    for start in range(0, num_kv_rows, BLOCK):
         pos = start + lanes
-        tl.store(marks + pos, tl.zeros([SCAN_BLOCK], dtype=tl.uint8), mask=pos < num_kv_rows)
+        tl.store(marks + pos, tl.zeros([BLOCK], dtype=tl.uint8), mask=pos < num_kv_rows)
     tl.debug_barrier()
 
-    if SNAKE:
-        turns = (num_groups + programs - 1) // programs
-    else:
-        turns = (num_groups - pid + programs - 1) // programs
+    turns = (num_groups - pid + programs - 1) // programs
     for turn in range(turns):
-        if SNAKE:
-            group = tl.where(turn % 2 == 0, pid.to(tl.int64) + turn * programs,
-                             (turn + 1) * programs - 1 - pid.to(tl.int64))
-        else:
-            group = pid.to(tl.int64) + turn * programs
-        if group < num_groups:
-            _build_group(idx_ptr, length_ptr, marks, rows_ptr, bits_ptr, len_ptr, group, num_kv_rows, topk, width,
-                         stride_it, stride_is, stride_rg, stride_bg, lanes, members, member_ok,
-                         G, G_POW2, HAS_LENGTH, BLOCK, MARK_BLOCK, SCAN_BLOCK, PASS_2D, MARK_ATOMIC)
-        tl.debug_barrier()  # the next group's marks start from this group's cleared row
-
-
-@triton.jit
-def _build_group(idx_ptr, length_ptr, marks, rows_ptr, bits_ptr, len_ptr, group, num_kv_rows, topk, width,
-                 stride_it, stride_is, stride_rg, stride_bg, lanes, members, member_ok,
-                 G: tl.constexpr, G_POW2: tl.constexpr, HAS_LENGTH: tl.constexpr, BLOCK: tl.constexpr,
-                 MARK_BLOCK: tl.constexpr, SCAN_BLOCK: tl.constexpr, PASS_2D: tl.constexpr,
-                 MARK_ATOMIC: tl.constexpr):
-    """One group's rows, bits and length (`union_marks_kernel`); leaves the program's table row all zero."""
-    first_token = group * G
-    out_rows = rows_ptr + group * stride_rg
-    out_bits = bits_ptr + group * stride_bg
-    if PASS_2D:
+        group = pid.to(tl.int64) + turn * programs
+        first_token = group * G
+        out_rows = rows_ptr + group * stride_rg
+        out_bits = bits_ptr + group * stride_bg
         counts = tl.zeros([G_POW2], dtype=tl.int32)
-        los = tl.full([G_POW2], INT32_MAX, dtype=tl.int32)
-        highs = tl.full([G_POW2], -1, dtype=tl.int32)
+        lows = tl.full([G_POW2], INT32_MAX, dtype=tl.int32)
+        highs = tl.full([G_POW2], -1, dtype=tl.int32)  # per token: highest valid row, -1 when none
         for start in range(0, topk, BLOCK):
             row, valid = _group_rows(idx_ptr, length_ptr, first_token, members, member_ok, start, topk,
                                      num_kv_rows, stride_it, stride_is, HAS_LENGTH, BLOCK)
             counts += tl.sum(valid.to(tl.int32), axis=1)
-            los = tl.minimum(los, tl.min(tl.where(valid, row, INT32_MAX), axis=1))
+            lows = tl.minimum(lows, tl.min(tl.where(valid, row, INT32_MAX), axis=1))
             highs = tl.maximum(highs, tl.max(tl.where(valid, row, -1), axis=1))
-        is_range = (counts == 0) | (counts == highs - los + 1)  # distinct rows: exactly lo..hi
+        is_range = (counts == 0) | (counts == highs - lows + 1)  # distinct rows: exactly low..high
         all_ranges = tl.min(is_range.to(tl.int32), axis=0)
-        low = tl.min(los, axis=0)
-        top_low = tl.max(tl.where(counts > 0, los, -1), axis=0)
-    else:
-        highs = tl.full([G_POW2], -1, dtype=tl.int32)  # per token: highest valid row, -1 when none
-        low = tl.full([], INT32_MAX, dtype=tl.int32)  # lowest valid row of the group
-        top_low = tl.full([], -1, dtype=tl.int32)  # highest of the tokens' lowest rows (tokens with a valid row)
-        all_ranges = tl.full([], 1, dtype=tl.int32)
-        for member in tl.static_range(G):
-            count = tl.zeros([], dtype=tl.int32)
-            lo = tl.full([], INT32_MAX, dtype=tl.int32)
-            hi = tl.full([], -1, dtype=tl.int32)
-            for start in range(0, topk, BLOCK):
-                row, valid = _token_rows(idx_ptr, length_ptr, first_token + member, start, topk, num_kv_rows,
-                                         stride_it, stride_is, HAS_LENGTH, BLOCK)
-                count += tl.sum(valid.to(tl.int32), axis=0)
-                lo = tl.minimum(lo, tl.min(tl.where(valid, row, INT32_MAX), axis=0))
-                hi = tl.maximum(hi, tl.max(tl.where(valid, row, -1), axis=0))
-            is_range = (count == 0) | (count == hi - lo + 1)  # distinct rows: exactly lo..hi
-            all_ranges = all_ranges & is_range.to(tl.int32)
-            highs = tl.where(members == member, hi, highs)
-            low = tl.minimum(low, lo)
-            top_low = tl.maximum(top_low, tl.where(count > 0, lo, -1))
-    high = tl.max(highs, axis=0)
+        low = tl.min(lows, axis=0)  # lowest valid row of the group
+        top_low = tl.max(tl.where(counts > 0, lows, -1), axis=0)  # highest lowest row of a token with a valid row
+        high = tl.max(highs, axis=0)
 
-    if (all_ranges != 0) & ((high < 0) | (low == top_low)):  # prefixes from one row: union low..high
-        for start in range(low, high + 1, SCAN_BLOCK):
-            row = start + lanes
-            live = row <= high
-            owners = tl.sum(tl.where(row[:, None] <= highs[None, :], 1 << members[None, :], 0), axis=1)
-            tl.store(out_rows + (row - low), row, mask=live)
-            tl.store(out_bits + (row - low), owners.to(tl.uint8), mask=live)
-        tl.store(len_ptr + group, tl.where(high < 0, 0, high - low + 1))
-    else:
-        if MARK_ATOMIC:  # every token at once: a relaxed 32-bit OR of its bit into the byte of each row it selected
-            words = marks.to(tl.pointer_type(tl.int32))
-            for start in range(0, topk, MARK_BLOCK):
-                row, valid = _group_rows(idx_ptr, length_ptr, first_token, members, member_ok, start, topk,
-                                         num_kv_rows, stride_it, stride_is, HAS_LENGTH, MARK_BLOCK)
-                bit = (1 << members)[:, None] << ((row & 3) * 8)
-                tl.atomic_or(words + (row >> 2), bit, mask=valid, sem="relaxed")
-            tl.debug_barrier()
+        if (all_ranges != 0) & ((high < 0) | (low == top_low)):  # prefixes from one row: union low..high
+            for start in range(low, high + 1, BLOCK):
+                row = start + lanes
+                live = row <= high
+                owners = tl.sum(tl.where(row[:, None] <= highs[None, :], 1 << members[None, :], 0), axis=1)
+                tl.store(out_rows + (row - low), row, mask=live)
+                tl.store(out_bits + (row - low), owners.to(tl.uint8), mask=live)
+            tl.store(len_ptr + group, tl.where(high < 0, 0, high - low + 1))
         else:
             for member in tl.static_range(G):
-                for start in range(0, topk, MARK_BLOCK):
+                for start in range(0, topk, BLOCK):
                     row, valid = _token_rows(idx_ptr, length_ptr, first_token + member, start, topk, num_kv_rows,
-                                             stride_it, stride_is, HAS_LENGTH, MARK_BLOCK)
+                                             stride_it, stride_is, HAS_LENGTH, BLOCK)
                     if member == 0:
-                        tl.store(marks + row, tl.full([MARK_BLOCK], 1, dtype=tl.uint8), mask=valid)
+                        tl.store(marks + row, tl.full([BLOCK], 1, dtype=tl.uint8), mask=valid)
                     else:
                         seen = tl.load(marks + row, mask=valid, other=0)
                         tl.store(marks + row, seen | (1 << member), mask=valid)
                 tl.debug_barrier()  # the next token reads what this one wrote
-        emitted = tl.zeros([], dtype=tl.int32)
-        for start in range(low, high + 1, SCAN_BLOCK):
-            row = start + lanes
-            span = row <= high
-            if MARK_ATOMIC:  # the ORs were done in L2: no stale L1 line of an earlier group's scan
-                owners = tl.load(marks + row, mask=span, other=0, cache_modifier=".cg")
-            else:
+            emitted = tl.zeros([], dtype=tl.int32)
+            for start in range(low, high + 1, BLOCK):
+                row = start + lanes
+                span = row <= high
                 owners = tl.load(marks + row, mask=span, other=0)
-            marked = owners != 0
-            emitted = append_rows(out_rows, out_bits, emitted, marked, row, owners, width)
-            tl.store(marks + row, tl.zeros([SCAN_BLOCK], dtype=tl.uint8), mask=marked)
-        tl.store(len_ptr + group, emitted)
+                marked = owners != 0
+                emitted = append_rows(out_rows, out_bits, emitted, marked, row, owners, width)
+                tl.store(marks + row, tl.zeros([BLOCK], dtype=tl.uint8), mask=marked)
+            tl.store(len_ptr + group, emitted)
+        tl.debug_barrier()  # the next group's marks start from this group's cleared row
