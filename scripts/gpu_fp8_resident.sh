@@ -14,7 +14,8 @@
 # Prints a table per step and a summary last; records and logs under OUTDIR. STEPS picks steps (default all three).
 # LAYERS (default 78) cuts the rehearsal's logits model to fewer layers: on an 80 GB H100, where rank 0 of all 78
 # does not fit (`glmcheck plan --model glm-5.2 --tp 8 --weights fp8 --gpu-gib 80` gives the most that do, less the
-# dummy build's fp32 expert stack, 24 GiB while it is quantised); PAIRED_LAYERS (default 16) the paired step's.
+# dummy build's fp32 expert stack, 24 GiB while it is quantised); PAIRED_LAYERS (default 16) the paired step's; TOKENS
+# (default "4096 8192") the rehearsal's logits lengths (one process each, 120 s at 4096 and below, 140 s above).
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_fp8_resident.sh OUTDIR}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
@@ -30,8 +31,10 @@ rehearse() {  # NAME LIMIT ARGS...: one rehearsal, its output in OUTDIR/NAME.txt
 for step in ${STEPS:-rehearsal paired refgpu}; do
   case $step in
     rehearsal)
-      rehearse rehearse-logits-4096 120 logits --layers "${LAYERS:-78}" --tokens 4096 --backends triton_sparse_mla --band 1
-      rehearse rehearse-logits-8192 140 logits --layers "${LAYERS:-78}" --tokens 8192 --backends triton_sparse_mla --band 1
+      for tokens in ${TOKENS:-4096 8192}; do
+        rehearse "rehearse-logits-$tokens" $(( tokens > 4096 ? 140 : 120 )) logits --layers "${LAYERS:-78}" \
+          --tokens "$tokens" --backends triton_sparse_mla --band 1
+      done
       rehearse rehearse-layer0 60 layer0 --tokens 4096 --backends triton_sparse_mla ;;
     paired)
       timeout 110 python3 scripts/gpu_fp8_resident.py paired "$out" --layers "${PAIRED_LAYERS:-16}" > "$out/paired.txt" 2>&1
