@@ -44,6 +44,15 @@ def _assert_equals_python(sets, indices: torch.Tensor, G: int, kv_rows: int, top
         assert dict(zip(got_rows, bits[g, :n].tolist())) == owners, f"group {g}: union or ownership bits differ"
 
 
+def _assert_prefix_batch_builds(device, G: int, topk: int, seq_len: int, seed: int) -> None:
+    """The marks build of `_prefix_batch` equals Python's sets, without and with topk_length."""
+    indices, topk_length = _prefix_batch(topk, seq_len, seed=seed)
+    for length in (None, topk_length):
+        sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
+                                  num_kv_rows=2 * seq_len, method="marks")
+        _assert_equals_python(sets, indices, G, 2 * seq_len, length)
+
+
 @pytest.mark.parametrize("G", [2, 4, 8])
 @pytest.mark.parametrize("programs", [3, None])
 def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, programs):
@@ -53,11 +62,7 @@ def test_marks_build_prefix_guard_and_near_misses(device, monkeypatch, G, progra
     if programs is not None:
         monkeypatch.setattr(union_mod, "MARKS_PROGRAMS", programs)
     topk, seq_len = 16, 40
-    indices, topk_length = _prefix_batch(topk, seq_len, seed=G)
-    for length in (None, topk_length):
-        sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
-                           num_kv_rows=2 * seq_len, method="marks")
-        _assert_equals_python(sets, indices, G, 2 * seq_len, length)
+    _assert_prefix_batch_builds(device, G, topk, seq_len, seed=G)
     prefixes = torch.full((G, topk), -1, dtype=torch.int32)
     for t in range(G):
         prefixes[t, topk - t - 1:] = torch.arange(t, -1, -1, dtype=torch.int32)
@@ -92,9 +97,4 @@ def test_marks_build_steps_smaller_than_topk(device, monkeypatch, G):
     import glmcheck.kernels.union as union_mod
     monkeypatch.setattr(union_mod, "MARKS_BLOCK", 8)
     monkeypatch.setattr(union_mod, "MARKS_PROGRAMS", 4)
-    topk, seq_len = 16, 40
-    indices, topk_length = _prefix_batch(topk, seq_len, seed=G + 1)
-    for length in (None, topk_length):
-        sets = union_dedup_forced(indices.to(device), G, None if length is None else length.to(device),
-                                  num_kv_rows=2 * seq_len, method="marks")
-        _assert_equals_python(sets, indices, G, 2 * seq_len, length)
+    _assert_prefix_batch_builds(device, G, topk=16, seq_len=40, seed=G + 1)
