@@ -8,8 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# Q's rope tail as S's A operand from registers: 0 no (shared memory), 1 the odd warpgroup, 2 both. Off until timed.
-PINGPONG_Q_TAIL_REGS = 0
 
 
 @gluon.jit
