@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from glmcheck import cli
-from glmcheck.records.render import check_record, render
+from glmcheck.records.record_fields import check_record
+from glmcheck.records.render import render
 from glmcheck.records.samples import sample_records_dir
 from glmcheck.records.store import RECORD_VERSION, find_records, read_record
 

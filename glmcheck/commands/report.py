@@ -39,8 +39,9 @@ def handle(ns: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
+    from glmcheck.records.record_fields import check_record
     from glmcheck.records.rejudge import check_verdicts
-    from glmcheck.records.render import TABLE_COMMANDS, check_record, render
+    from glmcheck.records.render import TABLE_COMMANDS, render
     from glmcheck.records.store import read_record
 
     try:
