@@ -3,7 +3,8 @@
 #   bash scripts/gpu_ncu.sh OUTDIR [CASES]     CASES: "what:point ..." (default below); what = tile or build
 # Per case, one profiled launch (the second call: scripts/gpu_profile_call.py) with the sections that say which unit
 # bounds a kernel (throughput by unit, the shared-memory and L1 traffic, warp stall reasons, instruction mix) and
-# the per-instruction stall samples of SASS; text pages under OUTDIR/<case>/, packed into OUTDIR/results.tgz.
+# the per-instruction stall samples of SASS (per partition and mbarrier: scripts/ncu_stalls.py); text pages under
+# OUTDIR/<case>/, packed into OUTDIR/results.tgz.
 set -uo pipefail
 out=$(mkdir -p "${1:?usage: gpu_ncu.sh OUTDIR [CASES]}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
@@ -26,6 +27,7 @@ for case in ${2:-tile:1x8192:64 tile:1x8192:16 build:1x8192:16}; do
     "$ncu" --import "$dir/profile.ncu-rep" --page details --print-details all > "$dir/details.txt" 2>&1
     "$ncu" --import "$dir/profile.ncu-rep" --page raw --csv > "$dir/raw.csv" 2>&1
     "$ncu" --import "$dir/profile.ncu-rep" --page source --csv --print-source sass > "$dir/sass.csv" 2>&1
+    python3 scripts/ncu_stalls.py "$dir/sass.csv" > "$dir/stalls.txt" 2>&1 || echo "ncu_stalls.py failed (pandas?)"
     grep -E "Duration|Throughput|Pipe|Stall|Issue|Bank|Wavefront|Shared|L1/TEX Hit|L2 Hit|Registers|Executed Ipc" \
       "$dir/details.txt" | head -n 60
   fi

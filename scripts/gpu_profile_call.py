@@ -2,8 +2,8 @@
 its inputs as the bench makes them, the call run twice (a warm-up, then the call to profile: `ncu --launch-skip 1
 --launch-count 1 -k regex:NAME`). The tile's call takes a plan built before, so the tile is the call's only launch.
 
-    python3 scripts/gpu_profile_call.py tile 1x8192:64          (per-token from 17 heads, union 8 / 4 / 2 at 8 / 16 / 32)
-    python3 scripts/gpu_profile_call.py build 1x8192:16         (the union build the tile's union takes there)
+    python3 scripts/gpu_profile_call.py tile 1x8192:64     (per-token from 17 heads, union 8 / 4 / 2 at 8 / 16 / 32)
+    python3 scripts/gpu_profile_call.py build 1x8192:16    (the union build the tile's union takes there)
 
 Prints the tile's rel-L2 against fp32 (a NaN-poisoned output first), so a profile is of a call that passed its gate.
 """

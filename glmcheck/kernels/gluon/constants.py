@@ -8,9 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# Schedule variants under measurement (bits; 0 is the kernel): 1 the producer loads a pair's row numbers one pair
-# ahead, 2 the odd warpgroup frees 1R before it waits for P0. Off until timed.
-PINGPONG_SCHEDULE = 0
 
 
 @gluon.jit

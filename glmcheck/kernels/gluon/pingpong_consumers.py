@@ -223,7 +223,7 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zer
 @gluon.jit
 def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, union_bits, length, phase, stage0, pair, H: gl.constexpr,
-                G: gl.constexpr, BLOCK_N: gl.constexpr, FREE_1R_EARLY: gl.constexpr = False):
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
     """The rest of the odd warpgroup's pair after S1 (the protocol's "odd" line in `pingpong.py`; P0 lives in stage
     0's tail, read last here). Returns (acc, row_sum, run_max = M1, the bits of the warpgroup's next block, loaded
     at the end: loading them earlier cost spill loads and stores, ptxas at H = 64)."""
@@ -240,16 +240,12 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     # waited for. P1 is published only after O += P0 V0 is queued: published before the wait for P0 instead, it
     # measured 0.99x ("Ping-pong handoffs").
     odd_p.store(p_bf16)
-    if FREE_1R_EARLY:  # 1R is refilled while this warpgroup waits for P0
-        acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
-        mbarrier.arrive(empty_bars.index(half_index(1, RIGHT)))
     mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
                         is_async=True)
     signal_p(pub_bars.index(1))
-    if not FREE_1R_EARLY:
-        acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
-        mbarrier.arrive(empty_bars.index(half_index(1, RIGHT)))
+    acc = warpgroup_mma_wait(1, deps=(acc,))  # O += P1 V1[:, 256:]: 1R's last read
+    mbarrier.arrive(empty_bars.index(half_index(1, RIGHT)))
     acc = warpgroup_mma_wait(0, deps=(acc,))  # O += P0 V0[:, 256:]: 0R's (and P0's) last read
     mbarrier.arrive(empty_bars.index(half_index(0, RIGHT)))
     bits = load_bits(union_bits, 2 * pair + 3, length, G, BLOCK_N, S_LAYOUT)
@@ -290,7 +286,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, SCHEDULE: gl.constexpr = 0):
+                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
     q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
     group, head0 = tile_index(HEAD_SLICES)
@@ -305,8 +301,7 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
                              empty_bars, zero_s, phase, stage0)
         acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                   empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
-                                                  union_bits, length, phase, stage0, pair, H, G, BLOCK_N,
-                                                  SCHEDULE // 2 % 2 == 1)
+                                                  union_bits, length, phase, stage0, pair, H, G, BLOCK_N)
     if num_blocks % 2 == 1:  # a half pair last
         acc, row_sum = _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs,
                                       (num_blocks // 2) & 1)

@@ -151,30 +151,8 @@ def _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bar
 
 
 @gluon.jit
-def _pairs_rows_ahead(kv_ptr, union_rows, length, num_blocks, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                      empty_bars, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
-    """Pairs 1, 2, ... and the half pair, each pair's row numbers loaded one pair ahead (before the previous pair's
-    gathers, masked by the row width, not the length), so no gather waits for a row load."""
-    next_even = _early_rows(union_rows, 2, stride_rg, BLOCK_N)
-    next_odd = _early_rows(union_rows, 3, stride_rg, BLOCK_N)
-    for pair in range(1, num_blocks // 2):
-        even_rows = next_even
-        odd_rows = next_odd
-        next_even = _early_rows(union_rows, 2 * pair + 2, stride_rg, BLOCK_N)
-        next_odd = _early_rows(union_rows, 2 * pair + 3, stride_rg, BLOCK_N)
-        _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(2 * pair, length, BLOCK_N),
-                      _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(2 * pair + 1, length, BLOCK_N), main_bufs,
-                      tail_bufs, full_bars, empty_bars, pair & 1, D_TAIL)
-    half = num_blocks // 2  # the half pair's index, when the block count is odd; its rows are next_even
-    if (num_blocks % 2 == 1) & (half > 0):
-        _fill_even_block(kv_ptr, _scaled_rows(next_even, stride_kvs, KV_INT64), _live(2 * half, length, BLOCK_N),
-                         main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL)
-
-
-@gluon.jit
 def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
-                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr,
-                   SCHEDULE: gl.constexpr = 0):
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's row numbers are
     loaded alongside the group's length, not after it (rows are contiguous, so stride_rg is their width): one
     dependent global round trip less before the first gather, of the three (length, rows, gather) at a program's
@@ -194,16 +172,11 @@ def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, t
     elif num_blocks == 1:
         _fill_even_block(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N), main_bufs,
                          tail_bufs, full_bars, empty_bars, 0, D_TAIL)
-    if SCHEDULE % 2 == 1:
-        _pairs_rows_ahead(kv_ptr, union_rows, length, num_blocks, stride_kvs, stride_rg, main_bufs, tail_bufs,
-                          full_bars, empty_bars, D_TAIL, BLOCK_N, KV_INT64)
-    else:
-        for pair in range(1, num_blocks // 2):
-            _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                       pair & 1, D_TAIL, BLOCK_N, KV_INT64)
-        half = num_blocks // 2  # the half pair's index, when the block count is odd
-        if (num_blocks % 2 == 1) & (half > 0):
-            even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, BLOCK_N, KV_INT64)
-            _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1,
-                             D_TAIL)
+    for pair in range(1, num_blocks // 2):
+        _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64)
+    half = num_blocks // 2  # the half pair's index, when the block count is odd
+    if (num_blocks % 2 == 1) & (half > 0):
+        even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, BLOCK_N, KV_INT64)
+        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
