@@ -57,7 +57,14 @@ def main() -> int:
     parser.add_argument("sass_csv")
     parser.add_argument("--top", type=int, default=8, help="instructions listed per partition")
     ns = parser.parse_args()
-    frame = load(ns.sass_csv)
+    try:
+        frame = load(ns.sass_csv)
+    except (OSError, ValueError, KeyError) as err:  # pandas' parse errors are ValueErrors
+        print(f"ncu_stalls.py: sass_csv {ns.sass_csv!r} is not an ncu source page with SASS: {err}", file=sys.stderr)
+        return 2
+    if SAMPLES not in frame.columns or frame.empty:
+        print(f"ncu_stalls.py: sass_csv {ns.sass_csv!r} has no {SAMPLES!r} column or no SASS rows", file=sys.stderr)
+        return 2
     total = frame[SAMPLES].sum()
     stalls = [c for c in frame.columns if c.startswith("stall_") and "Not Issued" not in c]
     print(f"{len(frame)} instructions, {int(total)} samples")
