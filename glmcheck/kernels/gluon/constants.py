@@ -8,9 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# Timing diagnostic, wrong results: bits of the cross-warpgroup waits left out (1 M0 in the odd warpgroup, 2 M1 in
-# the even one, 4 P0 in the odd one, 8 P1 in the even one). 0 is the kernel.
-PINGPONG_DIAG_CHAIN = 0
 
 
 @gluon.jit

@@ -122,8 +122,7 @@ def _even_own_block(scores, bits, acc, row_sum, run_max, main_bufs, max_bars, ma
 @gluon.jit
 def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                  max_bufs, qk_scale_log2, phase, union_bits, length, pair, H: gl.constexpr,
-                 G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr,
-                 DIAG: gl.constexpr = 0):
+                 G: gl.constexpr, BLOCK_N: gl.constexpr, zero_s, q_main, full_bars, stage0, NEXT_LEFT: gl.constexpr):
     """The rest of the even warpgroup's pair after S0 (the protocol's "even" line in `pingpong.py`), with NEXT_LEFT
     the next pair's S0 left half (`_even_scores_left`) issued behind O += P1 V1. Returns (acc, row_sum, run_max =
     M1, the bits of the warpgroup's next block, loaded at the end: see `load_bits`; that left half, or zero_s
@@ -133,15 +132,13 @@ def _even_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_
     # 0L's last read is this O += P0 V0: free it before waiting on the odd warpgroup
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index(half_index(0, LEFT)))
-    if DIAG // 2 % 2 == 0:
-        mbarrier.wait(max_bars.index(1), phase)
+    mbarrier.wait(max_bars.index(1), phase)
     pair_max = max_bufs.index(1).load(ROW_LAYOUT)
     # P0 in the rope-tail buffer of stage 0 (S0, its only other reader, is done)
     publish_p((p * rescale_factor(new_max, pair_max)[:, None]).to(gl.bfloat16), tail_bufs.index(stage0),
               pub_bars.index(0))
     acc, row_sum = rescale(acc, row_sum, new_max, pair_max, O_LAYOUT)
-    if DIAG // 8 % 2 == 0:
-        mbarrier.wait(pub_bars.index(1), phase)
+    mbarrier.wait(pub_bars.index(1), phase)
     acc = warpgroup_mma(odd_p, main_bufs.index(stage0 + 1).slice(0, D_HALF, dim=1), acc, is_async=True)
     next_scores = zero_s
     if NEXT_LEFT:
@@ -173,7 +170,7 @@ def _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, p
 @gluon.jit
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                 zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, H: gl.constexpr,
-                G: gl.constexpr, BLOCK_N: gl.constexpr, DIAG: gl.constexpr = 0):
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
     """The even warpgroup's pairs -> (acc, row_sum): each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the loop without
     one, as a half pair (`_even_half_pair`) when the block count is odd. In the loop, Q and the stages are indexed
@@ -192,7 +189,7 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
             acc, row_sum, run_max, bits, scores = _even_blocks(
                 scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, phase, union_bits, length, pair, H, G, BLOCK_N, zero_s, q_view,
-                full_bars, stage0, True, DIAG)
+                full_bars, stage0, True)
         last = num_pairs - 1
         scores = _even_scores_rest(q_main.index(0), q_tail.index(0), main_bufs, tail_bufs, full_bars, scores, 0,
                                    last & 1)
@@ -203,7 +200,7 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
             acc, row_sum, run_max, bits, scores = _even_blocks(
                 scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, last & 1, union_bits, length, last, H, G, BLOCK_N, zero_s,
-                q_main.index(0), full_bars, 0, False, DIAG)
+                q_main.index(0), full_bars, 0, False)
     return acc, row_sum
 
 
@@ -226,12 +223,11 @@ def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zer
 @gluon.jit
 def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, union_bits, length, phase, stage0, pair, H: gl.constexpr,
-                G: gl.constexpr, BLOCK_N: gl.constexpr, DIAG: gl.constexpr = 0):
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
     """The rest of the odd warpgroup's pair after S1 (the protocol's "odd" line in `pingpong.py`; P0 lives in stage
     0's tail, read last here). Returns (acc, row_sum, run_max = M1, the bits of the warpgroup's next block, loaded
     at the end: loading them earlier cost spill loads and stores, ptxas at H = 64)."""
-    if DIAG % 2 == 0:
-        mbarrier.wait(max_bars.index(0), phase)
+    mbarrier.wait(max_bars.index(0), phase)
     peer_max = max_bufs.index(0).load(ROW_LAYOUT)
     new_max, p = softmax_block(scores, bits, peer_max, qk_scale_log2, H)
     publish_max(new_max, max_bufs.index(1), max_bars.index(1))
@@ -244,8 +240,7 @@ def _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p
     # waited for. P1 is published only after O += P0 V0 is queued: published before the wait for P0 instead, it
     # measured 0.99x ("Ping-pong handoffs").
     odd_p.store(p_bf16)
-    if DIAG // 4 % 2 == 0:
-        mbarrier.wait(pub_bars.index(0), phase)
+    mbarrier.wait(pub_bars.index(0), phase)
     acc = warpgroup_mma(tail_bufs.index(stage0), main_bufs.index(stage0).slice(D_HALF, D_HALF, dim=1), acc,
                         is_async=True)
     signal_p(pub_bars.index(1))
@@ -273,7 +268,7 @@ def _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_ba
 def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                    sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, DIAG_CHAIN: gl.constexpr = 0):
+                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and columns [0, D_V / 2); q_main, q_tail [1, ...] views."""
     group, head0 = tile_index(HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
@@ -281,7 +276,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     acc, row_sum = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                         pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
-                                        union_bits, length, qk_scale_log2, H, G, BLOCK_N, DIAG_CHAIN)
+                                        union_bits, length, qk_scale_log2, H, G, BLOCK_N)
     write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od,
                main_bufs.index(0).slice(0, D_HALF, dim=1), H, G, PARTIAL_HEADS, ROW_LAYOUT)
@@ -291,7 +286,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, DIAG_CHAIN: gl.constexpr = 0):
+                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
     q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
     group, head0 = tile_index(HEAD_SLICES)
@@ -306,7 +301,7 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
                              empty_bars, zero_s, phase, stage0)
         acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                   empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
-                                                  union_bits, length, phase, stage0, pair, H, G, BLOCK_N, DIAG_CHAIN)
+                                                  union_bits, length, phase, stage0, pair, H, G, BLOCK_N)
     if num_blocks % 2 == 1:  # a half pair last
         acc, row_sum = _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_bars, max_bufs,
                                       (num_blocks // 2) & 1)
