@@ -8,9 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# Q from registers as S's A operand (bits): 1 the odd warpgroup's rope tail, 2 the even one's; 4 x n: the odd
-# warpgroup's Q[:, 256:256 + 64 n] too. 0: Q from shared memory. Off until timed.
-PINGPONG_Q_TAIL_REGS = 0
 
 
 @gluon.jit

@@ -122,7 +122,7 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2, num_heads,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr = 1,
-    PARTIAL_HEADS: gl.constexpr = False, Q_TAIL_REGS: gl.constexpr = 0,
+    PARTIAL_HEADS: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1 along D).
     rows/bits/len from the union build (rows in [0, S); rows contiguous, since the producer takes stride_rg as
@@ -151,10 +151,8 @@ def sparse_mla_union_pingpong_kernel(
                           empty_bars, D_TAIL, BLOCK_N, KV_INT64, HEAD_SLICES)),
         (even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                          max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS,
-                          Q_TAIL_REGS)),
+                          max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)),
         (odd_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                          qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
-                         max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS,
-                         Q_TAIL_REGS)),
+                         max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)),
     ], [WARPGROUP_WARPS, WARPGROUP_WARPS], [CONSUMER_REGS, CONSUMER_REGS])

@@ -30,7 +30,6 @@ from glmcheck.kernels.gluon.pingpong_shared import (
     O_LAYOUT,
     ODD_TAIL,
     P_LAYOUT,
-    QA_LAYOUT,
     RIGHT,
     ROW_LAYOUT,
     S_LAYOUT,
@@ -171,7 +170,7 @@ def _even_half_pair(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, p
 @gluon.jit
 def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                 zero_s, acc, row_sum, run_max, bits, union_bits, length, qk_scale_log2, H: gl.constexpr,
-                G: gl.constexpr, BLOCK_N: gl.constexpr, TAIL_REGS: gl.constexpr = False):
+                G: gl.constexpr, BLOCK_N: gl.constexpr):
     """The even warpgroup's pairs -> (acc, row_sum): each pair but the last issues the next pair's S0 left half behind
     its O += P1 V1 (`_even_blocks`); the first pair's is issued here and the last pair runs after the loop without
     one, as a half pair (`_even_half_pair`) when the block count is odd. In the loop, Q and the stages are indexed
@@ -181,19 +180,12 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
     num_pairs = gl.cdiv(num_blocks, 2)
     if num_pairs > 0:
         scores = warpgroup_mma_wait(0, deps=(_even_scores_left(q_main.index(0), main_bufs, full_bars, zero_s, 0, 0),))
-        q_tail_regs = gl.zeros([BLOCK_M, BLOCK_N], gl.bfloat16, QA_LAYOUT)
-        if TAIL_REGS:  # 0L's wait covered Q's copy
-            q_tail_regs = q_tail.index(0).load(QA_LAYOUT)
         for pair in range(num_pairs - 1):
             phase = pair & 1
             stage0 = _first_stage(length, pair)
             q_view = q_main.index(stage0)
-            if TAIL_REGS:
-                scores = _even_scores_rest(q_view, q_tail_regs, main_bufs, tail_bufs, full_bars, scores, stage0,
-                                           phase)
-            else:
-                scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores,
-                                           stage0, phase)
+            scores = _even_scores_rest(q_view, q_tail.index(stage0), main_bufs, tail_bufs, full_bars, scores, stage0,
+                                       phase)
             acc, row_sum, run_max, bits, scores = _even_blocks(
                 scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p, empty_bars, pub_bars, max_bars,
                 max_bufs, qk_scale_log2, phase, union_bits, length, pair, H, G, BLOCK_N, zero_s, q_view,
@@ -213,23 +205,12 @@ def _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_ba
 
 
 @gluon.jit
-def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zero_s, phase, stage0, q_chunk=None,
-                CHUNK: gl.constexpr = 0):
+def _odd_scores(q_main, q_tail, main_bufs, tail_bufs, full_bars, empty_bars, zero_s, phase, stage0):
     """The odd warpgroup's whole S1 [64, 64] fp32 of one pair (1R, 1T, then 1L), waited for; frees 1T, read by S1
-    only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed. CHUNK > 0: Q[:, 512 - CHUNK:512]
-    from registers (q_chunk)."""
+    only. stage0: `_first_stage`; q_main and q_tail are the Q views it indexed."""
     own_main = main_bufs.index(stage0 + 1)
     _wait_half(full_bars, 1, RIGHT, phase)
-    if CHUNK > 0:  # Q[:, 512 - CHUNK:512] from registers, the rest of the right half from shared memory
-        scores = warpgroup_mma(q_main.slice(D_HALF, 128, dim=1), own_main.slice(D_HALF, 128, dim=1).permute((1, 0)),
-                               zero_s, use_acc=False, is_async=True)
-        if CHUNK == 64:
-            scores = warpgroup_mma(q_main.slice(D_HALF + 128, 64, dim=1),
-                                   own_main.slice(D_HALF + 128, 64, dim=1).permute((1, 0)), scores, is_async=True)
-        scores = warpgroup_mma(q_chunk, own_main.slice(2 * D_HALF - CHUNK, CHUNK, dim=1).permute((1, 0)), scores,
-                               is_async=True)
-    else:
-        scores = _scores_right_main(q_main, own_main, zero_s, False)
+    scores = _scores_right_main(q_main, own_main, zero_s, False)
     _wait_piece(full_bars, ODD_TAIL, phase)
     scores = _scores_tail(q_tail, tail_bufs.index(stage0 + 1), scores)
     _wait_half(full_bars, 1, LEFT, phase)
@@ -287,7 +268,7 @@ def _odd_half_pair(acc, row_sum, run_max, main_bufs, tail_bufs, pub_bars, max_ba
 def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                    qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                    sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, Q_TAIL_REGS: gl.constexpr = 0):
+                   HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 0, 2, 4, ... and columns [0, D_V / 2); q_main, q_tail [1, ...] views."""
     group, head0 = tile_index(HEAD_SLICES)
     length, union_bits, run_max, row_sum, acc, bits = consumer_start(bits_ptr, len_ptr, stride_bg, group, 0, G,
@@ -295,7 +276,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     acc, row_sum = _even_pairs(q_main, q_tail, main_bufs, tail_bufs, odd_p, full_bars, empty_bars,
                                         pub_bars, max_bars, max_bufs, zero_s, acc, row_sum, run_max, bits,
-                                        union_bits, length, qk_scale_log2, H, G, BLOCK_N, Q_TAIL_REGS // 2 % 2 == 1)
+                                        union_bits, length, qk_scale_log2, H, G, BLOCK_N)
     write_out(acc, row_sum, sum_bufs.index(0), sum_bufs.index(1), sum_bars.index(0), sum_bars.index(1), 0,
                out_ptr, group, head0, num_heads, 0, stride_ot, stride_oh, stride_od,
                main_bufs.index(0).slice(0, D_HALF, dim=1), H, G, PARTIAL_HEADS, ROW_LAYOUT)
@@ -305,7 +286,7 @@ def even_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_
 def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                   qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars, max_bufs,
                   sum_bufs, sum_bars, num_heads, H: gl.constexpr, G: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr, Q_TAIL_REGS: gl.constexpr = 0):
+                  HEAD_SLICES: gl.constexpr, PARTIAL_HEADS: gl.constexpr):
     """Worker partition (one warpgroup): blocks 1, 3, 5, ... and output columns [D_V / 2, D_V).
     q_main, q_tail: [1, ...] views (`_first_stage` indexes them)."""
     group, head0 = tile_index(HEAD_SLICES)
@@ -313,23 +294,11 @@ def odd_consumer(q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_o
                                                                       BLOCK_N)
     zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, S_LAYOUT)
     num_blocks = gl.cdiv(length, BLOCK_N)
-    CHUNK: gl.constexpr = Q_TAIL_REGS // 4 * 64
-    q_tail_regs = gl.zeros([BLOCK_M, BLOCK_N], gl.bfloat16, QA_LAYOUT)
-    q_chunk = gl.zeros([BLOCK_M, max(CHUNK, 64)], gl.bfloat16, QA_LAYOUT)
-    if (Q_TAIL_REGS % 2 == 1) & (num_blocks >= 2):  # 1R's first arrival covers the producer's copies before it, Q's
-        _wait_half(full_bars, 1, RIGHT, 0)
-        q_tail_regs = q_tail.index(0).load(QA_LAYOUT)
-        if CHUNK > 0:
-            q_chunk = q_main.index(0).slice(2 * D_HALF - CHUNK, CHUNK, dim=1).load(QA_LAYOUT)
     for pair in range(num_blocks // 2):
         phase = pair & 1
         stage0 = _first_stage(length, pair)
-        if Q_TAIL_REGS % 2 == 1:
-            scores = _odd_scores(q_main.index(stage0), q_tail_regs, main_bufs, tail_bufs, full_bars,
-                                 empty_bars, zero_s, phase, stage0, q_chunk, CHUNK)
-        else:
-            scores = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs, tail_bufs, full_bars,
-                                 empty_bars, zero_s, phase, stage0)
+        scores = _odd_scores(q_main.index(stage0), q_tail.index(stage0), main_bufs, tail_bufs, full_bars,
+                             empty_bars, zero_s, phase, stage0)
         acc, row_sum, run_max, bits = _odd_blocks(scores, bits, acc, row_sum, run_max, main_bufs, tail_bufs, odd_p,
                                                   empty_bars, pub_bars, max_bars, max_bufs, qk_scale_log2,
                                                   union_bits, length, phase, stage0, pair, H, G, BLOCK_N)

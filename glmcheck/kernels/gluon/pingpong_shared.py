@@ -22,7 +22,6 @@ D_HALF = gl.constexpr(256)
 S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 64, 16]))
 O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout([3, 0], [4, 1], [16, 256, 16]))
 P_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, O_LAYOUT, 2))
-QA_LAYOUT = gl.constexpr(gl.DotOperandLayout(0, S_LAYOUT, 2))  # Q's rope tail as S's A operand
 ROW_LAYOUT = gl.constexpr(gl.SliceLayout(1, S_LAYOUT))
 # Gathers (KV halves, rope tails and Q): 8 threads per row, 16 bytes each (a 128-byte line per warp row), so a
 # thread holds 4 of a block's 64 rows. With 16 threads per row (8 rows a thread) the producer's pair loop took 487
