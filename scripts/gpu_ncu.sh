@@ -6,6 +6,9 @@
 # the per-instruction stall samples of SASS (per partition and mbarrier: scripts/ncu_stalls.py); text pages under
 # OUTDIR/<case>/, packed into OUTDIR/results.tgz.
 set -uo pipefail
+cases=${2:-tile:1x8192:64 tile:1x8192:16 build:1x8192:16}
+for case in $cases; do case ${case%%:*} in tile|build) ;;
+  *) echo "gpu_ncu.sh: CASES takes what:point items with what = tile or build, got '$case'" >&2; exit 2 ;; esac; done
 out=$(mkdir -p "${1:?usage: gpu_ncu.sh OUTDIR [CASES]}" && cd "$1" && pwd)
 source scripts/gpu_env.sh
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
@@ -16,13 +19,14 @@ if [ -z "$ncu" ]; then echo "no ncu on this machine"; exit 3; fi
 sections="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
   --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section InstructionStats
   --section LaunchStats --section Occupancy --section SourceCounters"
-for case in ${2:-tile:1x8192:64 tile:1x8192:16 build:1x8192:16}; do
+for case in $cases; do
   what=${case%%:*}; point=${case#*:}; name=$(echo "$case" | tr ':' '-'); dir=$out/$name; mkdir -p "$dir"
   kernel=$([ "$what" = tile ] && echo pingpong || echo union_marks)
   start=$(date +%s)
   timeout 240 "$ncu" $sections --launch-skip 1 --launch-count 1 -k "regex:$kernel" -f -o "$dir/profile" \
     python3 scripts/gpu_profile_call.py "$what" "$point" > "$dir/run.txt" 2>&1
-  echo "=== $case: rc $? in $(( $(date +%s) - start )) s"; grep -E "rel-L2|build run|==ERR|==WARNING|ERR_" "$dir/run.txt" | head -n 5
+  echo "=== $case: rc $? in $(( $(date +%s) - start )) s"
+  grep -E "rel-L2|build run|==ERR|==WARNING|ERR_" "$dir/run.txt" | head -n 5
   if [ -f "$dir/profile.ncu-rep" ]; then
     "$ncu" --import "$dir/profile.ncu-rep" --page details --print-details all > "$dir/details.txt" 2>&1
     "$ncu" --import "$dir/profile.ncu-rep" --page raw --csv > "$dir/raw.csv" 2>&1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
@@ -53,7 +54,6 @@ def test_the_script_prints_each_partition_and_wait(tmp_path, capsys):
     page = tmp_path / "sass.csv"
     _page(page)
     ncu = _module()
-    import sys
     argv, sys.argv = sys.argv, ["ncu_stalls.py", str(page), "--top", "1"]
     try:
         assert ncu.main() == 0
