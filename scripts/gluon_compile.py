@@ -91,7 +91,7 @@ def kernel_source(ns: argparse.Namespace) -> tuple[GluonASTSource, int]:
     kernel, num_warps = module.sparse_mla_union_pingpong_kernel, shared.WARPGROUP_WARPS.value
     constexprs |= {"CONSUMER_REGS": constants.PINGPONG_CONSUMER_REGS,
                    "HEAD_SLICES": -(-ns.token_heads // 64) if ns.token_heads else 1,
-                   "PARTIAL_HEADS": bool(ns.token_heads % 64), "DIAG_GATHER": ns.diag_gather}
+                   "PARTIAL_HEADS": bool(ns.token_heads % 64)}
     kinds = SHARED_SIGNATURE | {"num_heads": "i32"}
     signature = {name: kinds.get(name, "constexpr") for name in kernel.arg_names}  # the kernel's order
     missing = set(constexprs) - set(signature)
@@ -110,7 +110,6 @@ def main() -> None:
     parser.add_argument("--token-heads", type=int, default=0,
                         help="the per-token form (G = 1) for this many heads; replaces --heads")
     parser.add_argument("--kv-int64", action="store_true", help="int64 KV row offsets (KV_INT64=True)")
-    parser.add_argument("--diag-gather", type=int, default=0, help="the timing diagnostic DIAG_GATHER (0: the kernel)")
     parser.add_argument("--ptx", help="also write the PTX here")
     parser.add_argument("--code-ptx", help="also write the PTX without debug information here (`code_ptx`)")
     parser.add_argument("--sass", help="also write the SASS (cuobjdump -sass) here")

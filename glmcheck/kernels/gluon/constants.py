@@ -8,9 +8,6 @@ from triton.experimental.gluon import language as gl
 
 BLOCK_N = 64  # KV rows per stage: 64 rows x 2 stages beat 32 x 3 and 32 x 4 by 1.4x (on the removed split tile)
 PINGPONG_CONSUMER_REGS = 224  # beat 216, 232, 240 (docs/performance.md, "Consumer and producer registers")
-# A timing diagnostic of the ping-pong tile (wrong results): 1 gathers nothing, 2 zero-fills the stages, 3 and 4 copy a
-# quarter of the columns (3: 4-byte copies, as many as today; 4: 16-byte copies). 0: the kernel.
-PINGPONG_DIAG_GATHER = 0
 
 
 @gluon.jit

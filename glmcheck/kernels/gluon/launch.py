@@ -15,7 +15,6 @@ from dataclasses import replace
 import torch
 import triton
 
-from glmcheck.kernels.gluon import constants
 from glmcheck.kernels.gluon.constants import BLOCK_N, PINGPONG_CONSUMER_REGS
 from glmcheck.kernels.runtime import interpreter_active
 from glmcheck.kernels.union import UnionSets
@@ -115,5 +114,4 @@ def launch_pingpong(args: PrefillArgs, sets: UnionSets, out: torch.Tensor, qk_sc
         *_shared_kernel_args(args, sets, out, qk_scale_log2), args.num_heads,
         H=tile_heads, G=sets.group, D_V=args.d_v, D_TAIL=args.d_tail, BLOCK_N=BLOCK_N,
         CONSUMER_REGS=PINGPONG_CONSUMER_REGS, KV_INT64=kv_int64, HEAD_SLICES=slices,
-        PARTIAL_HEADS=args.num_heads % tile_heads != 0, DIAG_GATHER=constants.PINGPONG_DIAG_GATHER,
-        num_warps=WARPGROUP_WARPS.value)
+        PARTIAL_HEADS=args.num_heads % tile_heads != 0, num_warps=WARPGROUP_WARPS.value)

@@ -122,14 +122,13 @@ def sparse_mla_union_pingpong_kernel(
     qk_scale_log2, num_heads,
     H: gl.constexpr, G: gl.constexpr, D_V: gl.constexpr, D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr = 1,
-    PARTIAL_HEADS: gl.constexpr = False, DIAG_GATHER: gl.constexpr = 0,
+    PARTIAL_HEADS: gl.constexpr = False,
 ):
     """Grid (num_groups,); launch with num_warps=WARPGROUP_WARPS. kv rows contiguous (stride 1 along D).
     rows/bits/len from the union build (rows in [0, S); rows contiguous, since the producer takes stride_rg as
     their width). Grid (num_groups * HEAD_SLICES,) with G = 1 and H = 64 tile rows per token: a token's num_heads
     heads run as HEAD_SLICES slices of 64 (`tile_index`), PARTIAL_HEADS when num_heads is not a multiple of 64
-    (the last slice's missing heads are zero-padded rows, never stored); with G > 1, num_heads = H. DIAG_GATHER != 0:
-    a timing diagnostic with wrong results (`_gather_tail`)."""
+    (the last slice's missing heads are zero-padded rows, never stored); with G > 1, num_heads = H."""
     _assert_tile_shape(H, G, D_V, D_TAIL, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)
     # Q tile [64, D_V + D_TAIL] into shared memory (token-major rows) by cp.async: 144 registers per thread if
     # staged through registers, which spilled. Nothing waits for it here: the default warps issue it and then run
@@ -149,7 +148,7 @@ def sparse_mla_union_pingpong_kernel(
     # workers with CONSUMER_REGS registers each.
     gl.warp_specialize([
         (pair_producer, (kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars,
-                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, HEAD_SLICES, DIAG_GATHER)),
+                          empty_bars, D_TAIL, BLOCK_N, KV_INT64, HEAD_SLICES)),
         (even_consumer, (q_main, q_tail, bits_ptr, len_ptr, out_ptr, stride_bg, stride_ot, stride_oh, stride_od,
                           qk_scale_log2, main_bufs, tail_bufs, odd_p, full_bars, empty_bars, pub_bars, max_bars,
                           max_bufs, sum_bufs, sum_bars, num_heads, H, G, BLOCK_N, HEAD_SLICES, PARTIAL_HEADS)),

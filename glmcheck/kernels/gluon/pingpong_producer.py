@@ -59,79 +59,41 @@ def _early_rows(rows_ptr, block, row_width, BLOCK_N: gl.constexpr):
     return gl.load(rows_ptr + offs_n, mask=offs_n < row_width, other=0)
 
 
-# Timing diagnostics only (DIAG_GATHER 3 and 4, wrong results): a quarter of each piece's columns, as 4-byte copies
-# (as many cp.async as today, a quarter of the bytes) or as today's 16-byte copies (a quarter of both).
-QUARTER_4B = gl.constexpr(gl.BlockedLayout([1, 2], [4, 8], [4, 1], [1, 0]))
-
-
 @gluon.jit
-def _gather_quarter(kv_ptr, row_off, live, buf, first_col, COLS: gl.constexpr, LAYOUT: gl.constexpr):
-    """Diagnostic: cp.async columns [first_col, first_col + COLS) of the rows into buf's first COLS columns."""
-    offs = first_col + gl.arange(0, COLS, gl.SliceLayout(0, LAYOUT))
-    row = gl.convert_layout(row_off, gl.SliceLayout(1, LAYOUT))
-    ok = gl.convert_layout(live, gl.SliceLayout(1, LAYOUT))
-    async_copy.async_copy_global_to_shared(buf.slice(0, COLS, dim=1), kv_ptr + row[:, None] + offs[None, :],
-                                           mask=ok[:, None])
-
-
-@gluon.jit
-def _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL: gl.constexpr, DIAG_GATHER: gl.constexpr = 0):
+def _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL: gl.constexpr):
     """cp.async a block's rope tail (columns [512, 512 + D_TAIL); zeros for rows that are not live), in MAIN_GATHER
-    like the main columns, so the row offsets need no layout conversion. DIAG_GATHER (a timing diagnostic, wrong
-    results): 1 copies nothing, 2 zero-fills every row (shared-memory writes, no global reads), 3 a quarter of the
-    columns as 4-byte copies, 4 as today."""
+    like the main columns, so the row offsets need no layout conversion."""
     offs_r = 2 * D_HALF + gl.arange(0, D_TAIL, gl.SliceLayout(0, MAIN_GATHER))
-    if (DIAG_GATHER == 0) | (DIAG_GATHER == 4):
-        async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :],
-                                               mask=live[:, None])
-    elif DIAG_GATHER == 2:
-        async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :],
-                                               mask=(live & (row_off < 0))[:, None])
-    elif DIAG_GATHER == 3:
-        _gather_quarter(kv_ptr, row_off, live, tail_buf, 2 * D_HALF, D_TAIL // 4, QUARTER_4B)
+    async_copy.async_copy_global_to_shared(tail_buf, kv_ptr + row_off[:, None] + offs_r[None, :], mask=live[:, None])
 
 
 @gluon.jit
 def _gather_half(kv_ptr, row_off, live, main_buf, tail_buf, half: gl.constexpr, D_TAIL: gl.constexpr,
-                 WITH_TAIL: gl.constexpr, DIAG_GATHER: gl.constexpr = 0):
+                 WITH_TAIL: gl.constexpr):
     """cp.async one half of a block into its stage: L = main columns [0, 256), R = [256, 512) and, WITH_TAIL, the
     rope tail (zeros for rows that are not live)."""
     offs_d = half * D_HALF + gl.arange(0, D_HALF, gl.SliceLayout(0, MAIN_GATHER))
-    if DIAG_GATHER == 0:
-        async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
-                                               kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
-    elif DIAG_GATHER == 2:
-        async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
-                                               kv_ptr + row_off[:, None] + offs_d[None, :],
-                                               mask=(live & (row_off < 0))[:, None])
-    elif DIAG_GATHER == 3:
-        _gather_quarter(kv_ptr, row_off, live, main_buf.slice(half * D_HALF, D_HALF, dim=1), half * D_HALF,
-                        D_HALF // 4, QUARTER_4B)
-    elif DIAG_GATHER == 4:
-        _gather_quarter(kv_ptr, row_off, live, main_buf.slice(half * D_HALF, D_HALF, dim=1), half * D_HALF,
-                        D_HALF // 4, MAIN_GATHER)
+    async_copy.async_copy_global_to_shared(main_buf.slice(half * D_HALF, D_HALF, dim=1),
+                                           kv_ptr + row_off[:, None] + offs_d[None, :], mask=live[:, None])
     if half == RIGHT and WITH_TAIL:
-        _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL, DIAG_GATHER)
+        _gather_tail(kv_ptr, row_off, live, tail_buf, D_TAIL)
 
 
 @gluon.jit
 def _fill_half(kv_ptr, row_off, live, main_bufs, tail_bufs, full_bars, empty_bars, stage: gl.constexpr,
-               half: gl.constexpr, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr,
-               DIAG_GATHER: gl.constexpr = 0):
+               half: gl.constexpr, phase, D_TAIL: gl.constexpr, WITH_TAIL: gl.constexpr):
     """Wait until a stage half is free (a fresh barrier counts as free), gather into it, and have each thread's
     copies arrive on its full barrier when they land."""
     mbarrier.wait(empty_bars.index(half_index(stage, half)), phase ^ 1)
-    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL,
-                 DIAG_GATHER)
+    _gather_half(kv_ptr, row_off, live, main_bufs.index(stage), tail_bufs.index(stage), half, D_TAIL, WITH_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(half_index(stage, half)), increment_count=False)
 
 
 @gluon.jit
-def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phase, D_TAIL: gl.constexpr,
-                   DIAG_GATHER: gl.constexpr = 0):
+def _fill_odd_tail(kv_ptr, row_off, live, tail_bufs, full_bars, empty_bars, phase, D_TAIL: gl.constexpr):
     """As _fill_half, for stage 1's rope tail, a piece of its own."""
     mbarrier.wait(empty_bars.index(ODD_TAIL), phase ^ 1)
-    _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL, DIAG_GATHER)
+    _gather_tail(kv_ptr, row_off, live, tail_bufs.index(1), D_TAIL)
     async_copy.mbarrier_arrive(full_bars.index(ODD_TAIL), increment_count=False)
 
 
@@ -158,46 +120,39 @@ def copy_q(q_ptr, group, head0, num_heads, stride_qt, stride_qh, stride_qd, q_ma
 
 @gluon.jit
 def _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair, phase,
-               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, DIAG_GATHER: gl.constexpr = 0):
+               D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr):
     """Gather blocks 2 pair and 2 pair + 1 of a union group (`_fill_pair_at`)."""
     even_off, even_live = _row_offsets(union_rows, 2 * pair, length, stride_kvs, BLOCK_N, KV_INT64)
     odd_off, odd_live = _row_offsets(union_rows, 2 * pair + 1, length, stride_kvs, BLOCK_N, KV_INT64)
     _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
-                  D_TAIL, DIAG_GATHER)
+                  D_TAIL)
 
 
 @gluon.jit
 def _fill_pair_at(kv_ptr, even_off, even_live, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
-                  D_TAIL: gl.constexpr, DIAG_GATHER: gl.constexpr = 0):
+                  D_TAIL: gl.constexpr):
     """Gather a pair's two blocks from their row offsets and live masks, in the order the pieces are freed: 0L, 1T,
     1R (without the tail), 0R (with stage 0's tail), 1L. The even block's offsets are held across the odd block's
     fills: 4 rows a thread (MAIN_GATHER) fit the producer's 56 registers (with 8, ptxas spilled 21-24 loads a pair)."""
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True,
-               DIAG_GATHER)
-    _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL, DIAG_GATHER)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False,
-               DIAG_GATHER)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True,
-               DIAG_GATHER)
-    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL, True,
-               DIAG_GATHER)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
+    _fill_odd_tail(kv_ptr, odd_off, odd_live, tail_bufs, full_bars, empty_bars, phase, D_TAIL)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, RIGHT, phase, D_TAIL, False)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True)
+    _fill_half(kv_ptr, odd_off, odd_live, main_bufs, tail_bufs, full_bars, empty_bars, 1, LEFT, phase, D_TAIL, True)
 
 
 @gluon.jit
 def _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, phase,
-                     D_TAIL: gl.constexpr, DIAG_GATHER: gl.constexpr = 0):
+                     D_TAIL: gl.constexpr):
     """A half pair's gathers: only the even block, 0L then 0R with stage 0's tail (the group's last pair when its
     block count is odd; the consumers compute no odd block: docs/performance.md, "Half pairs")."""
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True,
-               DIAG_GATHER)
-    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True,
-               DIAG_GATHER)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, LEFT, phase, D_TAIL, True)
+    _fill_half(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, 0, RIGHT, phase, D_TAIL, True)
 
 
 @gluon.jit
 def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, tail_bufs, full_bars, empty_bars,
-                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr,
-                   DIAG_GATHER: gl.constexpr = 0):
+                   D_TAIL: gl.constexpr, BLOCK_N: gl.constexpr, KV_INT64: gl.constexpr, HEAD_SLICES: gl.constexpr):
     """Default partition: every pair of the program's union group (`_fill_pair`). The first pair's row numbers are
     loaded alongside the group's length, not after it (rows are contiguous, so stride_rg is their width): one
     dependent global round trip less before the first gather, of the three (length, rows, gather) at a program's
@@ -213,16 +168,15 @@ def pair_producer(kv_ptr, rows_ptr, len_ptr, stride_kvs, stride_rg, main_bufs, t
     if num_blocks > 1:
         _fill_pair_at(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N),
                       _scaled_rows(odd_rows, stride_kvs, KV_INT64), _live(1, length, BLOCK_N), main_bufs, tail_bufs,
-                      full_bars, empty_bars, 0, D_TAIL, DIAG_GATHER)
+                      full_bars, empty_bars, 0, D_TAIL)
     elif num_blocks == 1:
         _fill_even_block(kv_ptr, _scaled_rows(even_rows, stride_kvs, KV_INT64), _live(0, length, BLOCK_N), main_bufs,
-                         tail_bufs, full_bars, empty_bars, 0, D_TAIL, DIAG_GATHER)
+                         tail_bufs, full_bars, empty_bars, 0, D_TAIL)
     for pair in range(1, num_blocks // 2):
         _fill_pair(kv_ptr, union_rows, length, stride_kvs, main_bufs, tail_bufs, full_bars, empty_bars, pair,
-                   pair & 1, D_TAIL, BLOCK_N, KV_INT64, DIAG_GATHER)
+                   pair & 1, D_TAIL, BLOCK_N, KV_INT64)
     half = num_blocks // 2  # the half pair's index, when the block count is odd
     if (num_blocks % 2 == 1) & (half > 0):
         even_off, even_live = _row_offsets(union_rows, 2 * half, length, stride_kvs, BLOCK_N, KV_INT64)
-        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL,
-                         DIAG_GATHER)
+        _fill_even_block(kv_ptr, even_off, even_live, main_bufs, tail_bufs, full_bars, empty_bars, half & 1, D_TAIL)
     async_copy.wait_group(0)  # Q's copies (committed as a group) have landed before the program can end
