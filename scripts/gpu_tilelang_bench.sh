@@ -23,6 +23,7 @@
 set -uo pipefail
 out=${1:-${OUT:?usage: gpu_tilelang_bench.sh OUTDIR}}
 work=/tmp/tilelang-bench; logs=$work/logs; site=/tmp/tilelang-site
+rm -rf "$work"  # a warm machine keeps /tmp: an earlier call's records would make `glmcheck bench --out` refuse
 mkdir -p "$out" "$logs" "$work/records"
 start=$(date +%s); deadline=$(( start + ${BUDGET:-530} )); left() { echo $(( deadline - $(date +%s) )); }
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
