@@ -35,10 +35,11 @@ constexpr int kTileBytes = kRows * 128;           // 8192
 constexpr int kBlockBytes = kTiles * kTileBytes;  // 73 728
 constexpr int kSmemBytes = 3 * kBlockBytes + 1024 + 64;  // Q, two stages, alignment slack, barriers
 
-enum Form : int { kNone = 0, kCpAsync = 1, kTmaOne = 2, kTmaWarp = 3, kTmaTile = 4 };
+enum Form : int { kNone = 0, kCpAsync = 1, kTmaOne = 2, kTmaWarp = 3, kTmaTile = 4, kCpAsyncZero = 5 };
 const char* form_name(int f) {
   static const char* names[] = {"none", "cp.async 16 B, 8 threads a row", "TMA row boxes, one thread",
-                                "TMA row boxes, 32 lanes", "TMA [64, 64] boxes, rows contiguous"};
+                                "TMA row boxes, 32 lanes", "TMA [64, 64] boxes, rows contiguous",
+                                "cp.async zero-filled (no global read)"};
   return names[f];
 }
 
@@ -73,8 +74,8 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, int
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 
 // The producer: block `index` (64 row numbers at rows + index * 64) into the stage at `stage`, by `form`.
@@ -83,7 +84,8 @@ __device__ __forceinline__ void gather_block(int form, int tid, const int* rows,
                                              const CUtensorMap* row_map, const CUtensorMap* tile_map, uint32_t stage,
                                              uint32_t bar) {
   const int* block_rows = rows + index * kRows;
-  if (form == kCpAsync) {
+  if (form == kCpAsync || form == kCpAsyncZero) {
+    const uint32_t src_bytes = form == kCpAsync ? 16 : 0;  // 0: the same instruction, zeros written, nothing read
     const int chunk = tid & 7;
 #pragma unroll
     for (int pass = 0; pass < kRows / 16; ++pass) {
@@ -91,7 +93,7 @@ __device__ __forceinline__ void gather_block(int form, int tid, const int* rows,
       const uint8_t* src = pool + static_cast<long>(block_rows[r]) * kRowBytes + chunk * 16;
       const uint32_t dst = stage + r * 128 + ((chunk ^ (r & 7)) << 4);
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) cp_async16(dst + t * kTileBytes, src + t * 128);
+      for (int t = 0; t < kTiles; ++t) cp_async16(dst + t * kTileBytes, src + t * 128, src_bytes);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
   } else if (form == kTmaWarp) {
@@ -129,7 +131,7 @@ __device__ __forceinline__ void gather_block(int form, int tid, const int* rows,
 
 // Waits until block `index` (gathered into its stage `index % 2` by `form`) has landed.
 __device__ __forceinline__ void wait_block(int form, int tid, long index, uint32_t bars) {
-  if (form == kCpAsync) {
+  if (form == kCpAsync || form == kCpAsyncZero) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
   } else if (form != kNone) {
     mbar_wait(bars + 8 * (index & 1), (index >> 1) & 1);
@@ -157,7 +159,7 @@ __global__ void __launch_bounds__(128, 1)
   for (long i = 0; i < per_cta; ++i) {
     // before reusing a stage, the block it held two blocks ago has landed
     if (i >= 2) {
-      if (form == kCpAsync) {
+      if (form == kCpAsync || form == kCpAsyncZero) {
         asm volatile("cp.async.wait_group 1;" ::: "memory");
       } else {
         wait_block(form, tid, i - 2, bars);
@@ -241,7 +243,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int s = 0; s < 2; ++s) {
         const long i = 2 * p + s;
         if (p >= 1) {
-          if (form == kCpAsync) {
+          if (form == kCpAsync || form == kCpAsyncZero) {
             asm volatile("cp.async.wait_group 1;" ::: "memory");
           } else {
             wait_block(form, tid, i - 2, bars);
@@ -329,7 +331,8 @@ double mean(const std::vector<long long>& v, int start, int step, int count) {
 
 }  // namespace
 
-// probe PART [FORM] [KV_ROWS] [PAIRS]: PART layout (FORM 1..3), alone, or beside. Each part is its own process, so a
+// probe PART [FORM] [KV_ROWS] [PAIRS]: PART layout (FORM 1..3), alone (PAIRS: the CTAs, default one an SM), or
+// beside. Each part is its own process, so a
 // form the hardware faults on ends only its own part.
 int main(int argc, char** argv) {
   const char* part = argc > 1 ? argv[1] : "alone";
@@ -393,17 +396,18 @@ int main(int argc, char** argv) {
     return wrong ? 1 : 0;
   }
   if (std::strcmp(part, "alone") == 0) {
-    // 2. gather alone
+    // 2. gather alone, on `ctas` SMs (fewer than all: the SM's own rate, the L2 unloaded)
+    const int ctas = argc > 4 ? std::min(std::atoi(argv[4]), sms) : sms;
     std::printf("%s, %d SMs; KV pool %ld rows of %d B; a block %d rows x %d tiles (%d B)\n", prop.name, sms,
                 num_rows, kRowBytes, kRows, kTiles, kBlockBytes);
     std::printf("gather alone: %d CTAs (one an SM, one warpgroup), %ld blocks each, two stages; fastest of 5\n",
-                sms, per_cta);
+                ctas, per_cta);
     std::printf("  %-36s %9s %11s %12s\n", "form", "ms", "GB/s rows", "cycles/block");
-    for (int form : {kCpAsync, kTmaOne, kTmaWarp, kTmaTile, kCpAsync}) {
+    for (int form : {kCpAsync, kCpAsyncZero, kTmaOne, kTmaWarp, kTmaTile, kCpAsync}) {
       float best = 1e30f;
       for (int rep = 0; rep < 5; ++rep) {
         CHECK(cudaEventRecord(e0));
-        gather_alone<<<sms, 128, kSmemBytes>>>(form, rows, per_cta, pool, row_map, tile_map, cycles, nullptr);
+        gather_alone<<<ctas, 128, kSmemBytes>>>(form, rows, per_cta, pool, row_map, tile_map, cycles, nullptr);
         CHECK(cudaEventRecord(e1));
         CHECK(cudaEventSynchronize(e1));
         CHECK(cudaGetLastError());
@@ -413,8 +417,8 @@ int main(int argc, char** argv) {
       }
       CHECK(cudaMemcpy(host_cycles.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
       std::printf("  %-36s %9.3f %11.0f %12.0f\n", form_name(form), best,
-                  static_cast<double>(sms) * per_cta * kBlockBytes / (best * 1e6),
-                  mean(host_cycles, 0, 1, sms) / per_cta);
+                  static_cast<double>(ctas) * per_cta * kBlockBytes / (best * 1e6),
+                  mean(host_cycles, 0, 1, ctas) / per_cta);
     }
     return 0;
   }
@@ -424,7 +428,7 @@ int main(int argc, char** argv) {
               "36 m64n64k16 + 16 m64n128k16; fastest of 5, forms in turn twice\n", sms, pairs);
   std::printf("  %-36s %9s %17s %17s %8s\n", "form", "ms", "consumer cyc/pair", "producer cyc/pair", "/ none");
   double none_ms = 0;
-  for (int form : {kNone, kCpAsync, kTmaOne, kTmaWarp, kNone, kCpAsync, kTmaOne, kTmaWarp}) {
+  for (int form : {kNone, kCpAsync, kCpAsyncZero, kTmaWarp, kNone, kCpAsync, kCpAsyncZero, kTmaWarp}) {
     float best = 1e30f;
     for (int rep = 0; rep < 5; ++rep) {
       CHECK(cudaEventRecord(e0));
