@@ -373,6 +373,20 @@ int main(int argc, char** argv) {
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   std::vector<long long> host_cycles(3 * sms);
+  auto fastest_ms = [&](auto launch) {  // the fastest of 5 launches, ms by CUDA events
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      CHECK(cudaEventRecord(e0));
+      launch();
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      CHECK(cudaGetLastError());
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = std::min(best, ms);
+    }
+    return best;
+  };
 
   if (std::strcmp(part, "layout") == 0) {
     // 1. one block gathered by the form lands byte for byte where the swizzle puts it
@@ -404,17 +418,9 @@ int main(int argc, char** argv) {
                 ctas, per_cta);
     std::printf("  %-36s %9s %11s %12s\n", "form", "ms", "GB/s rows", "cycles/block");
     for (int form : {kCpAsync, kCpAsyncZero, kTmaOne, kTmaWarp, kTmaTile, kCpAsync}) {
-      float best = 1e30f;
-      for (int rep = 0; rep < 5; ++rep) {
-        CHECK(cudaEventRecord(e0));
+      const float best = fastest_ms([&] {
         gather_alone<<<ctas, 128, kSmemBytes>>>(form, rows, per_cta, pool, row_map, tile_map, cycles, nullptr);
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaEventSynchronize(e1));
-        CHECK(cudaGetLastError());
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        best = std::min(best, ms);
-      }
+      });
       CHECK(cudaMemcpy(host_cycles.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
       std::printf("  %-36s %9.3f %11.0f %12.0f\n", form_name(form), best,
                   static_cast<double>(ctas) * per_cta * kBlockBytes / (best * 1e6),
@@ -429,17 +435,9 @@ int main(int argc, char** argv) {
   std::printf("  %-36s %9s %17s %17s %8s\n", "form", "ms", "consumer cyc/pair", "producer cyc/pair", "/ none");
   double none_ms = 0;
   for (int form : {kNone, kCpAsync, kCpAsyncZero, kTmaWarp, kNone, kCpAsync, kCpAsyncZero, kTmaWarp}) {
-    float best = 1e30f;
-    for (int rep = 0; rep < 5; ++rep) {
-      CHECK(cudaEventRecord(e0));
+    const float best = fastest_ms([&] {
       beside_mmas<<<sms, 384, kSmemBytes>>>(form, rows, pairs, pool, row_map, tile_map, cycles, sink);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
-      CHECK(cudaGetLastError());
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      best = std::min(best, ms);
-    }
+    });
     CHECK(cudaMemcpy(host_cycles.data(), cycles, 3 * sms * sizeof(long long), cudaMemcpyDeviceToHost));
     const double consumer = (mean(host_cycles, 1, 3, sms) + mean(host_cycles, 2, 3, sms)) / 2 / pairs;
     const double producer = mean(host_cycles, 0, 3, sms) / pairs;
